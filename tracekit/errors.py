@@ -1,0 +1,16 @@
+"""The one error type for bad input.
+
+Every problem with a user's file becomes a TraceError carrying the path and a plain
+reason; the CLI prints it as one line and exits 2. Anything else is a bug (exit 1).
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class TraceError(Exception):
+    def __init__(self, path: str | os.PathLike, reason: str):
+        self.path = os.fspath(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")

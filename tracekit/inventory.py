@@ -1,0 +1,77 @@
+"""What is in a linked trace: counts, link shares, top kernels. The data `info` shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.trace import Trace
+
+
+def has_shapes(input_dims: Any) -> bool:
+    """An op has shapes when at least one input has a non-empty dims list."""
+    return isinstance(input_dims, list) and any(isinstance(d, list) and len(d) > 0 for d in input_dims)
+
+
+def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
+    k = trace.kernels
+    is_kernel = (k["kind"] == "kernel").to_numpy()
+    gpu_rows = len(k)
+    op_has_shapes = trace.ops["input_dims"].map(has_shapes).to_numpy(dtype=bool) if len(trace.ops) else np.zeros(0, bool)
+    op = k["op"].to_numpy()
+    with_op = op >= 0
+    with_shapes = with_op.copy()
+    with_shapes[with_op] = op_has_shapes[op[with_op]]
+    meta = trace.meta
+    return {
+        "path": meta.get("path"),
+        "format": meta.get("format"),
+        "schema": meta.get("schema"),
+        "tool_versions": meta.get("tool_versions", {}),
+        "devices": meta.get("devices", []),
+        "rank": meta.get("rank"),
+        "world_size": meta.get("world_size"),
+        "span_ns": meta.get("span_ns"),
+        "origin_abs_ns": meta.get("origin_abs_ns"),
+        "counts": {
+            "kernels": int(is_kernel.sum()),
+            "memcpys": int((k["kind"] == "memcpy").sum()),
+            "memsets": int((k["kind"] == "memset").sum()),
+            "launches": len(trace.launches),
+            "ops": len(trace.ops),
+            "ops_with_shapes": int(op_has_shapes.sum()),
+            "ranges": int((trace.ranges["domain"] != "python").sum()) if len(trace.ranges) else 0,
+            "python_frames": int((trace.ranges["domain"] == "python").sum()) if len(trace.ranges) else 0,
+        },
+        "links": {
+            "gpu_activities": gpu_rows,
+            "to_launch": _share(k["launch"].to_numpy() >= 0),
+            "to_op": _share(with_op),
+            "to_op_with_shapes": _share(with_shapes),
+            "graph_launched": int(k["graph_launch"].sum()),
+            "launched_before_capture": int(k["launched_before_capture"].sum()),
+        },
+        "top_kernels": _top_kernels(trace, top),
+        "warnings": list(trace.warnings),
+    }
+
+
+def _share(mask: np.ndarray) -> dict[str, Any]:
+    n = int(mask.sum())
+    return {"count": n, "share": (n / len(mask)) if len(mask) else 0.0}
+
+
+def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
+    k = trace.kernels
+    if not len(k):
+        return []
+    duration = (k["end"] - k["start"]).rename("time_ns")
+    grouped = pd.DataFrame({"name": k["name"].astype(str), "time_ns": duration}).groupby("name", sort=False)["time_ns"].agg(["sum", "count"])
+    total = float(duration.sum()) or 1.0
+    rows = grouped.sort_values("sum", ascending=False).head(top)
+    return [
+        {"name": name, "time_ns": int(r["sum"]), "count": int(r["count"]), "share": float(r["sum"]) / total}
+        for name, r in rows.iterrows()
+    ]

@@ -1,0 +1,32 @@
+"""One parser per input format; `parse` sniffs the format from the file's first bytes."""
+
+from __future__ import annotations
+
+import os
+
+from tracekit.errors import TraceError
+from tracekit.parsers.source import GZIP_MAGIC, SQLITE_MAGIC, check_readable, read_head
+from tracekit.trace import Trace
+
+
+def sniff(path: str) -> str:
+    head = read_head(path, 64)
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys"
+    if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
+        return "kineto"
+    if path.endswith((".json", ".json.gz")):
+        return "kineto"  # let the JSON decoder say what is wrong with it
+    raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
+
+
+def parse(path: str | os.PathLike) -> Trace:
+    path = check_readable(path)
+    fmt = sniff(path)
+    if fmt == "nsys":
+        from tracekit.parsers.nsys import parse_nsys
+
+        return parse_nsys(path)
+    from tracekit.parsers.kineto import parse_kineto
+
+    return parse_kineto(path)

@@ -1,0 +1,1 @@
+"""Renderers: each reads an already computed summary and only formats it."""
