@@ -35,7 +35,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 @click.option("--top", default=10, show_default=True, help="How many kernels to list.")
 def info(path: str, fmt: str, top: int) -> None:
@@ -51,7 +51,7 @@ def info(path: str, fmt: str, top: int) -> None:
 
 
 @cli.command()
-@click.argument("path", type=click.Path(dir_okay=False))
+@click.argument("path")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 @click.option("--top", default=15, show_default=True, help="How many kernels to list.")
 def analyze(path: str, fmt: str, top: int) -> None:

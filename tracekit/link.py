@@ -21,9 +21,9 @@ def link(trace: Trace) -> Trace:
     kernels, launches = trace.kernels, trace.launches
     launch = _join_launches(kernels, launches)
     has_launch = launch >= 0
-    launch_start = np.where(has_launch, launches["start"].to_numpy()[np.maximum(launch, 0)], 0)
-    launch_pid = np.where(has_launch, launches["pid"].to_numpy()[np.maximum(launch, 0)], -1)
-    launch_tid = np.where(has_launch, launches["tid"].to_numpy()[np.maximum(launch, 0)], -1)
+    launch_start = _gather(launches["start"].to_numpy(), launch, 0)
+    launch_pid = _gather(launches["pid"].to_numpy(), launch, -1)
+    launch_tid = _gather(launches["tid"].to_numpy(), launch, -1)
 
     ops = _with_nesting(trace.ops, _thread_group(trace.ops))
     ranges = _with_nesting(trace.ranges, _range_group(trace.ranges))
@@ -49,6 +49,14 @@ def link(trace: Trace) -> Trace:
         launched_before_capture=_before_capture(kernels, launches, has_launch),
     )
     return dataclasses.replace(trace, kernels=linked, ops=ops, ranges=ranges)
+
+
+def _gather(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
+    """values[rows], with `fill` where rows is -1."""
+    out = np.full(len(rows), fill, dtype=values.dtype if len(values) else np.int64)
+    found = rows >= 0
+    out[found] = values[rows[found]]
+    return out
 
 
 def _join_launches(kernels: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:

@@ -85,6 +85,8 @@ def _decode_document(path: str, data: Any, warnings: list[str]) -> _Document:
     try:
         doc = msgspec.json.decode(data, type=_Document)
     except msgspec.ValidationError as exc:
+        if str(exc).startswith("Expected `object`"):
+            raise TraceError(path, "top level of the JSON is not an object with `traceEvents`: not a torch.profiler / Kineto trace") from None
         doc = _decode_event_by_event(path, data, exc, warnings)
     except msgspec.DecodeError as exc:
         if not _looks_truncated(exc, data):

@@ -1,0 +1,198 @@
+"""Bad input: one line naming the file and the problem, exit 2, no traceback; what is
+readable in a damaged trace is kept, with a warning saying how much was lost."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tracekit
+from conftest import shared
+
+BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=120)
+
+
+def assert_clean_error(path, reason_fragment: str) -> None:
+    before = _fingerprint(path)
+    proc = run_cli("info", str(path))
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert str(path) in lines[0]
+    assert reason_fragment in lines[0], lines[0]
+    assert _fingerprint(path) == before  # input files are never written
+
+
+def _fingerprint(path):
+    try:
+        data = open(path, "rb").read()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    import os
+
+    return hashlib.sha256(data).hexdigest(), os.stat(path).st_mtime_ns
+
+
+def _bert_json() -> bytes:
+    return gzip.decompress(BERT.read_bytes())
+
+
+def test_missing_path(tmp_path):
+    assert_clean_error(tmp_path / "nope.json", "no such file")
+
+
+def test_directory(tmp_path):
+    assert_clean_error(tmp_path, "is a directory")
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.json"
+    path.write_bytes(b"")
+    assert_clean_error(path, "empty file")
+
+
+def test_not_json(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("this is not a trace\n")
+    assert_clean_error(path, "not a torch.profiler JSON trace")
+
+
+def test_json_suffix_but_garbage(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text("<html>oops</html>")
+    assert_clean_error(path, "not valid JSON")
+
+
+def test_shared_malformed_json():
+    assert_clean_error(shared("bad", "malformed_json.json.gz"), "not valid JSON")
+
+
+def test_json_without_trace_events(tmp_path):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "events": []}))
+    assert_clean_error(path, "no `traceEvents`")
+
+
+def test_top_level_array(tmp_path):
+    path = tmp_path / "array.json"
+    path.write_text("[1, 2, 3]")
+    assert_clean_error(path, "not an object with `traceEvents`")
+
+
+def test_trace_events_of_wrong_type(tmp_path):
+    path = tmp_path / "wrongtype.json"
+    path.write_text(json.dumps({"traceEvents": 5}))
+    assert_clean_error(path, "wrong type")
+
+
+def test_gzip_cut_before_any_data(tmp_path):
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(BERT.read_bytes()[:12])
+    assert_clean_error(path, "gzip")
+
+
+def complete_events_before(data: bytes, cut: int) -> list[dict]:
+    """The events whose text ends before byte `cut`, read with the stdlib decoder."""
+    text = data[:cut].decode()
+    start = text.index("[", text.index('"traceEvents"')) + 1
+    decoder = json.JSONDecoder()
+    events = []
+    pos = start
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        try:
+            event, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return events
+        events.append(event)
+
+
+@pytest.mark.parametrize("fraction", [0.35, 0.6, 0.93])
+def test_json_cut_mid_array_keeps_every_whole_event(tmp_path, fraction):
+    data = _bert_json()
+    events_start = data.index(b'"traceEvents"')
+    cut = events_start + int((len(data) - events_start) * fraction)
+    path = tmp_path / "cut.json"
+    path.write_bytes(data[:cut])
+    trace = tracekit.load(path)
+    kept = complete_events_before(data, cut)
+    expected_gpu = sum(e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") for e in kept)
+    expected_ops = sum(e.get("cat") == "cpu_op" for e in kept)
+    assert len(trace.kernels) == expected_gpu
+    assert len(trace.ops) == expected_ops
+    assert any("cut short" in w and "bytes" in w for w in trace.warnings), trace.warnings
+    lost = [w for w in trace.warnings if "cut short" in w][0]
+    assert f"kept {len(kept):,} whole events" in lost
+
+    proc = run_cli("info", "--format", "json", str(path))
+    assert proc.returncode == 0
+    assert "warning" in proc.stderr and "cut short" in proc.stderr
+    assert json.loads(proc.stdout)["counts"]["ops"] == expected_ops
+
+
+def test_gzip_stream_cut_short_keeps_what_decompresses(tmp_path):
+    import zlib
+
+    compressed = gzip.compress(_bert_json())
+    partial = compressed[: int(len(compressed) * 0.7)]
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(partial)
+    readable = zlib.decompressobj(wbits=31).decompress(partial)
+    kept = complete_events_before(readable, len(readable))
+    trace = tracekit.load(path)
+    assert any("gzip stream is cut short" in w for w in trace.warnings)
+    assert any(f"kept {len(kept):,} whole events" in w for w in trace.warnings), trace.warnings
+    assert len(trace.kernels) == sum(e.get("cat") in ("kernel", "gpu_memcpy") for e in kept) < 61
+
+
+def test_integer_above_int64_is_read():
+    trace = tracekit.load(shared("bad", "int_above_int64.json.gz"))
+    assert len(trace.kernels) == 1 and str(trace.kernels["name"].iat[0]) == "ncclKernel_AllReduce"
+    assert len(trace.ops) == 1 and trace.ops["name"].iat[0] == "record_param_comms"
+
+
+def test_event_fields_of_the_wrong_type_skip_that_event(tmp_path):
+    doc = json.loads(_bert_json())
+    kernels = [e for e in doc["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[0]["ts"] = "yesterday"
+    kernels[1]["args"]["correlation"] = "not a number"
+    path = tmp_path / "typed.json"
+    path.write_text(json.dumps(doc))
+    trace = tracekit.load(path)
+    assert len(trace.kernels) == 61 - 1  # the event with a text timestamp is dropped
+    assert any("1 events skipped" in w for w in trace.warnings), trace.warnings
+    assert any("unreadable `args`" in w for w in trace.warnings), trace.warnings
+    assert int((trace.kernels["launch"] >= 0).sum()) == 59  # its args are unknown, the rest link
+
+
+def test_names_that_are_not_utf8_are_replaced(tmp_path):
+    data = _bert_json()
+    name = b"void at::native::(anonymous namespace)::indexSelectLargeIndex"
+    assert name in data
+    path = tmp_path / "latin1.json"
+    path.write_bytes(data.replace(name, b"void \xff\xfeindexSelect", 1))
+    trace = tracekit.load(path)
+    assert any("not UTF-8" in w for w in trace.warnings)
+    assert trace.kernels["name"].str.contains("\ufffd").sum() == 1
+    assert len(trace.kernels) == 61
+
+
+def test_html_in_names_is_kept_verbatim(tmp_path):
+    doc = json.loads(_bert_json())
+    k = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    k["name"] = "<script>alert(1)</script>"
+    path = tmp_path / "xss.json"
+    path.write_text(json.dumps(doc))
+    trace = tracekit.load(path)
+    assert (trace.kernels["name"] == "<script>alert(1)</script>").sum() == 1
