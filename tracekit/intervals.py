@@ -15,20 +15,87 @@ NO_ROW = -1
 def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Parent row and depth of each interval among the intervals of its group.
 
-    Rows of one group that overlap only partly (clock jitter) are treated as siblings.
+    Vectorised: in (start, -end) order an interval's depth is the number of intervals of
+    its group opened before it minus those closed by its start, and its parent is the
+    last interval one level up. That holds when intervals nest properly; a group where
+    some overlap only partly (clock jitter) is redone with an exact stack sweep, which
+    treats such rows as siblings. An empty interval contains nothing: it belongs to the
+    innermost non-empty interval holding its instant.
     """
     n = len(start)
     parent = np.full(n, NO_ROW, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int32)
-    # Outer intervals first when two start together: sort by (group, start, -end).
+    if n == 0:
+        return parent, depth
+    full = np.flatnonzero(end > start)
+    sub_parent, sub_depth = _nest_nonempty(group[full], start[full], end[full])
+    parent[full] = np.where(sub_parent >= 0, full[np.maximum(sub_parent, 0)], NO_ROW)
+    depth[full] = sub_depth
+    empty = np.flatnonzero(end <= start)
+    if len(empty):
+        holder = innermost_enclosing(group[full], start[full], end[full], sub_parent, group[empty], start[empty])
+        parent[empty] = np.where(holder >= 0, full[np.maximum(holder, 0)], NO_ROW)
+        depth[empty] = np.where(holder >= 0, sub_depth[np.maximum(holder, 0)] + 1, 0)
+    return parent, depth
+
+
+def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = len(start)
+    parent = np.full(n, NO_ROW, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int32)
+    if n == 0:
+        return parent, depth
     order = np.lexsort((-end, start, group))
-    g_sorted, s_sorted, e_sorted = group[order].tolist(), start[order].tolist(), end[order].tolist()
+    origin = start.min()
+    g, s, e = group[order], start[order] - origin, end[order] - origin
+    group_index = np.cumsum(np.r_[0, (np.diff(g) != 0).astype(np.int64)])
+    first_of_group = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    span = 2 * int(e.max()) + 4
+    if span * (int(group_index[-1]) + 1) >= 2**62:
+        return _nest_by_stack(group, start, end)
+    # Opens at 2s+1 and closes at 2e: an interval ending where the next starts is closed.
+    open_key = group_index * span + 2 * s + 1
+    close_key = np.sort(group_index * span + 2 * e)
+    closed_before = np.searchsorted(close_key, open_key) - np.searchsorted(close_key, group_index * span)
+    opened_before = np.arange(n) - first_of_group[group_index]
+    level = (opened_before - closed_before).astype(np.int64)
+
+    parent_pos = np.full(n, NO_ROW, dtype=np.int64)
+    by_level = np.argsort(level, kind="stable")
+    bounds = np.searchsorted(level[by_level], np.arange(level.max() + 2))
+    for d in range(1, int(level.max()) + 1):
+        children = by_level[bounds[d] : bounds[d + 1]]
+        candidates = by_level[bounds[d - 1] : bounds[d]]
+        found = np.searchsorted(candidates, children) - 1
+        parent_pos[children] = np.where(found >= 0, candidates[np.maximum(found, 0)], NO_ROW)
+
+    has_parent = parent_pos >= 0
+    pp = np.maximum(parent_pos, 0)
+    proper = (level >= 0) & (has_parent == (level > 0))
+    proper &= ~has_parent | ((g[pp] == g) & (s[pp] <= s) & (e[pp] >= e))
+    parent[order] = np.where(has_parent, order[pp], NO_ROW)
+    depth[order] = level
+    for bad_group in np.unique(g[~proper]):
+        rows = order[g == bad_group]
+        sub_parent, sub_depth = _nest_by_stack(group[rows], start[rows], end[rows])
+        parent[rows] = np.where(sub_parent >= 0, rows[np.maximum(sub_parent, 0)], NO_ROW)
+        depth[rows] = sub_depth
+    return parent, depth
+
+
+def _nest_by_stack(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The exact sweep over non-empty intervals: a stack of open intervals per group."""
+    n = len(start)
+    parent = np.full(n, NO_ROW, dtype=np.int64)
+    depth = np.zeros(n, dtype=np.int32)
+    order = np.lexsort((-end, start, group))
+    g_sorted, e_sorted = group[order].tolist(), end[order].tolist()
     rows = order.tolist()
-    stack: list[int] = []  # positions in sorted order
+    stack: list[int] = []
     stack_end: list[int] = []
     current_group = None
     for pos in range(n):
-        g, s, e = g_sorted[pos], s_sorted[pos], e_sorted[pos]
+        g, e = g_sorted[pos], e_sorted[pos]
         if g != current_group:
             stack.clear()
             stack_end.clear()

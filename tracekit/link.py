@@ -95,9 +95,12 @@ def _range_group(ranges: pd.DataFrame) -> np.ndarray:
 
 
 def _pair_code(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One integer per distinct (a, b) pair."""
     if not len(a):
         return np.zeros(0, dtype=np.int64)
-    codes, _ = pd.MultiIndex.from_arrays([a, b]).factorize()
+    code_a, _ = pd.factorize(a)
+    code_b, uniques_b = pd.factorize(b)
+    codes, _ = pd.factorize(code_a.astype(np.int64) * len(uniques_b) + code_b)
     return codes.astype(np.int64)
 
 

@@ -8,7 +8,8 @@ launches and ops is link.py's job.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from operator import attrgetter
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -87,18 +88,16 @@ def parse_kineto(path: str) -> Trace:
     del decoded.events
     if not any(buckets[k] for k in _GPU_KINDS + ("launch", "op", "range:user", "range:python")):
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges")
-    clock = _Clock.from_buckets(buckets)
+    legacy = _is_legacy(buckets)
+    if legacy:
+        _move_legacy_user_ranges(buckets)
+    clock = _Clock(buckets)
     bad_args = _BadArgs()
     kernels = _kernel_table(buckets, clock, bad_args)
     launches = _launch_table(buckets["launch"], clock, set(kernels["correlation"].tolist()), bad_args)
-    legacy_ranges = [e for e in buckets["op"] if _LEGACY_USER_RANGE.search(e.name)] if _is_legacy(buckets) else []
-    if legacy_ranges:
-        names = {id(e) for e in legacy_ranges}
-        buckets["op"] = [e for e in buckets["op"] if id(e) not in names]
-        buckets["range:user"].extend(legacy_ranges)
     ops = _op_table(buckets["op"], clock, bad_args)
     ranges = _range_table(buckets, clock)
-    meta = _meta(path, source, decoded, buckets, clock)
+    meta = _meta(path, source, decoded, legacy, clock)
     if meta.get("rank") is not None:
         kernels["rank"] = np.int32(meta["rank"])
     warnings += bad_args.warnings()
@@ -122,33 +121,47 @@ def _is_legacy(buckets: dict[str, list[Event]]) -> bool:
     return any(e.cat == "Operator" for e in buckets["op"][:1])
 
 
+def _move_legacy_user_ranges(buckets: dict[str, list[Event]]) -> None:
+    """The 2021 schema records record_function ranges as `Operator` events too."""
+    ops, ranges = [], buckets["range:user"]
+    for e in buckets["op"]:
+        (ranges if _LEGACY_USER_RANGE.search(e.name) else ops).append(e)
+    buckets["op"] = ops
+
+
 class _Clock:
     """Kineto microseconds (floats) -> int64 ns from the earliest event."""
 
-    def __init__(self, origin_us: float, last_us: float, window: tuple[float, float] | None):
-        self.origin_us = origin_us
-        self.span_ns = round((last_us - origin_us) * 1000)
-        self.window = window
+    def __init__(self, buckets: dict[str, list[Event]]):
+        self._times = {kind: _times(evs) for kind, evs in buckets.items() if evs}
+        self.origin_us = min(float(ts.min()) for ts, _ in self._times.values())
+        last_us = max(float((ts + np.maximum(dur, 0.0)).max()) for ts, dur in self._times.values())
+        self.span_ns = round((last_us - self.origin_us) * 1000)
+        self.window = None
+        if "window" in self._times:  # the profiler's own "PyTorch Profiler (0)" span
+            ts, dur = self._times["window"]
+            first = int(ts.argmin())
+            self.window = [self.ns(ts[first]), self.ns(ts[first] + dur[first])]
 
-    @classmethod
-    def from_buckets(cls, buckets: dict[str, list[Event]]) -> "_Clock":
-        filled = [evs for evs in buckets.values() if evs]
-        first = min(min(e.ts for e in evs) for evs in filled)
-        last = max(max(e.ts + max(e.dur, 0.0) for e in evs) for evs in filled)
-        window = None
-        if buckets["window"]:
-            w = min(buckets["window"], key=lambda e: e.ts)
-            window = (w.ts, w.ts + w.dur)
-        return cls(first, last, window)
+    def ns(self, us):
+        return np.rint((np.asarray(us, dtype=np.float64) - self.origin_us) * 1000.0).astype(np.int64)
 
-    def ns(self, us: np.ndarray) -> np.ndarray:
-        return np.rint((us - self.origin_us) * 1000.0).astype(np.int64)
-
-    def start_end(self, events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
-        ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
-        dur = np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events))
+    def start_end(self, *kinds: str) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end of the events of `kinds`, concatenated in that order."""
+        parts = [self._times[k] for k in kinds if k in self._times]
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        ts = np.concatenate([p[0] for p in parts])
+        dur = np.concatenate([p[1] for p in parts])
         start = self.ns(ts)
         return start, start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
+
+
+def _times(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array(list(map(_TS, events)), dtype=np.float64), np.array(list(map(_DUR, events)), dtype=np.float64))
+
+
+_TS, _DUR, _NAME, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args"))
 
 
 class _BadArgs:
@@ -158,11 +171,12 @@ class _BadArgs:
         self.counts: dict[str, int] = {}
 
     def decode_all(self, what: str, events: list[Event], typ: type) -> list[Any]:
-        decoder = msgspec.json.Decoder(typ)
+        # One decode of all the args as a JSON array: far cheaper than one call per event.
         try:
-            return [decoder.decode(e.args) for e in events]
+            return msgspec.json.decode(b"[" + b",".join(map(_ARGS, events)) + b"]", type=list[typ])
         except (msgspec.ValidationError, msgspec.DecodeError):
             pass
+        decoder = msgspec.json.Decoder(typ)
         out = []
         for e in events:
             try:
@@ -176,51 +190,62 @@ class _BadArgs:
         return [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.counts.items()]
 
 
-def _ints(values, count: int) -> np.ndarray:
-    return np.fromiter(values, dtype=np.int64, count=count)
+def _column(objects: list[Any], field: str, dtype=np.int64) -> np.ndarray:
+    return np.array(list(map(attrgetter(field), objects)), dtype=dtype)
 
 
 def _thread_ids(values: list[int | str]) -> np.ndarray:
     """Kineto tids are ints, or strings such as "25738" or "stream 7" in older traces."""
-    out = np.empty(len(values), dtype=np.int64)
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError):
+        pass
     cache: dict[Any, int] = {}
-    for i, v in enumerate(values):
+
+    def as_int(v: int | str) -> int:
         if isinstance(v, int):
-            out[i] = v
-            continue
-        tid = cache.get(v)
-        if tid is None:
+            return v
+        if v not in cache:
             m = _TRAILING_INT.search(v)
-            tid = cache[v] = int(m.group(1)) if m else -(len(cache) + 2)
-        out[i] = tid
-    return out
+            cache[v] = int(m.group(1)) if m else -(len(cache) + 2)
+        return cache[v]
+
+    return np.array([as_int(v) for v in values], dtype=np.int64)
 
 
 def _names(events: list[Event]) -> pd.Categorical:
-    return pd.Categorical([e.name for e in events])
+    return pd.Categorical(list(map(_NAME, events)))
+
+
+def _triples(lists: list[list[int]]) -> np.ndarray:
+    """grid / block lists -> an (n, 3) array, -1 where a trace gives fewer dimensions."""
+    out = np.full((len(lists), 3), -1, dtype=np.int64)
+    full = [i for i, v in enumerate(lists) if len(v) == 3]
+    if full:
+        out[full] = np.array([lists[i] for i in full], dtype=np.int64)
+    return out
 
 
 def _kernel_table(buckets: dict[str, list[Event]], clock: _Clock, bad: _BadArgs) -> pd.DataFrame:
     events = [e for kind in _GPU_KINDS for e in buckets[kind]]
-    kinds = [kind for kind in _GPU_KINDS for _ in buckets[kind]]
     n = len(events)
+    if not n:
+        return make_table(KERNEL_COLUMNS)
+    kinds = np.repeat(np.array(_GPU_KINDS), [len(buckets[k]) for k in _GPU_KINDS])
     args: list[_KernelArgs] = bad.decode_all("GPU activity", events, _KernelArgs)
-    start, end = clock.start_end(events)
-
-    def dim(attr: str, i: int) -> np.ndarray:
-        return _ints((getattr(a, attr)[i] if len(getattr(a, attr)) > i else -1 for a in args), n)
-
-    def copy_kind(event: Event, a: _KernelArgs, kind: str) -> str | None:
-        if kind != "memcpy":
-            return None
-        m = _COPY_KIND.match(event.name)
-        return m.group(1) if m else (a.kind or None)
-
+    start, end = clock.start_end(*_GPU_KINDS)
     # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
-    device = _ints((a.device for a in args), n)
-    device = np.where(device >= 0, device, _thread_ids([e.pid for e in events]))
-    stream = _ints((a.stream for a in args), n)
-    stream = np.where(stream >= 0, stream, _thread_ids([e.tid for e in events]))
+    device = _column(args, "device")
+    device = np.where(device >= 0, device, _thread_ids(list(map(_PID, events))))
+    stream = _column(args, "stream")
+    stream = np.where(stream >= 0, stream, _thread_ids(list(map(_TID, events))))
+    grid, block = _triples(list(map(attrgetter("grid"), args))), _triples(list(map(attrgetter("block"), args)))
+    is_copy = kinds == "memcpy"
+    copy_kind = [None] * n
+    for i in np.flatnonzero(is_copy):
+        m = _COPY_KIND.match(events[i].name)
+        copy_kind[i] = m.group(1) if m else (args[i].kind or None)
+    collective = list(map(attrgetter("collective"), args))
     data = {
         "kind": pd.Categorical(kinds, categories=list(_GPU_KINDS)),
         "name": _names(events),
@@ -228,88 +253,88 @@ def _kernel_table(buckets: dict[str, list[Event]], clock: _Clock, bad: _BadArgs)
         "stream": stream,
         "start": start,
         "end": end,
-        "correlation": _ints((a.correlation for a in args), n),
-        "grid_x": dim("grid", 0), "grid_y": dim("grid", 1), "grid_z": dim("grid", 2),
-        "block_x": dim("block", 0), "block_y": dim("block", 1), "block_z": dim("block", 2),
-        "registers": _ints((a.registers for a in args), n),
-        "shared_memory": _ints((a.shared_memory for a in args), n),
-        "bytes": _ints((a.bytes if k != "kernel" else -1 for a, k in zip(args, kinds)), n),
-        "copy_kind": pd.Categorical([copy_kind(e, a, k) for e, a, k in zip(events, args, kinds)]),
-        "collective": pd.Categorical([a.collective for a in args]),
-        "coll_in_elems": _ints((a.in_elems for a in args), n),
-        "coll_out_elems": _ints((a.out_elems for a in args), n),
-        "coll_group_size": _ints((a.group_size for a in args), n),
+        "correlation": _column(args, "correlation"),
+        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
+        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
+        "registers": _column(args, "registers"),
+        "shared_memory": _column(args, "shared_memory"),
+        "bytes": np.where(kinds == "kernel", -1, _column(args, "bytes")),
+        "copy_kind": pd.Categorical(copy_kind),
+        "collective": pd.Categorical(collective),
+        "coll_in_elems": _column(args, "in_elems"),
+        "coll_out_elems": _column(args, "out_elems"),
+        "coll_group_size": _column(args, "group_size"),
         "coll_dtype": pd.Categorical([a.dtype if a.collective is not None else None for a in args]),
-        "coll_group": pd.Categorical([a.group for a in args]),
+        "coll_group": pd.Categorical(list(map(attrgetter("group"), args))),
     }
-    table = make_table(KERNEL_COLUMNS, data) if n else make_table(KERNEL_COLUMNS)
-    return table.sort_values("start", kind="stable").reset_index(drop=True)
+    return make_table(KERNEL_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
 
 
 def _launch_table(events: list[Event], clock: _Clock, gpu_correlations: set[int], bad: _BadArgs) -> pd.DataFrame:
-    args: list[_LaunchArgs] = bad.decode_all("runtime", events, _LaunchArgs)
-    keep = [i for i, (e, a) in enumerate(zip(events, args)) if a.correlation in gpu_correlations or LAUNCH_API.search(e.name)]
-    events = [events[i] for i in keep]
-    args = [args[i] for i in keep]
-    n = len(events)
-    if not n:
+    if not events:
         return make_table(LAUNCH_COLUMNS)
-    start, end = clock.start_end(events)
+    args: list[_LaunchArgs] = bad.decode_all("runtime", events, _LaunchArgs)
+    correlation = _column(args, "correlation")
+    names = _names(events)
+    launches_work = pd.Series(names.categories).str.contains(LAUNCH_API).to_numpy()
+    keep = np.isin(correlation, np.fromiter(gpu_correlations, dtype=np.int64)) | launches_work[names.codes]
+    start, end = clock.start_end("launch")
     data = {
-        "name": _names(events),
-        "pid": _thread_ids([e.pid for e in events]),
-        "tid": _thread_ids([e.tid for e in events]),
+        "name": names,
+        "pid": _thread_ids(list(map(_PID, events))),
+        "tid": _thread_ids(list(map(_TID, events))),
         "start": start,
         "end": end,
-        "correlation": _ints((a.correlation for a in args), n),
+        "correlation": correlation,
     }
-    return make_table(LAUNCH_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
+    table = make_table(LAUNCH_COLUMNS, data)[keep]
+    table["name"] = table["name"].cat.remove_unused_categories()
+    return table.sort_values("start", kind="stable").reset_index(drop=True)
 
 
 def _op_table(events: list[Event], clock: _Clock, bad: _BadArgs) -> pd.DataFrame:
-    n = len(events)
-    if not n:
+    if not events:
         return make_table(OP_COLUMNS)
     args: list[_OpArgs] = bad.decode_all("CPU op", events, _OpArgs)
-    start, end = clock.start_end(events)
+    start, end = clock.start_end("op")
     data = {
         "name": _names(events),
-        "pid": _thread_ids([e.pid for e in events]),
-        "tid": _thread_ids([e.tid for e in events]),
+        "pid": _thread_ids(list(map(_PID, events))),
+        "tid": _thread_ids(list(map(_TID, events))),
         "start": start,
         "end": end,
-        "external_id": _ints((a.external_id for a in args), n),
-        "sequence": _ints((a.sequence for a in args), n),
-        "input_dims": [a.input_dims for a in args],
-        "input_types": [a.input_types for a in args],
-        "concrete_inputs": [a.concrete_inputs for a in args],
+        "external_id": _column(args, "external_id"),
+        "sequence": _column(args, "sequence"),
+        "input_dims": list(map(attrgetter("input_dims"), args)),
+        "input_types": list(map(attrgetter("input_types"), args)),
+        "concrete_inputs": list(map(attrgetter("concrete_inputs"), args)),
     }
     return make_table(OP_COLUMNS, data)
 
 
 def _range_table(buckets: dict[str, list[Event]], clock: _Clock) -> pd.DataFrame:
     domains = ("user", "gpu", "python")
-    events = [e for d in domains for e in buckets[f"range:{d}"]]
+    kinds = [f"range:{d}" for d in domains]
+    events = [e for k in kinds for e in buckets[k]]
     if not events:
         return make_table(RANGE_COLUMNS)
-    labels = [d for d in domains for _ in buckets[f"range:{d}"]]
-    start, end = clock.start_end(events)
-    pids = _thread_ids([e.pid for e in events])
-    tids = _thread_ids([e.tid for e in events])
-    is_gpu = np.array([d == "gpu" for d in labels])
+    labels = np.repeat(np.array(domains), [len(buckets[k]) for k in kinds])
+    start, end = clock.start_end(*kinds)
+    pids = _thread_ids(list(map(_PID, events)))
+    tids = _thread_ids(list(map(_TID, events)))
     data = {
         "name": _names(events),
         "domain": pd.Categorical(labels, categories=list(domains)),
         "pid": pids,
         # A GPU annotation lives on a device (Kineto puts the device in its pid).
-        "tid": np.where(is_gpu, pids, tids),
+        "tid": np.where(labels == "gpu", pids, tids),
         "start": start,
         "end": end,
     }
     return make_table(RANGE_COLUMNS, data)
 
 
-def _meta(path: str, source, decoded: Decoded, buckets: dict[str, list[Event]], clock: _Clock) -> dict[str, Any]:
+def _meta(path: str, source, decoded: Decoded, legacy: bool, clock: _Clock) -> dict[str, Any]:
     header = decoded.header
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     devices = []
@@ -326,12 +351,10 @@ def _meta(path: str, source, decoded: Decoded, buckets: dict[str, list[Event]], 
     base_ns = header.get("baseTimeNanoseconds")
     origin_abs_ns = int(base_ns) + round(clock.origin_us * 1000) if isinstance(base_ns, int) else None
     versions = {k: header[k] for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version") if header.get(k) is not None}
-    window = None
-    if clock.window:
-        window = [round((clock.window[0] - clock.origin_us) * 1000), round((clock.window[1] - clock.origin_us) * 1000)]
+    window = [int(t) for t in clock.window] if clock.window else None
     return {
         "format": "kineto",
-        "schema": "kineto-2021" if _is_legacy(buckets) else "kineto",
+        "schema": "kineto-2021" if legacy else "kineto",
         "schema_version": header.get("schemaVersion"),
         "path": path,
         "compressed": source.compressed,
