@@ -10,6 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 NO_ROW = -1
+# Kineto gives start and duration in float microseconds; rounding each to nanoseconds can
+# leave a child ending 1 ns after its parent. Within this slack a child still nests.
+SLACK_NS = 2
 
 
 def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +75,7 @@ def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tup
     has_parent = parent_pos >= 0
     pp = np.maximum(parent_pos, 0)
     proper = (level >= 0) & (has_parent == (level > 0))
-    proper &= ~has_parent | ((g[pp] == g) & (s[pp] <= s) & (e[pp] >= e))
+    proper &= ~has_parent | ((g[pp] == g) & (s[pp] <= s) & (e[pp] + SLACK_NS >= e))
     parent[order] = np.where(has_parent, order[pp], NO_ROW)
     depth[order] = level
     for bad_group in np.unique(g[~proper]):
@@ -89,18 +92,18 @@ def _nest_by_stack(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tup
     parent = np.full(n, NO_ROW, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int32)
     order = np.lexsort((-end, start, group))
-    g_sorted, e_sorted = group[order].tolist(), end[order].tolist()
+    g_sorted, s_sorted, e_sorted = group[order].tolist(), start[order].tolist(), end[order].tolist()
     rows = order.tolist()
     stack: list[int] = []
     stack_end: list[int] = []
     current_group = None
     for pos in range(n):
-        g, e = g_sorted[pos], e_sorted[pos]
+        g, s, e = g_sorted[pos], s_sorted[pos], e_sorted[pos]
         if g != current_group:
             stack.clear()
             stack_end.clear()
             current_group = g
-        while stack_end and stack_end[-1] < e:
+        while stack_end and (stack_end[-1] <= s or stack_end[-1] + SLACK_NS < e):
             stack.pop()
             stack_end.pop()
         if stack:

@@ -90,6 +90,12 @@ LINK_COLUMNS: dict[str, str] = {
 }
 
 
+def categorical(values: list[Any]) -> pd.Categorical:
+    """Strings -> Categorical, hashing the list once in C; None stays missing."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object))
+
+
 def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: int = 0) -> pd.DataFrame:
     """A table with exactly the contract's columns: values from `data`, defaults elsewhere.
 

@@ -8,7 +8,7 @@ launches and ops is link.py's job.
 from __future__ import annotations
 
 import re
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -18,7 +18,7 @@ import pandas as pd
 from tracekit.errors import TraceError
 from tracekit.parsers.kineto_decode import Decoded, Event, decode
 from tracekit.parsers.source import read_source
-from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
+from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, categorical, make_table
 
 # Event category -> what it becomes. Both schemas; matched case-insensitively.
 _CATEGORY_KIND = {
@@ -72,10 +72,15 @@ class _LaunchArgs(msgspec.Struct):
     correlation: int = -1
 
 
+_NULL = msgspec.Raw(b"null")
+
+
 class _OpArgs(msgspec.Struct):
-    input_dims: list[Any] | None = msgspec.field(name="Input Dims", default=None)
-    input_types: list[Any] | None = msgspec.field(name="Input type", default=None)
-    concrete_inputs: list[Any] | None = msgspec.field(name="Concrete Inputs", default=None)
+    # Kept raw and decoded once per distinct value (see _Interned): a loop repeats the
+    # same shapes every step, so millions of ops share a few thousand distinct lists.
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NULL)
+    input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NULL)
+    concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NULL)
     external_id: int = msgspec.field(name="External id", default=-1)
     sequence: int = msgspec.field(name="Sequence number", default=-1)
 
@@ -105,15 +110,20 @@ def parse_kineto(path: str) -> Trace:
 
 
 def _bucket(events: list[Event]) -> dict[str, list[Event]]:
+    """Events by what they become, in file order. Categories are factorised once (in C)
+    rather than looked up event by event."""
     buckets: dict[str, list[Event]] = {k: [] for k in set(_CATEGORY_KIND.values())}
-    kind_of: dict[str, str | None] = {}
-    for event in events:
-        cat = event.cat
-        kind = kind_of.get(cat, "")
-        if kind == "":
-            kind = kind_of[cat] = _CATEGORY_KIND.get(cat.lower())
-        if kind is not None and event.ph == "X":
-            buckets[kind].append(event)
+    if not events:
+        return buckets
+    codes, categories = pd.factorize(np.array(list(map(_CAT, events)), dtype=object))
+    kind_of_code = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)
+    kinds = kind_of_code[codes]
+    for kind in buckets:
+        rows = np.flatnonzero(kinds == kind)
+        if len(rows) == 1:
+            buckets[kind] = [events[rows[0]]]
+        elif len(rows):
+            buckets[kind] = list(itemgetter(*rows)(events))
     return buckets
 
 
@@ -161,7 +171,7 @@ def _times(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
     return (np.array(list(map(_TS, events)), dtype=np.float64), np.array(list(map(_DUR, events)), dtype=np.float64))
 
 
-_TS, _DUR, _NAME, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args"))
+_TS, _DUR, _NAME, _PID, _TID, _ARGS, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args", "cat"))
 
 
 class _BadArgs:
@@ -214,7 +224,7 @@ def _thread_ids(values: list[int | str]) -> np.ndarray:
 
 
 def _names(events: list[Event]) -> pd.Categorical:
-    return pd.Categorical(list(map(_NAME, events)))
+    return categorical(list(map(_NAME, events)))
 
 
 def _triples(lists: list[list[int]]) -> np.ndarray:
@@ -259,13 +269,13 @@ def _kernel_table(buckets: dict[str, list[Event]], clock: _Clock, bad: _BadArgs)
         "registers": _column(args, "registers"),
         "shared_memory": _column(args, "shared_memory"),
         "bytes": np.where(kinds == "kernel", -1, _column(args, "bytes")),
-        "copy_kind": pd.Categorical(copy_kind),
-        "collective": pd.Categorical(collective),
+        "copy_kind": categorical(copy_kind),
+        "collective": categorical(collective),
         "coll_in_elems": _column(args, "in_elems"),
         "coll_out_elems": _column(args, "out_elems"),
         "coll_group_size": _column(args, "group_size"),
-        "coll_dtype": pd.Categorical([a.dtype if a.collective is not None else None for a in args]),
-        "coll_group": pd.Categorical(list(map(attrgetter("group"), args))),
+        "coll_dtype": categorical([a.dtype if a.collective is not None else None for a in args]),
+        "coll_group": categorical(list(map(attrgetter("group"), args))),
     }
     return make_table(KERNEL_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
 
@@ -305,11 +315,28 @@ def _op_table(events: list[Event], clock: _Clock, bad: _BadArgs) -> pd.DataFrame
         "end": end,
         "external_id": _column(args, "external_id"),
         "sequence": _column(args, "sequence"),
-        "input_dims": list(map(attrgetter("input_dims"), args)),
-        "input_types": list(map(attrgetter("input_types"), args)),
-        "concrete_inputs": list(map(attrgetter("concrete_inputs"), args)),
+        "input_dims": _interned(map(attrgetter("input_dims"), args)),
+        "input_types": _interned(map(attrgetter("input_types"), args)),
+        "concrete_inputs": _interned(map(attrgetter("concrete_inputs"), args)),
     }
     return make_table(OP_COLUMNS, data)
+
+
+def _interned(raws) -> list[Any]:
+    """Decode each distinct raw JSON value once; equal values share one (read-only) object."""
+    decoded: dict[bytes, Any] = {}
+    decode = msgspec.json.Decoder().decode
+    out = []
+    for raw in raws:
+        key = bytes(raw)
+        value = decoded.get(key, decoded)
+        if value is decoded:
+            try:
+                value = decoded[key] = decode(key)
+            except msgspec.DecodeError:
+                value = decoded[key] = None
+        out.append(value)
+    return out
 
 
 def _range_table(buckets: dict[str, list[Event]], clock: _Clock) -> pd.DataFrame:
