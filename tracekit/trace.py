@@ -23,6 +23,7 @@ NO_ROW = -1
 KERNEL_COLUMNS: dict[str, str] = {
     "kind": "category",  # kernel | memcpy | memset
     "name": "category",
+    "short_name": "category",  # nsys shortName; None for Kineto
     "device": "int32",
     "stream": "int64",
     "start": "int64",
@@ -118,8 +119,13 @@ def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: i
                 values = np.full(n, -1, dtype=dtype)
         if dtype == "object":
             series = pd.Series(values, dtype=object)
-        else:
+        elif dtype in ("category", "bool"):
             series = pd.Series(values).astype(dtype)
+        else:  # integers: rows a source lacks a value for (NaN after a concat) get -1
+            series = pd.Series(values)
+            if series.hasnans:
+                series = series.fillna(-1)
+            series = series.astype(dtype)
         out[col] = series.reset_index(drop=True)
     return pd.DataFrame(out, index=pd.RangeIndex(n))
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from tracekit.errors import TraceError
 from tracekit.parsers.kineto_decode import Decoded, Event, decode
+from tracekit.parsers.launch_api import LAUNCH_API
 from tracekit.parsers.source import read_source
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, categorical, make_table
 
@@ -40,10 +41,6 @@ _CATEGORY_KIND = {
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset")
 
-# Runtime/driver calls that put work on a GPU (the rest are queries and syncs).
-LAUNCH_API = re.compile(
-    r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset|ModuleLaunch|ExtLaunch|cuLaunch",
-)
 # In the 2021 schema record_function ranges are `Operator` events too.
 _LEGACY_USER_RANGE = re.compile(r"^ProfilerStep#\d+$|#|^## .* ##$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")

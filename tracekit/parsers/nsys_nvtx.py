@@ -1,0 +1,32 @@
+"""torch `emit_nvtx` range texts -> op name, sequence number and input sizes.
+
+    aten::mm, seq = 12, op_id = 3, sizes = [[64, 128], [128, 32]], input_op_ids = [(1,0), (2,0)]
+    aten::view, op_id = 314290
+
+`sizes` appears only when the profiler ran with record_shapes=True.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_OP_TEXT = re.compile(r"^(?P<name>.+?), (?:seq = (?P<seq>-?\d+), )?op_id = (?P<op_id>\d+)(?P<rest>.*)$", re.S)
+_SIZES = re.compile(r", sizes = (?P<sizes>\[.*?\])(?:, input_op_ids = |$)", re.S)
+
+
+def parse_op_text(text: str) -> tuple[str, int, list[Any] | None] | None:
+    """(name, sequence or -1, sizes or None), or None when the text is not an emit_nvtx op."""
+    match = _OP_TEXT.match(text)
+    if match is None:
+        return None
+    sizes = None
+    found = _SIZES.search(match.group("rest"))
+    if found:
+        try:
+            sizes = json.loads(found.group("sizes"))
+        except ValueError:
+            sizes = None
+    seq = match.group("seq")
+    return match.group("name"), int(seq) if seq is not None else -1, sizes
