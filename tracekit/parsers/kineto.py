@@ -1,14 +1,16 @@
 """torch.profiler / Kineto JSON -> Trace.
 
 Handles the current schema (`kernel`, `cpu_op`, `cuda_runtime`, ...) and the 2021 one
-(`Kernel`, `Operator`, `Runtime`, ...), NVIDIA and AMD. Parsing only: linking kernels to
-launches and ops is link.py's job.
+(`Kernel`, `Operator`, `Runtime`, ...), NVIDIA and AMD. Events are decoded a chunk at a
+time and reduced to compact columns (names as integer codes), so memory stays close to
+the size of the file however large it is. Parsing only: linking is link.py's job.
 """
 
 from __future__ import annotations
 
 import re
-from operator import attrgetter, itemgetter
+from collections import defaultdict
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -16,35 +18,29 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import TraceError
-from tracekit.parsers.kineto_decode import Decoded, Event, decode
+from tracekit.parsers.kineto_decode import Document, Event, EventDecoder, decode_document, json_array
 from tracekit.parsers.launch_api import LAUNCH_API
-from tracekit.parsers.source import read_source
-from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, categorical, make_table
+from tracekit.parsers.source import Source, read_source
+from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
+
+CHUNK_EVENTS = 200_000
 
 # Event category -> what it becomes. Both schemas; matched case-insensitively.
 _CATEGORY_KIND = {
-    "kernel": "kernel",
-    "gpu_memcpy": "memcpy",
-    "memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "memset": "memset",
-    "cuda_runtime": "launch",
-    "cuda_driver": "launch",
-    "runtime": "launch",
-    "driver": "launch",
-    "cpu_op": "op",
-    "operator": "op",
-    "user_annotation": "range:user",
-    "gpu_user_annotation": "range:gpu",
-    "python_function": "range:python",
+    "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
+    "cuda_runtime": "launch", "cuda_driver": "launch", "runtime": "launch", "driver": "launch",
+    "cpu_op": "op", "operator": "op",
+    "user_annotation": "range:user", "gpu_user_annotation": "range:gpu", "python_function": "range:python",
     "trace": "window",
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset")
+_RANGE_DOMAINS = ("user", "gpu", "python")
 
 # In the 2021 schema record_function ranges are `Operator` events too.
 _LEGACY_USER_RANGE = re.compile(r"^ProfilerStep#\d+$|#|^## .* ##$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _TRAILING_INT = re.compile(r"(-?\d+)\s*$")
+_NULL = msgspec.Raw(b"null")
 
 
 class _KernelArgs(msgspec.Struct):
@@ -69,11 +65,8 @@ class _LaunchArgs(msgspec.Struct):
     correlation: int = -1
 
 
-_NULL = msgspec.Raw(b"null")
-
-
 class _OpArgs(msgspec.Struct):
-    # Kept raw and decoded once per distinct value (see _Interned): a loop repeats the
+    # Kept raw and decoded once per distinct value (see _Interner): a loop repeats the
     # same shapes every step, so millions of ops share a few thousand distinct lists.
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NULL)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NULL)
@@ -84,144 +77,317 @@ class _OpArgs(msgspec.Struct):
 
 def parse_kineto(path: str) -> Trace:
     source = read_source(path)
-    decoded = decode(path, source.data)
-    warnings = source.warnings + decoded.warnings
-    buckets = _bucket(decoded.events)
-    del decoded.events
-    if not any(buckets[k] for k in _GPU_KINDS + ("launch", "op", "range:user", "range:python")):
+    document = decode_document(path, source.data)
+    decoder = EventDecoder(source.data)
+    tables = _Tables()
+    raws = document.raw_events
+    for first in range(0, len(raws), CHUNK_EVENTS):
+        tables.add(_bucket(decoder.decode(raws[first : first + CHUNK_EVENTS])))
+    del document.raw_events, raws
+    if tables.empty():
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges")
-    legacy = _is_legacy(buckets)
-    if legacy:
-        _move_legacy_user_ranges(buckets)
-    clock = _Clock(buckets)
-    bad_args = _BadArgs()
-    kernels = _kernel_table(buckets, clock, bad_args)
-    launches = _launch_table(buckets["launch"], clock, set(kernels["correlation"].tolist()), bad_args)
-    ops = _op_table(buckets["op"], clock, bad_args)
-    ranges = _range_table(buckets, clock)
-    meta = _meta(path, source, decoded, legacy, clock)
-    if meta.get("rank") is not None:
-        kernels["rank"] = np.int32(meta["rank"])
-    warnings += bad_args.warnings()
-    return Trace(kernels, launches, ops, ranges, meta, warnings)
+    trace = tables.build(path, source, document)
+    trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
+    return trace
 
 
 def _bucket(events: list[Event]) -> dict[str, list[Event]]:
-    """Events by what they become, in file order. Categories are factorised once (in C)
-    rather than looked up event by event."""
-    buckets: dict[str, list[Event]] = {k: [] for k in set(_CATEGORY_KIND.values())}
+    """Events by what they become, in file order; 2021 user ranges moved to ranges.
+    Categories are factorised in C rather than looked up event by event."""
+    buckets: dict[str, list[Event]] = {}
     if not events:
         return buckets
     codes, categories = pd.factorize(np.array(list(map(_CAT, events)), dtype=object))
-    kind_of_code = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)
-    kinds = kind_of_code[codes]
-    for kind in buckets:
+    kinds = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)[codes]
+    for kind in set(_CATEGORY_KIND.values()):
         rows = np.flatnonzero(kinds == kind)
-        if len(rows) == 1:
-            buckets[kind] = [events[rows[0]]]
-        elif len(rows):
-            buckets[kind] = list(itemgetter(*rows)(events))
+        if len(rows):
+            buckets[kind] = [events[i] for i in rows.tolist()]
+    if any(e.cat == "Operator" for e in buckets.get("op", ())[:1]):
+        ops, ranges = [], buckets.setdefault("range:user", [])
+        for e in buckets["op"]:
+            (ranges if _LEGACY_USER_RANGE.search(e.name) else ops).append(e)
+        buckets["op"] = ops
+        buckets["legacy"] = []  # a marker: this is the 2021 schema
     return buckets
 
 
-def _is_legacy(buckets: dict[str, list[Event]]) -> bool:
-    return any(e.cat == "Operator" for e in buckets["op"][:1])
+class _Interner:
+    """Strings (or raw JSON values) -> stable integer codes across chunks."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def codes(self, values: list[Any]) -> np.ndarray:
+        local, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
+        mapping = np.array([self._code(u) for u in uniques] + [-1], dtype=np.int32)
+        return mapping[local]  # local == -1 (a missing value) picks the trailing -1
+
+    def _code(self, value: Any) -> int:
+        code = self.index.get(value)
+        if code is None:
+            code = self.index[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+    def categorical(self, codes: np.ndarray, categories: list[str] | None = None) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(self.values if categories is None else categories, dtype=object))
 
 
-def _move_legacy_user_ranges(buckets: dict[str, list[Event]]) -> None:
-    """The 2021 schema records record_function ranges as `Operator` events too."""
-    ops, ranges = [], buckets["range:user"]
-    for e in buckets["op"]:
-        (ranges if _LEGACY_USER_RANGE.search(e.name) else ops).append(e)
-    buckets["op"] = ops
+class _Columns:
+    """Per-chunk column pieces of one table, joined once at the end."""
 
+    def __init__(self) -> None:
+        self.parts: dict[str, list[Any]] = defaultdict(list)
+        self.rows = 0
 
-class _Clock:
-    """Kineto microseconds (floats) -> int64 ns from the earliest event."""
+    def add(self, **columns: Any) -> None:
+        for name, values in columns.items():
+            self.parts[name].append(values)
+        self.rows += len(next(iter(columns.values())))
 
-    def __init__(self, buckets: dict[str, list[Event]]):
-        self._times = {kind: _times(evs) for kind, evs in buckets.items() if evs}
-        self.origin_us = min(float(ts.min()) for ts, _ in self._times.values())
-        last_us = max(float((ts + np.maximum(dur, 0.0)).max()) for ts, dur in self._times.values())
-        self.span_ns = round((last_us - self.origin_us) * 1000)
-        self.window = None
-        if "window" in self._times:  # the profiler's own "PyTorch Profiler (0)" span
-            ts, dur = self._times["window"]
-            first = int(ts.argmin())
-            self.window = [self.ns(ts[first]), self.ns(ts[first] + dur[first])]
+    def array(self, name: str, dtype=np.int64) -> np.ndarray:
+        parts = self.parts.get(name)
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
-    def ns(self, us):
-        return np.rint((np.asarray(us, dtype=np.float64) - self.origin_us) * 1000.0).astype(np.int64)
-
-    def start_end(self, *kinds: str) -> tuple[np.ndarray, np.ndarray]:
-        """Start and end of the events of `kinds`, concatenated in that order."""
-        parts = [self._times[k] for k in kinds if k in self._times]
-        if not parts:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        ts = np.concatenate([p[0] for p in parts])
-        dur = np.concatenate([p[1] for p in parts])
-        start = self.ns(ts)
-        return start, start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
-
-
-def _times(events: list[Event]) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array(list(map(_TS, events)), dtype=np.float64), np.array(list(map(_DUR, events)), dtype=np.float64))
+    def objects(self, name: str) -> list[Any]:
+        return [v for part in self.parts.get(name, ()) for v in part]
 
 
 _TS, _DUR, _NAME, _PID, _TID, _ARGS, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args", "cat"))
 
 
-class _BadArgs:
-    """Counts events whose `args` could not be read; they keep their defaults."""
+class _Tables:
+    """Accumulates the chunks' columns and builds the Trace tables from them."""
 
     def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
+        self.gpu, self.launch, self.op, self.range = _Columns(), _Columns(), _Columns(), _Columns()
+        self.names = {t: _Interner() for t in ("gpu", "launch", "op", "range")}
+        self.strings = {c: _Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
+        self.inputs = {c: _Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
+        self.windows: list[tuple[float, float]] = []
+        self.legacy = False
+        self.bad_args: dict[str, int] = defaultdict(int)
 
-    def decode_all(self, what: str, events: list[Event], typ: type) -> list[Any]:
-        # One decode of all the args as a JSON array: far cheaper than one call per event.
+    def empty(self) -> bool:
+        return not (self.gpu.rows or self.launch.rows or self.op.rows or self.range.rows)
+
+    # -- one chunk ---------------------------------------------------------------------
+    def add(self, buckets: dict[str, list[Event]]) -> None:
+        self.legacy |= "legacy" in buckets
+        gpu = [e for k in _GPU_KINDS for e in buckets.get(k, ())]
+        if gpu:
+            self._add_gpu(gpu, np.repeat(np.array(_GPU_KINDS), [len(buckets.get(k, ())) for k in _GPU_KINDS]))
+        if buckets.get("launch"):
+            self._add_launches(buckets["launch"])
+        if buckets.get("op"):
+            self._add_ops(buckets["op"])
+        ranges = [e for d in _RANGE_DOMAINS for e in buckets.get(f"range:{d}", ())]
+        if ranges:
+            domains = np.repeat(np.array(_RANGE_DOMAINS), [len(buckets.get(f"range:{d}", ())) for d in _RANGE_DOMAINS])
+            self._add_ranges(ranges, domains)
+        self.windows += [(e.ts, e.ts + e.dur) for e in buckets.get("window", ())]
+
+    def _decode_args(self, what: str, events: list[Event], typ: type) -> list[Any]:
+        # One decode of all the chunk's args as a JSON array: far cheaper than one per event.
         try:
-            return msgspec.json.decode(b"[" + b",".join(map(_ARGS, events)) + b"]", type=list[typ])
-        except (msgspec.ValidationError, msgspec.DecodeError):
+            return msgspec.json.decode(json_array(list(map(_ARGS, events))), type=list[typ])
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
             pass
         decoder = msgspec.json.Decoder(typ)
         out = []
         for e in events:
             try:
                 out.append(decoder.decode(e.args))
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                self.counts[what] = self.counts.get(what, 0) + 1
+            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+                self.bad_args[what] += 1
                 out.append(typ())
         return out
 
-    def warnings(self) -> list[str]:
-        return [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.counts.items()]
+    @staticmethod
+    def _times(events: list[Event]) -> dict[str, np.ndarray]:
+        return {"ts": np.array(list(map(_TS, events)), dtype=np.float64), "dur": np.array(list(map(_DUR, events)), dtype=np.float64)}
+
+    def _add_gpu(self, events: list[Event], kinds: np.ndarray) -> None:
+        args: list[_KernelArgs] = self._decode_args("GPU activity", events, _KernelArgs)
+        copy_kind = [None] * len(events)
+        for i in np.flatnonzero(kinds == "memcpy"):
+            m = _COPY_KIND.match(events[i].name)
+            copy_kind[i] = m.group(1) if m else (args[i].kind or None)
+        self.gpu.add(
+            kind=kinds,
+            name=self.names["gpu"].codes(list(map(_NAME, events))),
+            pid=_thread_ids(list(map(_PID, events))),
+            tid=_thread_ids(list(map(_TID, events))),
+            **self._times(events),
+            **{f: _column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
+            grid=_triples(list(map(attrgetter("grid"), args))),
+            block=_triples(list(map(attrgetter("block"), args))),
+            copy_kind=self.strings["copy_kind"].codes(copy_kind),
+            collective=self.strings["collective"].codes(list(map(attrgetter("collective"), args))),
+            coll_dtype=self.strings["coll_dtype"].codes([a.dtype if a.collective is not None else None for a in args]),
+            coll_group=self.strings["coll_group"].codes(list(map(attrgetter("group"), args))),
+        )
+
+    def _add_launches(self, events: list[Event]) -> None:
+        args: list[_LaunchArgs] = self._decode_args("runtime", events, _LaunchArgs)
+        self.launch.add(
+            name=self.names["launch"].codes(list(map(_NAME, events))),
+            pid=_thread_ids(list(map(_PID, events))),
+            tid=_thread_ids(list(map(_TID, events))),
+            correlation=_column(args, "correlation"),
+            **self._times(events),
+        )
+
+    def _add_ops(self, events: list[Event]) -> None:
+        args: list[_OpArgs] = self._decode_args("CPU op", events, _OpArgs)
+        self.op.add(
+            name=self.names["op"].codes(list(map(_NAME, events))),
+            pid=_thread_ids(list(map(_PID, events))),
+            tid=_thread_ids(list(map(_TID, events))),
+            external_id=_column(args, "external_id"),
+            sequence=_column(args, "sequence"),
+            **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
+            **self._times(events),
+        )
+
+    def _add_ranges(self, events: list[Event], domains: np.ndarray) -> None:
+        pids = _thread_ids(list(map(_PID, events)))
+        self.range.add(
+            name=self.names["range"].codes(list(map(_NAME, events))),
+            domain=domains,
+            pid=pids,
+            # A GPU annotation lives on a device (Kineto puts the device in its pid).
+            tid=np.where(domains == "gpu", pids, _thread_ids(list(map(_TID, events)))),
+            **self._times(events),
+        )
+
+    # -- the whole trace ---------------------------------------------------------------
+    def build(self, path: str, source: Source, document: Document) -> Trace:
+        clock = _Clock([c for c in (self.gpu, self.launch, self.op, self.range) if c.rows], self.windows)
+        kernels = self._kernel_table(clock)
+        launches = self._launch_table(clock, kernels["correlation"].to_numpy())
+        ops = self._op_table(clock)
+        ranges = self._range_table(clock)
+        meta = _meta(path, source, document, self.legacy, clock)
+        if meta.get("rank") is not None:
+            kernels["rank"] = np.int32(meta["rank"])
+        warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
+        return Trace(kernels, launches, ops, ranges, meta, warnings)
+
+    def _kernel_table(self, clock: "_Clock") -> pd.DataFrame:
+        c = self.gpu
+        if not c.rows:
+            return make_table(KERNEL_COLUMNS)
+        start, end = clock.start_end(c)
+        kinds = c.array("kind", object)
+        # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
+        device, stream = c.array("device"), c.array("stream")
+        grid, block = np.concatenate(c.parts["grid"]), np.concatenate(c.parts["block"])
+        data = {
+            "kind": pd.Categorical(kinds, categories=list(_GPU_KINDS)),
+            "name": self.names["gpu"].categorical(c.array("name", np.int32)),
+            "device": np.where(device >= 0, device, c.array("pid")),
+            "stream": np.where(stream >= 0, stream, c.array("tid")),
+            "start": start,
+            "end": end,
+            "correlation": c.array("correlation"),
+            "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
+            "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
+            "registers": c.array("registers"),
+            "shared_memory": c.array("shared_memory"),
+            "bytes": np.where(kinds == "kernel", -1, c.array("bytes")),
+            "coll_in_elems": c.array("in_elems"),
+            "coll_out_elems": c.array("out_elems"),
+            "coll_group_size": c.array("group_size"),
+        }
+        for col, interner in self.strings.items():
+            data[col] = interner.categorical(c.array(col, np.int32))
+        return make_table(KERNEL_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
+
+    def _launch_table(self, clock: "_Clock", gpu_correlations: np.ndarray) -> pd.DataFrame:
+        c = self.launch
+        if not c.rows:
+            return make_table(LAUNCH_COLUMNS)
+        start, end = clock.start_end(c)
+        names = self.names["launch"].categorical(c.array("name", np.int32))
+        correlation = c.array("correlation")
+        # Keep calls that launched captured work, or that launch work by their name.
+        launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
+        keep = np.isin(correlation, gpu_correlations) | launches_work[names.codes]
+        data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation}
+        table = make_table(LAUNCH_COLUMNS, data)[keep]
+        table["name"] = table["name"].cat.remove_unused_categories()
+        return table.sort_values("start", kind="stable").reset_index(drop=True)
+
+    def _op_table(self, clock: "_Clock") -> pd.DataFrame:
+        c = self.op
+        if not c.rows:
+            return make_table(OP_COLUMNS)
+        start, end = clock.start_end(c)
+        data = {
+            "name": self.names["op"].categorical(c.array("name", np.int32)),
+            "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
+            "external_id": c.array("external_id"), "sequence": c.array("sequence"),
+        }
+        for col, interner in self.inputs.items():
+            decoded = np.array([_decode_json(v) for v in interner.values] + [None], dtype=object)
+            data[col] = decoded[c.array(col, np.int32)]  # rows share the decoded (read-only) lists
+        return make_table(OP_COLUMNS, data)
+
+    def _range_table(self, clock: "_Clock") -> pd.DataFrame:
+        c = self.range
+        if not c.rows:
+            return make_table(RANGE_COLUMNS)
+        start, end = clock.start_end(c)
+        data = {
+            "name": self.names["range"].categorical(c.array("name", np.int32)),
+            "domain": pd.Categorical(c.array("domain", object), categories=list(_RANGE_DOMAINS)),
+            "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
+        }
+        return make_table(RANGE_COLUMNS, data)
 
 
-def _column(objects: list[Any], field: str, dtype=np.int64) -> np.ndarray:
-    return np.array(list(map(attrgetter(field), objects)), dtype=dtype)
+class _Clock:
+    """Kineto microseconds (floats) -> int64 ns from the earliest event."""
+
+    def __init__(self, tables: list[_Columns], windows: list[tuple[float, float]]):
+        self.origin_us = min(float(np.min(ts)) for c in tables for ts in c.parts["ts"])
+        last = max(float(np.max(ts + np.maximum(dur, 0.0))) for c in tables for ts, dur in zip(c.parts["ts"], c.parts["dur"]))
+        self.span_ns = round((last - self.origin_us) * 1000)
+        first = min(windows) if windows else None  # the profiler's own "PyTorch Profiler (0)" span
+        self.window = [self._ns(first[0]), self._ns(first[1])] if first else None
+
+    def _ns(self, us: float) -> int:
+        return round((us - self.origin_us) * 1000)
+
+    def start_end(self, columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
+        start = np.rint((columns.array("ts", np.float64) - self.origin_us) * 1000.0).astype(np.int64)
+        return start, start + np.rint(np.maximum(columns.array("dur", np.float64), 0.0) * 1000.0).astype(np.int64)
+
+
+def _column(objects: list[Any], field: str) -> np.ndarray:
+    return np.array(list(map(attrgetter(field), objects)), dtype=np.int64)
 
 
 def _thread_ids(values: list[int | str]) -> np.ndarray:
     """Kineto tids are ints, or strings such as "25738" or "stream 7" in older traces."""
     try:
         return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     cache: dict[Any, int] = {}
 
     def as_int(v: int | str) -> int:
         if isinstance(v, int):
-            return v
+            return v if -(1 << 63) <= v < (1 << 63) else -1
         if v not in cache:
             m = _TRAILING_INT.search(v)
-            cache[v] = int(m.group(1)) if m else -(len(cache) + 2)
+            cache[v] = int(m.group(1)) if m and len(m.group(1)) < 19 else -(len(cache) + 2)
         return cache[v]
 
     return np.array([as_int(v) for v in values], dtype=np.int64)
-
-
-def _names(events: list[Event]) -> pd.Categorical:
-    return categorical(list(map(_NAME, events)))
 
 
 def _triples(lists: list[list[int]]) -> np.ndarray:
@@ -233,133 +399,15 @@ def _triples(lists: list[list[int]]) -> np.ndarray:
     return out
 
 
-def _kernel_table(buckets: dict[str, list[Event]], clock: _Clock, bad: _BadArgs) -> pd.DataFrame:
-    events = [e for kind in _GPU_KINDS for e in buckets[kind]]
-    n = len(events)
-    if not n:
-        return make_table(KERNEL_COLUMNS)
-    kinds = np.repeat(np.array(_GPU_KINDS), [len(buckets[k]) for k in _GPU_KINDS])
-    args: list[_KernelArgs] = bad.decode_all("GPU activity", events, _KernelArgs)
-    start, end = clock.start_end(*_GPU_KINDS)
-    # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
-    device = _column(args, "device")
-    device = np.where(device >= 0, device, _thread_ids(list(map(_PID, events))))
-    stream = _column(args, "stream")
-    stream = np.where(stream >= 0, stream, _thread_ids(list(map(_TID, events))))
-    grid, block = _triples(list(map(attrgetter("grid"), args))), _triples(list(map(attrgetter("block"), args)))
-    is_copy = kinds == "memcpy"
-    copy_kind = [None] * n
-    for i in np.flatnonzero(is_copy):
-        m = _COPY_KIND.match(events[i].name)
-        copy_kind[i] = m.group(1) if m else (args[i].kind or None)
-    collective = list(map(attrgetter("collective"), args))
-    data = {
-        "kind": pd.Categorical(kinds, categories=list(_GPU_KINDS)),
-        "name": _names(events),
-        "device": device,
-        "stream": stream,
-        "start": start,
-        "end": end,
-        "correlation": _column(args, "correlation"),
-        "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
-        "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-        "registers": _column(args, "registers"),
-        "shared_memory": _column(args, "shared_memory"),
-        "bytes": np.where(kinds == "kernel", -1, _column(args, "bytes")),
-        "copy_kind": categorical(copy_kind),
-        "collective": categorical(collective),
-        "coll_in_elems": _column(args, "in_elems"),
-        "coll_out_elems": _column(args, "out_elems"),
-        "coll_group_size": _column(args, "group_size"),
-        "coll_dtype": categorical([a.dtype if a.collective is not None else None for a in args]),
-        "coll_group": categorical(list(map(attrgetter("group"), args))),
-    }
-    return make_table(KERNEL_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
+def _decode_json(raw: bytes) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
 
 
-def _launch_table(events: list[Event], clock: _Clock, gpu_correlations: set[int], bad: _BadArgs) -> pd.DataFrame:
-    if not events:
-        return make_table(LAUNCH_COLUMNS)
-    args: list[_LaunchArgs] = bad.decode_all("runtime", events, _LaunchArgs)
-    correlation = _column(args, "correlation")
-    names = _names(events)
-    launches_work = pd.Series(names.categories).str.contains(LAUNCH_API).to_numpy()
-    keep = np.isin(correlation, np.fromiter(gpu_correlations, dtype=np.int64)) | launches_work[names.codes]
-    start, end = clock.start_end("launch")
-    data = {
-        "name": names,
-        "pid": _thread_ids(list(map(_PID, events))),
-        "tid": _thread_ids(list(map(_TID, events))),
-        "start": start,
-        "end": end,
-        "correlation": correlation,
-    }
-    table = make_table(LAUNCH_COLUMNS, data)[keep]
-    table["name"] = table["name"].cat.remove_unused_categories()
-    return table.sort_values("start", kind="stable").reset_index(drop=True)
-
-
-def _op_table(events: list[Event], clock: _Clock, bad: _BadArgs) -> pd.DataFrame:
-    if not events:
-        return make_table(OP_COLUMNS)
-    args: list[_OpArgs] = bad.decode_all("CPU op", events, _OpArgs)
-    start, end = clock.start_end("op")
-    data = {
-        "name": _names(events),
-        "pid": _thread_ids(list(map(_PID, events))),
-        "tid": _thread_ids(list(map(_TID, events))),
-        "start": start,
-        "end": end,
-        "external_id": _column(args, "external_id"),
-        "sequence": _column(args, "sequence"),
-        "input_dims": _interned(map(attrgetter("input_dims"), args)),
-        "input_types": _interned(map(attrgetter("input_types"), args)),
-        "concrete_inputs": _interned(map(attrgetter("concrete_inputs"), args)),
-    }
-    return make_table(OP_COLUMNS, data)
-
-
-def _interned(raws) -> list[Any]:
-    """Decode each distinct raw JSON value once; equal values share one (read-only) object."""
-    decoded: dict[bytes, Any] = {}
-    decode = msgspec.json.Decoder().decode
-    out = []
-    for raw in raws:
-        key = bytes(raw)
-        value = decoded.get(key, decoded)
-        if value is decoded:
-            try:
-                value = decoded[key] = decode(key)
-            except msgspec.DecodeError:
-                value = decoded[key] = None
-        out.append(value)
-    return out
-
-
-def _range_table(buckets: dict[str, list[Event]], clock: _Clock) -> pd.DataFrame:
-    domains = ("user", "gpu", "python")
-    kinds = [f"range:{d}" for d in domains]
-    events = [e for k in kinds for e in buckets[k]]
-    if not events:
-        return make_table(RANGE_COLUMNS)
-    labels = np.repeat(np.array(domains), [len(buckets[k]) for k in kinds])
-    start, end = clock.start_end(*kinds)
-    pids = _thread_ids(list(map(_PID, events)))
-    tids = _thread_ids(list(map(_TID, events)))
-    data = {
-        "name": _names(events),
-        "domain": pd.Categorical(labels, categories=list(domains)),
-        "pid": pids,
-        # A GPU annotation lives on a device (Kineto puts the device in its pid).
-        "tid": np.where(labels == "gpu", pids, tids),
-        "start": start,
-        "end": end,
-    }
-    return make_table(RANGE_COLUMNS, data)
-
-
-def _meta(path: str, source, decoded: Decoded, legacy: bool, clock: _Clock) -> dict[str, Any]:
-    header = decoded.header
+def _meta(path: str, source: Source, document: Document, legacy: bool, clock: _Clock) -> dict[str, Any]:
+    header = document.header
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     devices = []
     for prop in header.get("deviceProperties") or []:
@@ -373,9 +421,7 @@ def _meta(path: str, source, decoded: Decoded, legacy: bool, clock: _Clock) -> d
             "compute_capability": f"{prop.get('computeMajor')}.{prop.get('computeMinor')}" if prop.get("computeMajor") is not None else None,
         })
     base_ns = header.get("baseTimeNanoseconds")
-    origin_abs_ns = int(base_ns) + round(clock.origin_us * 1000) if isinstance(base_ns, int) else None
     versions = {k: header[k] for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version") if header.get(k) is not None}
-    window = [int(t) for t in clock.window] if clock.window else None
     return {
         "format": "kineto",
         "schema": "kineto-2021" if legacy else "kineto",
@@ -388,8 +434,8 @@ def _meta(path: str, source, decoded: Decoded, legacy: bool, clock: _Clock) -> d
         "world_size": dist.get("world_size"),
         "process_groups": dist.get("pg_config"),
         "span_ns": clock.span_ns,
-        "capture_window_ns": window,
-        "origin_abs_ns": origin_abs_ns,
+        "capture_window_ns": clock.window,
+        "origin_abs_ns": int(base_ns) + round(clock.origin_us * 1000) if isinstance(base_ns, int) else None,
         "record_shapes": header.get("record_shapes"),
         "tool_versions": versions,
     }

@@ -1,11 +1,12 @@
-"""Decoding Kineto JSON into typed events, fast, and as far as the file is whole.
+"""Decoding Kineto JSON: the document as zero-copy raw events, then events chunk by chunk.
 
-The fast path decodes the whole document into msgspec Structs in one call, keeping each
-event's `args` as raw bytes: most events never need their args decoded (DESIGN.md,
-"Speed"). Slow paths run only when the fast one fails:
+Decoding everything into objects at once costs about as much memory as the file again.
+Instead the document is decoded with each event kept as `msgspec.Raw` (a view into the
+input buffer), and `decode_events` turns a chunk of those into typed Structs that the
+parser reduces to columns before the next chunk. Slow paths run only when needed:
 
 - a trace cut short (a job that died mid-write) is closed after its last whole event;
-- bytes that are not UTF-8 are replaced (U+FFFD) rather than rejected;
+- bytes that are not UTF-8 are replaced (U+FFFD) in the chunk that holds them;
 - events whose fields have the wrong type are skipped one by one and counted.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 import msgspec
+import numpy as np
 
 from tracekit.errors import TraceError
 
@@ -43,8 +45,12 @@ _OTHER_PHASES = tuple(
 AnyEvent = Union[(Event, *_OTHER_PHASES)]
 
 
+class _Phase(msgspec.Struct):
+    ph: Any = None
+
+
 class _Document(msgspec.Struct):
-    traceEvents: list[AnyEvent] | None = None
+    traceEvents: list[msgspec.Raw] | None = None
     schemaVersion: Any = None
     deviceProperties: Any = None
     distributedInfo: Any = None
@@ -58,17 +64,9 @@ class _Document(msgspec.Struct):
     with_stack: Any = None
 
 
-class _Phase(msgspec.Struct):
-    ph: Any = None
-
-
-class _RawDocument(_Document):
-    traceEvents: list[msgspec.Raw] | None = None  # type: ignore[assignment]
-
-
 @dataclass
-class Decoded:
-    events: list[Event]
+class Document:
+    raw_events: list[msgspec.Raw]
     header: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
 
@@ -77,31 +75,24 @@ _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _MAX_CUT_ATTEMPTS = 64
 
 
-def decode(path: str, data: Any) -> Decoded:
+def decode_document(path: str, data: Any) -> Document:
     warnings: list[str] = []
     try:
-        doc = _decode_document(path, data, warnings)
-    except UnicodeDecodeError:
-        data = _replace_invalid_utf8(data, warnings)
-        doc = _decode_document(path, data, warnings)
+        doc = _decode(path, data, warnings)
+    except UnicodeDecodeError:  # in the header: rare, so the whole text is repaired
+        data = _replace_invalid_utf8(bytes(data), warnings)
+        doc = _decode(path, data, warnings)
     header = {f: getattr(doc, f) for f in doc.__struct_fields__ if f != "traceEvents"}
-    events = [e for e in doc.traceEvents if type(e) is Event]
-    return Decoded(events, header, warnings)
+    return Document(doc.traceEvents, header, warnings)
 
 
-def _replace_invalid_utf8(data: Any, warnings: list[str]) -> bytes:
-    text = bytes(data).decode("utf-8", errors="replace")
-    warnings.append(f"{text.count(chr(0xFFFD)):,} byte sequences that are not UTF-8 were replaced with U+FFFD")
-    return text.encode("utf-8")
-
-
-def _decode_document(path: str, data: Any, warnings: list[str]) -> _Document:
+def _decode(path: str, data: Any, warnings: list[str]) -> _Document:
     try:
         doc = msgspec.json.decode(data, type=_Document)
     except msgspec.ValidationError as exc:
         if str(exc).startswith("Expected `object`"):
             raise TraceError(path, "top level of the JSON is not an object with `traceEvents`: not a torch.profiler / Kineto trace") from None
-        doc = _decode_event_by_event(path, data, exc, warnings)
+        raise TraceError(path, f"trace header has a field of the wrong type: {_plain(exc)}") from None
     except msgspec.DecodeError as exc:
         if not _looks_truncated(exc, data):
             raise TraceError(path, f"not valid JSON: {_plain(exc)}") from None
@@ -111,30 +102,99 @@ def _decode_document(path: str, data: Any, warnings: list[str]) -> _Document:
     return doc
 
 
-def _decode_event_by_event(path: str, data: Any, first: Exception, warnings: list[str]) -> _Document:
-    """Some event has a field of the wrong type: keep every event that decodes."""
-    try:
-        raw = msgspec.json.decode(data, type=_RawDocument)
-    except msgspec.ValidationError:
-        raise TraceError(path, f"trace header has a field of the wrong type: {_plain(first)}") from None
-    events: list[Event] = []
-    bad = 0
-    decoder = msgspec.json.Decoder(AnyEvent)
-    phase = msgspec.json.Decoder(_Phase)
-    for item in raw.traceEvents or ():
+class EventDecoder:
+    """Raw events -> complete events, counting what had to be repaired or dropped.
+
+    Given the buffer the raw events point into, a chunk is decoded straight from one slice
+    of it (the events of a chunk are contiguous there); otherwise its events are joined.
+    """
+
+    def __init__(self, buffer: Any = None) -> None:
+        self._buffer = memoryview(buffer).cast("B") if buffer is not None else None
+        self._base = _address(buffer) if buffer is not None else 0
+        self._decode_list = msgspec.json.Decoder(list[AnyEvent]).decode
+        self._decode_one = msgspec.json.Decoder(AnyEvent).decode
+        self._phase = msgspec.json.Decoder(_Phase).decode
+        self.replaced_utf8 = 0
+        self.skipped = 0
+        self.first_error: str | None = None
+
+    def decode(self, raws: list[msgspec.Raw], *, repaired: bool = False) -> list[Event]:
+        # A repaired chunk holds copies: it must be joined, not sliced from the buffer.
+        blob = json_array(raws) if repaired else (self._slice(raws) or json_array(raws))
         try:
-            events.append(decoder.decode(item))
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            # A phase tracekit does not know is no error; a broken "X" event is.
+            events = self._decode_list(blob)
+        except UnicodeDecodeError:
+            if repaired:
+                raise
+            return self.decode([self._repaired(r) for r in raws], repaired=True)
+        except msgspec.ValidationError:
+            events = self._one_by_one(raws)
+        return [e for e in events if type(e) is Event]
+
+    def _slice(self, raws: list[msgspec.Raw]) -> bytes | None:
+        if self._buffer is None or not raws:
+            return None
+        first = _address(raws[0]) - self._base
+        last = _address(raws[-1]) - self._base + len(memoryview(raws[-1]))
+        if not (0 <= first < last <= len(self._buffer)):
+            return None  # not views into this buffer (a repaired copy): join instead
+        return b"".join((b"[", self._buffer[first:last], b"]"))
+
+    def _repaired(self, raw: msgspec.Raw) -> msgspec.Raw:
+        data = bytes(raw)
+        try:
+            data.decode("utf-8")
+            return raw
+        except UnicodeDecodeError:
+            text = data.decode("utf-8", errors="replace")
+            self.replaced_utf8 += text.count("\ufffd") - data.count(b"\xef\xbf\xbd")
+            return msgspec.Raw(text.encode("utf-8"))
+
+    def _one_by_one(self, raws: list[msgspec.Raw]) -> list[Any]:
+        events = []
+        for raw in raws:
             try:
-                bad += phase.decode(item).ph == "X"
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                bad += 1
-    if bad:
-        warnings.append(f"{bad:,} events skipped: a field has the wrong type (first: {_plain(first)})")
-    doc = raw
-    doc.traceEvents = events
-    return doc
+                events.append(self._decode_one(raw))
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                # A phase tracekit does not read is no error; a broken "X" event is.
+                try:
+                    broken = self._phase(raw).ph == "X"
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    broken = True
+                if broken:
+                    self.skipped += 1
+                    self.first_error = self.first_error or _plain(exc)
+        return events
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.replaced_utf8:
+            out.append(f"{self.replaced_utf8:,} byte sequences that are not UTF-8 were replaced with U+FFFD")
+        if self.skipped:
+            out.append(f"{self.skipped:,} events skipped: a field has the wrong type (first: {self.first_error})")
+        return out
+
+
+def _address(buffer: Any) -> int:
+    """Where a buffer's bytes start in memory (no copy is made)."""
+    return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0] if len(memoryview(buffer)) else 0
+
+
+def json_array(items: list[Any]) -> bytes:
+    """`[item,item,...]` built with a single copy of the items' bytes."""
+    if not items:
+        return b"[]"
+    if len(items) == 1:
+        return b"[" + bytes(items[0]) + b"]"
+    middle = items[1:-1]
+    return b",".join([b"[" + bytes(items[0]), *middle, bytes(items[-1]) + b"]"])
+
+
+def _replace_invalid_utf8(data: bytes, warnings: list[str]) -> bytes:
+    text = data.decode("utf-8", errors="replace")
+    warnings.append(f"{text.count(chr(0xFFFD)):,} byte sequences that are not UTF-8 were replaced with U+FFFD")
+    return text.encode("utf-8")
 
 
 def _looks_truncated(exc: Exception, data: Any) -> bool:
@@ -147,31 +207,26 @@ def _looks_truncated(exc: Exception, data: Any) -> bool:
 
 def _salvage_truncated(path: str, data: Any, warnings: list[str]) -> _Document:
     """Close the events array after its last whole event and decode that."""
-    head = bytes(data[: 1 << 20]) if len(data) > (1 << 20) else bytes(data)
-    match = _TRACE_EVENTS_KEY.search(head)
+    match = _TRACE_EVENTS_KEY.search(bytes(data[: 1 << 20]))
     if match is None:
         match = _TRACE_EVENTS_KEY.search(bytes(data))
     if match is None:
         raise TraceError(path, "JSON is cut short before any `traceEvents`")
     array_start = match.end()
-    buf = bytearray(data)  # our own copy: the input is never written
-    end = len(buf)
+    end = len(data)
+    view = memoryview(data)
     for _ in range(_MAX_CUT_ATTEMPTS):
-        cut = buf.rfind(b"}", array_start, end)
+        cut = bytes(view[max(array_start, end - (1 << 20)) : end]).rfind(b"}")
         if cut < 0:
             break
+        cut += max(array_start, end - (1 << 20))
         end = cut
-        candidate = bytes(buf[: cut + 1]) + b"]}"
+        candidate = bytes(view[: cut + 1]) + b"]}"  # our own copy: the input is never written
         try:
             doc = msgspec.json.decode(candidate, type=_Document)
-        except msgspec.ValidationError as exc:
-            try:
-                doc = _decode_event_by_event(path, candidate, exc, warnings)
-            except TraceError:
-                continue
-        except msgspec.DecodeError:
+        except (msgspec.ValidationError, msgspec.DecodeError):
             continue
-        lost = len(buf) - (cut + 1)
+        lost = len(data) - (cut + 1)
         warnings.append(
             f"trace is cut short: kept {len(doc.traceEvents or ()):,} whole events; "
             f"the last {lost:,} bytes (at least one partial event) were lost"

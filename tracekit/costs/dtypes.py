@@ -1,0 +1,40 @@
+"""torch.profiler "Input type" strings -> canonical dtype names and element sizes."""
+
+from __future__ import annotations
+
+# canonical name -> bytes per element
+ELEMENT_BYTES = {
+    "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "c64": 8, "c128": 16,
+}
+
+_ALIASES = {
+    "double": "fp64", "float64": "fp64",
+    "float": "fp32", "float32": "fp32",
+    "c10::half": "fp16", "half": "fp16", "float16": "fp16",
+    "c10::bfloat16": "bf16", "bfloat16": "bf16",
+    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8", "c10::float8_e8m0fnu": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
+    "c10::float4_e2m1fn_x2": "fp4",
+    "long int": "int64", "long": "int64", "int64_t": "int64", "int64": "int64",
+    "int": "int32", "int32": "int32",
+    "short int": "int16", "short": "int16",
+    "signed char": "int8", "int8": "int8",
+    "unsigned char": "uint8", "uint8": "uint8",
+    "bool": "bool",
+    "c10::complex<float>": "c64", "c10::complex<double>": "c128",
+}
+
+# Kineto collective metadata dtype names
+_COLLECTIVE = {"BFloat16": "bf16", "Half": "fp16", "Float": "fp32", "Double": "fp64", "Long": "int64", "Int": "int32", "Byte": "uint8", "Char": "int8", "Bool": "bool", "Float8_e4m3fn": "fp8", "Float8_e5m2": "fp8"}
+
+
+def canonical(type_name: str | None) -> str | None:
+    """The canonical dtype of a torch type string, or None when it is not a tensor dtype."""
+    if not type_name or not isinstance(type_name, str):
+        return None
+    return _ALIASES.get(type_name.strip().lower()) or _COLLECTIVE.get(type_name.strip())
+
+
+def element_bytes(dtype: str) -> float:
+    return ELEMENT_BYTES[dtype]

@@ -1,0 +1,98 @@
+"""An op's recorded inputs, validated, with the accessors cost functions need."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tracekit.costs.cost import CostError
+from tracekit.costs.dtypes import canonical, element_bytes
+
+MAX_ELEMENTS = 1 << 45  # 32 Ti elements: beyond any real tensor; a larger shape is corrupt
+
+
+class OpInputs:
+    def __init__(self, dims: Any, types: Any, concrete: Any):
+        if not isinstance(dims, list):
+            raise CostError("no input dims recorded (record_shapes=False?)")
+        self.dims = dims
+        self.types = types if isinstance(types, list) else []
+        self.concrete = concrete if isinstance(concrete, list) else []
+
+    def __len__(self) -> int:
+        return len(self.dims)
+
+    def shape(self, i: int) -> list[int]:
+        """Shape of tensor input i; CostError when it is absent, not a tensor or corrupt."""
+        if i >= len(self.dims) or not isinstance(self.dims[i], list):
+            raise CostError(f"input {i} has no shape")
+        shape = self.dims[i]
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise CostError(f"input {i} is not a tensor shape: {shape!r}")
+        if any(d < 0 for d in shape):
+            raise CostError(f"input {i} has a negative dimension: {shape}")
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise CostError(f"input {i} has an absurd size: {shape}")
+        return shape
+
+    def has_tensor(self, i: int) -> bool:
+        try:
+            return len(self.shape(i)) > 0 or self.dtype_or_none(i) is not None
+        except CostError:
+            return False
+
+    def numel(self, i: int) -> int:
+        return math.prod(self.shape(i))
+
+    def dtype_or_none(self, i: int) -> str | None:
+        return canonical(self.types[i]) if i < len(self.types) else None
+
+    def dtype(self, i: int) -> str:
+        dtype = self.dtype_or_none(i)
+        if dtype is None:
+            name = self.types[i] if i < len(self.types) else None
+            raise CostError(f"input {i} has an unknown dtype {name!r}")
+        return dtype
+
+    def nbytes(self, i: int) -> float:
+        return self.numel(i) * element_bytes(self.dtype(i))
+
+    def tensor_indices(self) -> list[int]:
+        """Inputs that are tensors with a known dtype (lists of tensors excluded)."""
+        out = []
+        for i in range(len(self.dims)):
+            if self.dtype_or_none(i) is None:
+                continue
+            try:
+                self.shape(i)
+            except CostError:
+                continue
+            out.append(i)
+        return out
+
+    def scalar(self, i: int, default: Any = None) -> Any:
+        """A concrete scalar input as Python value (bool, int, float, list), or default."""
+        if i >= len(self.concrete):
+            return default
+        raw = self.concrete[i]
+        if raw in ("", None):
+            return default
+        text = str(raw).strip()
+        if text in ("True", "False"):
+            return text == "True"
+        try:
+            if text.startswith("["):
+                return [_number(v) for v in text.strip("[]").split(",") if v.strip()]
+            return _number(text)
+        except ValueError:
+            return default
+
+
+def _number(text: str) -> int | float | bool:
+    text = text.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
