@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -101,8 +101,10 @@ def _bucket(events: list[Event]) -> dict[str, list[Event]]:
     kinds = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)[codes]
     for kind in set(_CATEGORY_KIND.values()):
         rows = np.flatnonzero(kinds == kind)
-        if len(rows):
-            buckets[kind] = [events[i] for i in rows.tolist()]
+        if len(rows) == 1:
+            buckets[kind] = [events[rows[0]]]
+        elif len(rows):
+            buckets[kind] = list(itemgetter(*rows.tolist())(events))
     if any(e.cat == "Operator" for e in buckets.get("op", ())[:1]):
         ops, ranges = [], buckets.setdefault("range:user", [])
         for e in buckets["op"]:
