@@ -6,6 +6,8 @@ import contextlib
 import gc
 import os
 
+from tracekit.analysis import Analysis, build
+from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.link import link
 from tracekit.parsers import parse
 from tracekit.trace import Trace
@@ -32,3 +34,25 @@ def _gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def device_name(trace: Trace) -> str | None:
+    """The GPU the trace ran on: the device most kernels ran on, by its recorded name."""
+    devices = trace.meta.get("devices") or []
+    if not devices:
+        return None
+    by_id = {d.get("id"): d.get("name") for d in devices}
+    if len(trace.kernels):
+        busiest = trace.kernels["device"].value_counts().index[0]
+        if by_id.get(int(busiest)):
+            return by_id[int(busiest)]
+    return devices[0].get("name")
+
+
+def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
+            sustained: float = DEFAULT_SUSTAINED) -> Analysis:
+    """Load a trace and analyse it: costs, roofline and coverage on the named (or recorded) GPU."""
+    trace = load(path)
+    spec = resolve(device_name(trace), device, device_file, source=os.fspath(path))
+    with _gc_paused():
+        return build(trace, spec, sustained)

@@ -1,0 +1,139 @@
+"""Analysis: the per-kernel and per-op tables and the coverage summary, built from a linked
+trace, its costs and the device's roofline. Reports render only this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.costs.assign import kernel_costs
+from tracekit.hardware import DEFAULT_SUSTAINED, Device
+from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
+from tracekit.trace import Trace
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Analysis:
+    kernels: pd.DataFrame  # one row per GPU activity: trace columns + costs + roofline + op name
+    ops: pd.DataFrame  # one row per (op name, input shapes) that launched GPU work
+    coverage: dict[str, Any]
+    device: Device
+    sustained: float
+    meta: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self, top: int = 15) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
+            "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
+                       "sustained_bandwidth_factor": self.sustained, "source": self.device.source},
+            "coverage": self.coverage,
+            "top_kernels": _records(top_kernels(self, top)),
+            "top_ops": _records(self.ops.head(top)),
+            "warnings": self.warnings,
+        }
+
+
+def build(trace: Trace, device: Device, sustained: float = DEFAULT_SUSTAINED) -> Analysis:
+    costs = kernel_costs(trace)
+    roof = roofline(trace.kernels, costs, device, sustained)
+    k = trace.kernels
+    op_names = trace.ops["name"].astype(str).to_numpy()
+    op_name = np.where(k["op"].to_numpy() >= 0, op_names[np.maximum(k["op"].to_numpy(), 0)] if len(op_names) else None, None)
+    kernels = pd.concat([k, costs, roof], axis=1).assign(duration_ns=k["end"] - k["start"], op_name=pd.Categorical(op_name))
+    return Analysis(kernels, _ops_table(kernels, trace), _coverage(kernels), device, sustained, trace.meta, list(trace.warnings))
+
+
+def _shapes(dims: Any) -> str:
+    return "" if dims is None else str(dims)
+
+
+def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
+    linked = kernels[kernels["op"] >= 0]
+    if linked.empty:
+        return pd.DataFrame(columns=["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound"])
+    dims = trace.ops["input_dims"].to_numpy()
+    frame = pd.DataFrame({
+        "op": linked["op_name"].astype(str).to_numpy(),
+        "shapes": [_shapes(dims[i]) for i in linked["op"].to_numpy()],
+        "op_row": linked["op"].to_numpy(),
+        "time_ns": linked["duration_ns"].to_numpy(),
+        "flops": linked["flops"].to_numpy(), "bytes": (linked["bytes_read"] + linked["bytes_written"]).to_numpy(),
+        "t_min_ns": linked["t_min_ns"].to_numpy(),
+        "compute": (linked["bound"] == "compute").to_numpy() * linked["duration_ns"].to_numpy(),
+    })
+    grouped = frame.groupby(["op", "shapes"], sort=False).agg(
+        calls=("op_row", "nunique"), kernels=("op_row", "size"), time_ns=("time_ns", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
+        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), compute_ns=("compute", "sum"),
+    ).reset_index()
+    grouped["efficiency"] = grouped["t_min_ns"] / grouped["time_ns"]
+    grouped["bound"] = np.where(grouped["t_min_ns"].isna(), None, np.where(grouped["compute_ns"] * 2 >= grouped["time_ns"], "compute", "memory"))
+    return grouped.drop(columns="compute_ns").sort_values("time_ns", ascending=False).reset_index(drop=True)
+
+
+def _coverage(k: pd.DataFrame) -> dict[str, Any]:
+    is_kernel = (k["kind"] == "kernel").to_numpy()
+    time = k["duration_ns"].to_numpy(dtype=np.float64)
+    modeled = k["flops"].notna().to_numpy()
+    total = float(time[is_kernel].sum())
+    modeled_time = float(time[is_kernel & modeled].sum())
+    by_source = pd.Series(time[is_kernel & modeled]).groupby(k["cost_source"].astype(str).to_numpy()[is_kernel & modeled]).sum()
+    unmodeled = pd.DataFrame({"name": k["name"].astype(str), "reason": k["unknown_reason"].astype(str), "time_ns": time})[is_kernel & ~modeled]
+    top_unmodeled = unmodeled.groupby(["name", "reason"]).agg(time_ns=("time_ns", "sum"), count=("time_ns", "size")).reset_index()
+    top_unmodeled = top_unmodeled.sort_values("time_ns", ascending=False).head(10)
+    top_unmodeled["share"] = top_unmodeled["time_ns"] / total if total else 0.0
+    with_tmin = is_kernel & k["t_min_ns"].notna().to_numpy()
+    over = with_tmin & (k["efficiency"].to_numpy() > OVER_PEAK)
+    return {
+        "kernel_time_ns": total,
+        "modeled_time_ns": modeled_time,
+        "modeled_share": modeled_time / total if total else 0.0,
+        "modeled_share_by_source": {s: float(v) / total for s, v in by_source.items()} if total else {},
+        "kernels": int(is_kernel.sum()),
+        "kernels_modeled": int((is_kernel & modeled).sum()),
+        "copies_time_ns": float(time[~is_kernel].sum()),
+        "over_peak_share": float(time[over].sum() / time[with_tmin].sum()) if with_tmin.any() else 0.0,
+        "over_peak_kernels": int(over.sum()),
+        "efficiency": group_efficiency(k["t_min_ns"][is_kernel], k["duration_ns"][is_kernel]),
+        "efficiency_sustained": group_efficiency(k["t_min_sustained_ns"][is_kernel], k["duration_ns"][is_kernel]),
+        "top_unmodeled": _records(top_unmodeled),
+    }
+
+
+def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
+    k = analysis.kernels
+    frame = pd.DataFrame({
+        "name": k["name"].astype(str), "class": k["kernel_class"].astype(str), "time_ns": k["duration_ns"],
+        "flops": k["flops"], "bytes": k["bytes_read"] + k["bytes_written"], "t_min_ns": k["t_min_ns"],
+        "t_min_sustained_ns": k["t_min_sustained_ns"], "compute": (k["bound"] == "compute") * k["duration_ns"],
+        "over_peak": k["over_peak"],
+    })
+    g = frame.groupby("name", sort=False).agg(
+        kernel_class=("class", "first"), count=("time_ns", "size"), time_ns=("time_ns", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
+        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), t_min_sustained_ns=("t_min_sustained_ns", lambda s: s.sum(min_count=1)),
+        compute_ns=("compute", "sum"), over_peak=("over_peak", "sum"),
+    ).reset_index()
+    total = frame["time_ns"].sum()
+    g["share"] = g["time_ns"] / total if total else 0.0
+    g["achieved_tflops"] = g["flops"] / g["time_ns"] / 1e3
+    g["achieved_tbps"] = g["bytes"] / g["time_ns"] / 1e3
+    g["intensity"] = g["flops"] / g["bytes"]
+    g["efficiency"] = g["t_min_ns"] / g["time_ns"]
+    g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["time_ns"]
+    g["bound"] = np.where(g["t_min_ns"].isna(), None, np.where(g["compute_ns"] * 2 >= g["time_ns"], "compute", "memory"))
+    return g.drop(columns="compute_ns").sort_values("time_ns", ascending=False).head(n).reset_index(drop=True)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    out = []
+    for row in frame.to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and np.isnan(v) else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()})
+    return out

@@ -1,0 +1,142 @@
+"""Costs onto kernels: every GPU activity gets FLOPs and bytes, or the reason it has none.
+
+- memcpy / memset: the bytes the trace records (a device-to-device copy reads and writes).
+- collective kernels with Kineto collective metadata: the message size it gives.
+- other kernels: their op's cost (see tracekit.costs), shared among the op's kernels in
+  proportion to their time (a split-K GEMM launches two kernels for one op).
+- kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
+  of kernels with the same name and launch grid, but only when every such kernel that has
+  a cost has the very same cost ("inferred"); otherwise their cost stays unknown.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.costs import op_cost
+from tracekit.costs.classify import classify
+from tracekit.costs.comm import kernel_collective_cost
+from tracekit.costs.cost import Cost, Unknown
+from tracekit.trace import Trace
+
+COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
+
+
+def kernel_costs(trace: Trace) -> pd.DataFrame:
+    """One row per kernel (same index as trace.kernels) with the COST_COLUMNS."""
+    k = trace.kernels
+    n = len(k)
+    out = {
+        "flops": np.full(n, np.nan), "bytes_read": np.full(n, np.nan), "bytes_written": np.full(n, np.nan),
+        "cost_kind": np.full(n, None, dtype=object), "dtype": np.full(n, None, dtype=object),
+        "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
+    }
+    duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
+    kind = k["kind"].astype(str).to_numpy()
+    _copies(k, kind, out)
+    _collectives(k, kind, out)
+    _from_ops(trace, kind, duration, out)
+    _inferred(k, out)
+    missing = np.isnan(out["flops"]) & (out["unknown_reason"] == None)  # noqa: E711
+    out["unknown_reason"][missing] = "no op with shapes launched it"
+    frame = pd.DataFrame(out, index=k.index)
+    frame["kernel_class"] = classify(k["name"])
+    for col in ("cost_kind", "dtype", "cost_source", "unknown_reason"):
+        frame[col] = frame[col].astype("category")
+    return frame
+
+
+def _set(out: dict, rows: np.ndarray, cost: Cost, share: np.ndarray | float, source: str) -> None:
+    out["flops"][rows] = cost.flops * share
+    out["bytes_read"][rows] = cost.bytes_read * share
+    out["bytes_written"][rows] = cost.bytes_written * share
+    out["cost_kind"][rows] = cost.kind
+    out["dtype"][rows] = cost.dtype
+    out["cost_source"][rows] = source
+    out["unknown_reason"][rows] = None
+
+
+def _copies(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
+    nbytes = k["bytes"].to_numpy(dtype=np.float64)
+    copy = (kind == "memcpy") & (nbytes >= 0)
+    dtod = copy & k["copy_kind"].astype(str).isin(["DtoD", "PtoP"]).to_numpy()
+    out["flops"][copy] = 0.0
+    out["bytes_read"][copy] = np.where(dtod[copy], nbytes[copy], 0.0)  # host side reads are not HBM traffic
+    out["bytes_written"][copy] = np.where(dtod[copy], nbytes[copy], nbytes[copy])
+    memset = (kind == "memset") & (nbytes >= 0)
+    out["flops"][memset] = 0.0
+    out["bytes_read"][memset] = 0.0
+    out["bytes_written"][memset] = nbytes[memset]
+    for mask in (copy, memset):
+        out["cost_kind"][mask] = "memory"
+        out["dtype"][mask] = "uint8"
+        out["cost_source"][mask] = "trace bytes"
+
+
+def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
+    has_meta = k["collective"].notna().to_numpy() & (kind == "kernel")
+    for row in np.flatnonzero(has_meta):
+        cost = kernel_collective_cost(
+            str(k["collective"].iat[row]), int(k["coll_in_elems"].iat[row]), int(k["coll_out_elems"].iat[row]),
+            str(k["coll_dtype"].iat[row]) if pd.notna(k["coll_dtype"].iat[row]) else None, int(k["coll_group_size"].iat[row]),
+        )
+        if cost is not None:
+            _set(out, np.array([row]), cost, 1.0, "collective metadata")
+
+
+def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> None:
+    k, ops = trace.kernels, trace.ops
+    op = k["op"].to_numpy()
+    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"])
+    if not todo.any():
+        return
+    rows = np.flatnonzero(todo)
+    # An op's cost is split over its kernels (not its memcpys) in proportion to their time.
+    op_of_kernel = op[(op >= 0) & (kind == "kernel")]
+    op_time = pd.Series(duration[(op >= 0) & (kind == "kernel")]).groupby(op_of_kernel).sum()
+    names = ops["name"].astype(str).to_numpy()
+    dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    cache: dict[tuple, Cost | Unknown] = {}
+    for op_row, group in pd.Series(rows).groupby(op[rows]):
+        # Interned inputs: equal inputs are the same objects, so ids make a cheap cache key.
+        key = (names[op_row], id(dims[op_row]), id(types[op_row]), id(concrete[op_row]))
+        cost = cache.get(key)
+        if cost is None:
+            cost = cache[key] = op_cost(names[op_row], dims[op_row], types[op_row], concrete[op_row])
+        kernel_rows = group.to_numpy()
+        if isinstance(cost, Unknown):
+            out["unknown_reason"][kernel_rows] = cost.reason
+            continue
+        total = op_time.get(op_row, 0.0)
+        share = duration[kernel_rows] / total if total > 0 else np.full(len(kernel_rows), 1.0 / len(kernel_rows))
+        _set(out, kernel_rows, cost, share, "op shapes")
+
+
+def _inferred(k: pd.DataFrame, out: dict) -> None:
+    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (k["kind"].astype(str).to_numpy() == "kernel")
+    if not unknown.any():
+        return
+    signature = pd.MultiIndex.from_arrays([k["name"].cat.codes, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"]])
+    known = (out["cost_source"] == "op shapes")
+    if not known.any():
+        return
+    table = pd.DataFrame({
+        "sig": pd.factorize(signature)[0],
+        "flops": out["flops"], "read": out["bytes_read"], "written": out["bytes_written"],
+    })
+    sig = table["sig"].to_numpy()
+    ref = table[known].groupby("sig").agg(
+        flops_min=("flops", "min"), flops_max=("flops", "max"), read_min=("read", "min"), read_max=("read", "max"),
+        written=("written", "first"), read=("read", "first"), flops=("flops", "first"),
+    )
+    same = ref[(ref["flops_min"] == ref["flops_max"]) & (ref["read_min"] == ref["read_max"])]
+    first_known = pd.Series(np.flatnonzero(known), index=sig[known]).groupby(level=0).first()
+    for row in np.flatnonzero(unknown):
+        s = sig[row]
+        if s in same.index:
+            donor = first_known[s]
+            r = same.loc[s]
+            out["flops"][row], out["bytes_read"][row], out["bytes_written"][row] = r["flops"], r["read"], r["written"]
+            out["cost_kind"][row], out["dtype"][row] = out["cost_kind"][donor], out["dtype"][donor]
+            out["cost_source"][row] = "inferred from identical kernels"

@@ -1,0 +1,36 @@
+"""What a kernel is, from its name alone: so that a kernel without an op that has shapes
+still lands in the right block, even though its cost stays unknown."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+# Checked in order; the first match wins (an attention kernel may contain "gemm").
+_RULES: list[tuple[str, re.Pattern]] = [
+    ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|custom_ar", re.I)),
+    ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
+    ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_fw|bn_bw|instance_?norm", re.I)),
+    ("softmax", re.compile(r"softmax", re.I)),
+    ("reduction", re.compile(r"reduce|sum_kernel|argmax|argmin|cumsum|scan|topk|sort", re.I)),
+    ("copy", re.compile(r"^Memcpy|^Memset|copy|cat_|CatArray|fill|transpose|permute|index|gather|scatter|embedding", re.I)),
+    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|Functor|activation|silu|gelu|relu", re.I)),
+    ("triton", re.compile(r"^triton_|triton", re.I)),
+]
+
+
+def classify_name(name: str) -> str:
+    for label, pattern in _RULES:
+        if pattern.search(name):
+            return label
+    return "other"
+
+
+def classify(names: pd.Series) -> pd.Categorical:
+    """Class of every kernel name; each distinct name is matched once."""
+    cat = names.astype("category")
+    labels = np.array([classify_name(str(n)) for n in cat.cat.categories] + ["other"], dtype=object)
+    return pd.Categorical(labels[cat.cat.codes.to_numpy()])

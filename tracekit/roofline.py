@@ -1,0 +1,66 @@
+"""The roofline: how close each kernel runs to what the device allows.
+
+    t_min      = max(flops / peak(kind, dtype), bytes / bandwidth)
+    efficiency = t_min / measured time           (also against sustained bandwidth)
+    bound      = whichever term of t_min is larger: compute, memory, or comm
+
+Bandwidth is HBM for kernels, the interconnect for collectives and the host link for
+host<->device copies. Groups aggregate as sum(t_min) / sum(measured). Efficiency over 100%
+is flagged (cache-resident data, or a model error), never clipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import DEFAULT_SUSTAINED, Device
+
+OVER_PEAK = 1.05  # efficiencies above this are counted as "above the roofline"
+ROOFLINE_COLUMNS = ["t_min_ns", "t_min_sustained_ns", "efficiency", "efficiency_sustained", "bound", "intensity",
+                    "achieved_tflops", "achieved_tbps", "over_peak"]
+
+
+def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device, sustained: float = DEFAULT_SUSTAINED) -> pd.DataFrame:
+    """Roofline columns for every kernel (NaN where its cost is unknown)."""
+    measured = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    flops = costs["flops"].to_numpy(dtype=np.float64)
+    nbytes = (costs["bytes_read"] + costs["bytes_written"]).to_numpy(dtype=np.float64)
+    kind = costs["cost_kind"].astype(object).to_numpy()
+    dtype = costs["dtype"].astype(object).to_numpy()
+
+    peak = np.full(len(kernels), np.nan)
+    for (k, d), rows in pd.Series(np.arange(len(kernels))).groupby([kind, dtype]).groups.items() if len(kernels) else []:
+        value = device.peak_flops(str(k), str(d)) if k in ("matrix", "vector", "comm") else None
+        peak[np.asarray(rows)] = value if value else np.nan
+    bandwidth = np.full(len(kernels), device.bandwidth)
+    bandwidth[kind == "comm"] = device.interconnect if device.interconnect else np.nan
+    host = kernels["copy_kind"].astype(str).isin(["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]).to_numpy()
+    bandwidth[host] = device.host_link_gbps * 1e9
+
+    # No FLOPs needs no compute peak; FLOPs without a peak for their dtype leave t_min unknown.
+    t_compute = np.where(flops > 0, flops / peak * 1e9, 0.0)
+    t_memory = nbytes / bandwidth * 1e9
+    t_min = np.maximum(t_compute, t_memory)
+    t_min_sustained = np.maximum(t_compute, t_memory / sustained)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        efficiency = np.where(measured > 0, t_min / measured, np.nan)
+        efficiency_sustained = np.where(measured > 0, t_min_sustained / measured, np.nan)
+        intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
+        achieved_tflops = flops / measured / 1e3
+        achieved_tbps = nbytes / measured / 1e3
+    bound = np.where(np.isnan(t_min), None, np.where(t_compute >= t_memory, "compute", np.where(kind == "comm", "comm", "memory")))
+    return pd.DataFrame({
+        "t_min_ns": t_min, "t_min_sustained_ns": t_min_sustained,
+        "efficiency": efficiency, "efficiency_sustained": efficiency_sustained,
+        "bound": pd.Categorical(bound), "intensity": intensity,
+        "achieved_tflops": achieved_tflops, "achieved_tbps": achieved_tbps,
+        "over_peak": efficiency > OVER_PEAK,
+    }, index=kernels.index)
+
+
+def group_efficiency(t_min: pd.Series, measured: pd.Series) -> float:
+    """sum(t_min) / sum(measured) over the kernels with a t_min."""
+    known = t_min.notna()
+    total = measured[known].sum()
+    return float(t_min[known].sum() / total) if total > 0 else float("nan")
