@@ -25,7 +25,7 @@ def _load(path: str):
 def _console():
     from rich.console import Console
 
-    return Console(width=max(100, Console().width))
+    return Console(width=max(150, Console().width))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,11 +52,37 @@ def info(path: str, fmt: str, top: int) -> None:
 
 @cli.command()
 @click.argument("path")
+@click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
+@click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml).")
+@click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-@click.option("--top", default=15, show_default=True, help="How many kernels to list.")
-def analyze(path: str, fmt: str, top: int) -> None:
-    """Analyse a trace (for now: what `info` shows plus the top kernels)."""
-    info.callback(path, fmt, top)
+@click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
+def analyze(path: str, device: str | None, device_file: str | None, sustained: float, fmt: str, top: int) -> None:
+    """Costs and roofline: coverage, top kernels and ops with achieved TFLOP/s, TB/s, efficiency and bound."""
+    from tracekit.api import analyze as run
+    from tracekit.reports import analyze as render
+
+    analysis = run(path, device=device, device_file=device_file, sustained=sustained)
+    for warning in analysis.warnings:
+        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+    if fmt == "json":
+        click.echo(render.to_json(analysis, top))
+    else:
+        analysis.warnings = []  # already on stderr
+        render.render_console(analysis, _console(), top)
+
+
+@cli.command()
+@click.option("--device-file", type=click.Path(dir_okay=False), help="Also list the devices of this TOML file.")
+def devices(device_file: str | None) -> None:
+    """The GPUs tracekit knows, with their peaks and the names they match."""
+    from tracekit.hardware import builtin_devices, load_device_file
+    from tracekit.reports.analyze import render_devices
+
+    known = builtin_devices()
+    if device_file:
+        known.update(load_device_file(device_file))
+    render_devices(known, _console())
 
 
 def main(argv: list[str] | None = None) -> None:

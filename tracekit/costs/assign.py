@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.costs import op_cost
+from tracekit.costs.autograd import conv_hints
 from tracekit.costs.classify import classify
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
@@ -38,13 +39,24 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
     _inferred(k, out)
-    missing = np.isnan(out["flops"]) & (out["unknown_reason"] == None)  # noqa: E711
-    out["unknown_reason"][missing] = "no op with shapes launched it"
+    _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
     frame["kernel_class"] = classify(k["name"])
     for col in ("cost_kind", "dtype", "cost_source", "unknown_reason"):
         frame[col] = frame[col].astype("category")
     return frame
+
+
+def _reasons_without_op(k: pd.DataFrame, out: dict) -> None:
+    missing = np.isnan(out["flops"]) & (out["unknown_reason"] == None)  # noqa: E711
+    reasons = np.select(
+        [k["launched_before_capture"].to_numpy(), k["graph_launch"].to_numpy(), k["launch"].to_numpy() < 0],
+        ["launched before the capture began: no op was recorded for it",
+         "launched by a CUDA/HIP graph: the trace records no op for graph kernels",
+         "no launch call was recorded for it"],
+        default="no op with recorded shapes encloses its launch",
+    )
+    out["unknown_reason"][missing] = reasons[missing]
 
 
 def _set(out: dict, rows: np.ndarray, cost: Cost, share: np.ndarray | float, source: str) -> None:
@@ -98,12 +110,14 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     names = ops["name"].astype(str).to_numpy()
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     cache: dict[tuple, Cost | Unknown] = {}
+    hints = conv_hints(ops)
     for op_row, group in pd.Series(rows).groupby(op[rows]):
         # Interned inputs: equal inputs are the same objects, so ids make a cheap cache key.
-        key = (names[op_row], id(dims[op_row]), id(types[op_row]), id(concrete[op_row]))
+        hint = hints.get(op_row)
+        key = (names[op_row], id(dims[op_row]), id(types[op_row]), id(concrete[op_row]), repr(hint) if hint else None)
         cost = cache.get(key)
         if cost is None:
-            cost = cache[key] = op_cost(names[op_row], dims[op_row], types[op_row], concrete[op_row])
+            cost = cache[key] = op_cost(names[op_row], dims[op_row], types[op_row], concrete[op_row], hint)
         kernel_rows = group.to_numpy()
         if isinstance(cost, Unknown):
             out["unknown_reason"][kernel_rows] = cost.reason

@@ -47,7 +47,11 @@ def _forward(x: OpInputs, bias_at: int | None, stride_at: int, padding_at: int, 
     # transposed_at: the input that says so, True for ops that always are, None for never
     transposed = transposed_at is True or (isinstance(transposed_at, int) and not isinstance(transposed_at, bool) and bool(x.scalar(transposed_at, False)))
     groups = int(x.scalar(groups_at, 1) or 1)
-    out_spatial = output_spatial(inp[2:], w[2:], x.scalar(stride_at), x.scalar(padding_at), x.scalar(dilation_at),
+    hinted = x.hints.get("output_shape")
+    if hinted is not None and x.scalar(stride_at) is None:
+        out_spatial = list(hinted[2:])  # from the backward pass's grad_output (costs/autograd.py)
+    else:
+        out_spatial = output_spatial(inp[2:], w[2:], x.scalar(stride_at), x.scalar(padding_at), x.scalar(dilation_at),
                                  transposed, x.scalar(output_padding_at) if output_padding_at is not None else None)
     if min(out_spatial) <= 0:
         raise CostError(f"convolution of {inp} by {w} has an empty output {out_spatial}")
@@ -69,8 +73,8 @@ def convolution(x: OpInputs) -> Cost:
 @register("aten::cudnn_convolution")
 def cudnn_convolution(x: OpInputs) -> Cost:
     # (input, weight, padding, stride, dilation, groups, benchmark, deterministic, allow_tf32)
-    if x.scalar(3) is None:
-        raise CostError("stride and padding not recorded (2021 schema has no concrete inputs)")
+    if x.scalar(3) is None and "output_shape" not in x.hints:
+        raise CostError("stride and padding not recorded (2021 schema has no concrete inputs) and no backward pass gives the output size")
     return _forward(x, None, 3, 2, 4, None, None, 5)
 
 
@@ -109,7 +113,7 @@ def conv_backward_input(x: OpInputs) -> Cost:
     grad_out, w = x.shape(1), x.shape(2)
     dtype = x.dtype(1)
     flops = conv_flops(grad_out[0], w, grad_out[2:])
-    size = x.scalar(0)
+    size = x.scalar(0) or x.hints.get("input_size")
     written = math.prod(size) * element_bytes(dtype) if isinstance(size, list) and size else None
     if written is None:
         raise CostError("the input size of a backward-input convolution was not recorded")
@@ -119,7 +123,7 @@ def conv_backward_input(x: OpInputs) -> Cost:
 @register("aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight")
 def conv_backward_weight(x: OpInputs) -> Cost:
     # (weight_size, grad_output, input, padding, stride, dilation, groups, ...)
-    size = x.scalar(0)
+    size = x.scalar(0) or x.hints.get("weight_size")
     if not isinstance(size, list) or not size:
         raise CostError("the weight size of a backward-weight convolution was not recorded")
     grad_out = x.shape(1)

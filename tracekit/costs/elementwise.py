@@ -38,49 +38,54 @@ def result_dtype(x: OpInputs, tensors: list[int]) -> str:
     return x.dtype(max(tensors, key=rank))
 
 
-def elementwise_cost(x: OpInputs, *, flops_per_element: float = 1.0, out_dtype: str | None = None,
+def elementwise_cost(x: OpInputs, *, arity: int, flops_per_element: float = 1.0, out_dtype: str | None = None,
                      in_place: bool = False, reads: bool = True) -> Cost:
-    tensors = x.tensor_indices()
+    """`arity` tensors are operands; a further dimensioned tensor is an `out=` argument
+    (written, not read). 0-d entries are scalars: their bytes are negligible."""
+    tensors = [i for i in x.tensor_indices() if len(x.shape(i)) > 0] or x.tensor_indices()
     if not tensors:
         raise CostError("no tensor input with a known dtype")
-    shapes = [x.shape(i) for i in tensors]
+    operands = tensors[:arity]
+    shapes = [x.shape(i) for i in operands]
     out_shape = shapes[0] if in_place else broadcast_shape(shapes)
     n_out = math.prod(out_shape)
-    dtype = result_dtype(x, tensors)
+    dtype = result_dtype(x, operands)
     out_dtype = out_dtype or dtype
-    read = sum(x.nbytes(i) for i in tensors) if reads else 0.0
+    read = sum(x.nbytes(i) for i in operands) if reads else 0.0
     return Cost(flops_per_element * n_out, read, n_out * element_bytes(out_dtype), "vector", dtype)
 
 
-def _register_all(names: str, **kwargs) -> None:
-    ops = [n for n in names.split()]
-    plain = [f"aten::{n}" for n in ops]
-    inplace = [f"aten::{n}_" for n in ops]
-    register(*plain)(lambda x: elementwise_cost(x, **kwargs))
-    register(*inplace)(lambda x: elementwise_cost(x, in_place=True, **kwargs))
+def _register_all(names: str, arity: int, **kwargs) -> None:
+    ops = names.split()
+    register(*(f"aten::{n}" for n in ops))(lambda x: elementwise_cost(x, arity=arity, **kwargs))
+    register(*(f"aten::{n}_" for n in ops))(lambda x: elementwise_cost(x, arity=arity, in_place=True, **kwargs))
 
 
 _register_all(
     "abs neg exp exp2 expm1 log log2 log10 log1p sqrt rsqrt reciprocal sigmoid tanh relu gelu silu mish "
     "hardswish hardsigmoid hardtanh elu leaky_relu softplus sin cos tan erf erfc floor ceil round trunc sign "
-    "bitwise_not logical_not clamp clamp_min clamp_max nan_to_num square "
-    "add sub mul div pow maximum minimum fmod remainder bitwise_and bitwise_or bitwise_xor "
-    "logical_and logical_or atan2 copysign hypot lerp addcmul addcdiv where masked_fill xlogy"
+    "bitwise_not logical_not clamp clamp_min clamp_max nan_to_num square", 1,
 )
-_register_all("eq ne lt le gt ge isnan isinf isfinite", out_dtype="bool")
+_register_all(
+    "add sub mul div pow maximum minimum fmod remainder bitwise_and bitwise_or bitwise_xor "
+    "logical_and logical_or atan2 copysign hypot xlogy masked_fill", 2,
+)
+_register_all("lerp addcmul addcdiv where", 3)
+_register_all("eq ne lt le gt ge", 2, out_dtype="bool")
+_register_all("isnan isinf isfinite", 1, out_dtype="bool")
 
 # Backward of activations: read grad and saved input/output, write grad_input.
 register(
     "aten::threshold_backward", "aten::gelu_backward", "aten::silu_backward", "aten::sigmoid_backward",
     "aten::tanh_backward", "aten::hardswish_backward", "aten::elu_backward", "aten::leaky_relu_backward",
     "aten::softplus_backward", "aten::hardtanh_backward", "aten::mish_backward",
-)(lambda x: elementwise_cost(x, flops_per_element=2.0))
+)(lambda x: elementwise_cost(x, arity=2, flops_per_element=2.0))
 
 
 @register("aten::fill_", "aten::zero_", "aten::normal_", "aten::uniform_", "aten::bernoulli_", "aten::random_")
 def fill(x: OpInputs) -> Cost:
     """Writes its tensor, reads nothing of it."""
-    cost = elementwise_cost(x, in_place=True, reads=False)
+    cost = elementwise_cost(x, arity=1, in_place=True, reads=False)
     return Cost(cost.flops, 0.0, cost.bytes_written, "memory", cost.dtype)
 
 

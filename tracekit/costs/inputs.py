@@ -12,12 +12,14 @@ MAX_ELEMENTS = 1 << 45  # 32 Ti elements: beyond any real tensor; a larger shape
 
 
 class OpInputs:
-    def __init__(self, dims: Any, types: Any, concrete: Any):
+    def __init__(self, dims: Any, types: Any, concrete: Any, hints: dict[str, Any] | None = None):
         if not isinstance(dims, list):
             raise CostError("no input dims recorded (record_shapes=False?)")
         self.dims = dims
         self.types = types if isinstance(types, list) else []
         self.concrete = concrete if isinstance(concrete, list) else []
+        # Sizes known from elsewhere in the trace (see costs/autograd.py), by name.
+        self.hints = hints or {}
 
     def __len__(self) -> int:
         return len(self.dims)

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.reports.format import duration, percent, shorten
+from tracekit.reports.format import duration, kernel_label, percent
 
 
 def to_json(inv: dict[str, Any]) -> str:
@@ -49,5 +49,5 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
     top.add_column("time", justify="right")
     top.add_column("share", justify="right")
     for row in inv["top_kernels"]:
-        top.add_row(shorten(row["name"]), f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"]))
+        top.add_row(kernel_label(row["name"]), f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"]))
     console.print(top)

@@ -1,0 +1,85 @@
+"""`tracekit analyze`: the coverage line, the top kernels and ops with their roofline."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tracekit.analysis import Analysis, top_kernels
+from tracekit.reports.format import duration, kernel_label, percent, shorten
+
+
+def to_json(analysis: Analysis, top: int) -> str:
+    return json.dumps(analysis.to_dict(top), indent=2, default=str)
+
+
+def _num(value: Any, fmt: str = "{:,.2f}") -> str:
+    return "-" if value is None or value != value else fmt.format(value)
+
+
+def _efficiency(peak: Any, sustained: Any) -> str:
+    if peak is None or peak != peak:
+        return "-"
+    flag = " [bold red]>peak[/]" if peak > 1.05 else ""
+    return f"{percent(peak)} / {percent(sustained)}{flag}"
+
+
+def coverage_line(analysis: Analysis) -> str:
+    c = analysis.coverage
+    sources = ", ".join(f"{k} {percent(v)}" for k, v in sorted(c["modeled_share_by_source"].items(), key=lambda kv: -kv[1]))
+    return (f"coverage    {percent(c['modeled_share'])} of GPU kernel time has a cost "
+            f"({c['kernels_modeled']:,} of {c['kernels']:,} kernels; {sources or 'none'}); "
+            f"above 105% of peak: {percent(c['over_peak_share'])} of modeled time")
+
+
+def render_console(analysis: Analysis, console: Console, top: int) -> None:
+    meta, dev, c = analysis.meta, analysis.device, analysis.coverage
+    console.print(f"[bold]{meta.get('path')}[/bold]  ({meta.get('format')}, span {duration(meta.get('span_ns'))})")
+    console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
+                  f"(sustained {analysis.sustained:.0%}), source: {dev.source}")
+    console.print(coverage_line(analysis))
+    console.print(f"roofline    kernel time at {percent(c['efficiency'])} of the peak roofline, "
+                  f"{percent(c['efficiency_sustained'])} of the sustained one (sum t_min / sum time over modeled kernels)")
+    for w in analysis.warnings:
+        console.print(f"[yellow]warning[/]     {w}")
+
+    table = Table(title="Top kernels by GPU time", header_style="bold")
+    for col, justify in [("kernel", "left"), ("class", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
+                         ("TFLOP/s", "right"), ("TB/s", "right"), ("FLOP/B", "right"), ("eff. peak / sust.", "right"), ("bound", "left")]:
+        table.add_column(col, justify=justify, overflow="fold")
+    for r in top_kernels(analysis, top).to_dict(orient="records"):
+        table.add_row(kernel_label(r["name"], 60), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
+                      _num(r["achieved_tflops"]), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
+                      _efficiency(r["efficiency"], r["efficiency_sustained"]), r["bound"] or "-")
+    console.print(table)
+
+    ops = Table(title="Top ops by GPU time", header_style="bold")
+    for col, justify in [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("time", "right"), ("GFLOP", "right"),
+                         ("MB", "right"), ("efficiency", "right"), ("bound", "left")]:
+        ops.add_column(col, justify=justify, overflow="fold")
+    for r in analysis.ops.head(top).to_dict(orient="records"):
+        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), _num(r["flops"] / 1e9 if r["flops"] == r["flops"] else None),
+                    _num(r["bytes"] / 1e6 if r["bytes"] == r["bytes"] else None), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", r["bound"] or "-")
+    console.print(ops)
+
+    if c["top_unmodeled"]:
+        un = Table(title="Top kernels without a cost, and why", header_style="bold")
+        for col in ("kernel", "time", "share", "reason"):
+            un.add_column(col, overflow="fold")
+        for r in c["top_unmodeled"]:
+            un.add_row(kernel_label(r["name"], 60), duration(r["time_ns"]), percent(r["share"]), r["reason"])
+        console.print(un)
+
+
+def render_devices(devices: dict, console: Console) -> None:
+    table = Table(title="Known devices (dense peaks)", header_style="bold")
+    for col in ("key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "matches"):
+        table.add_column(col, overflow="fold")
+    for d in devices.values():
+        half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
+        table.add_row(d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"), _num(d.vector_tflops.get("fp32"), "{:,.1f}"),
+                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.match))
+    console.print(table)
