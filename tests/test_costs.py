@@ -1,0 +1,137 @@
+"""Cost formulas against hand computation, and bad inputs that must cost one op, not a crash."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracekit.costs import Cost, Unknown, known_ops, op_cost
+from tracekit.costs.attention import BOTTOM_RIGHT, TOP_LEFT, score_pairs
+from tracekit.costs.conv import output_spatial
+
+BF16 = "c10::BFloat16"
+
+
+def test_mm_is_2mnk_and_bf16_bytes_are_2_mk_kn_mn():
+    m, k, n = 4096, 1024, 2816
+    c = op_cost("aten::mm", [[m, k], [k, n]], [BF16, BF16], ["", ""])
+    assert c.flops == 2 * m * n * k
+    assert c.bytes == 2 * (m * k + k * n + m * n)
+    assert (c.kind, c.dtype) == ("matrix", "bf16")
+
+
+def test_addmm_adds_the_bias():
+    c = op_cost("aten::addmm", [[640], [888, 2880], [2880, 640], [], []], [BF16] * 3 + ["Scalar"] * 2, ["", "", "", "1", "1"])
+    assert c.flops == 2 * 888 * 640 * 2880 + 888 * 640
+    assert c.bytes_read == 2 * (888 * 2880 + 2880 * 640 + 640)
+    assert c.bytes_written == 2 * 888 * 640
+
+
+def test_bmm_linear_matmul():
+    assert op_cost("aten::bmm", [[8, 16, 32], [8, 32, 64]], ["float", "float"], []).flops == 2 * 8 * 16 * 64 * 32
+    lin = op_cost("aten::linear", [[2, 10, 64], [128, 64], [128]], ["float"] * 3, [])
+    assert lin.flops == 2 * 20 * 128 * 64 + 20 * 128
+    mat = op_cost("aten::matmul", [[5, 1, 7, 3], [4, 3, 2]], ["float", "float"], [])
+    assert mat.flops == 2 * (5 * 4) * 7 * 2 * 3  # batch dims broadcast to [5, 4]
+
+
+def test_fp8_scaled_mm_reads_one_byte_per_element():
+    c = op_cost("aten::_scaled_mm", [[128, 256], [256, 512], [], [], [], []], ["c10::Float8_e4m3fn"] * 2 + ["float", "float", "", ""], [])
+    assert c.flops == 2 * 128 * 512 * 256 and c.dtype == "fp8"
+    assert c.bytes_read == 128 * 256 + 256 * 512 + 2 * 4  # + the two fp32 scales
+    assert c.bytes_written == 2 * 128 * 512  # bf16 output
+
+
+@pytest.mark.parametrize(
+    "sq, sk, causal, pairs",
+    [
+        (8, 8, None, 64), (8, 8, TOP_LEFT, 32), (8, 8, BOTTOM_RIGHT, 32),
+        (1, 10, BOTTOM_RIGHT, 10),  # a decode step sees the whole cache
+        (1, 10, TOP_LEFT, 1),  # torch's top-left mask lets the first query see one key
+        (3, 5, TOP_LEFT, 1 + 2 + 3), (3, 5, BOTTOM_RIGHT, 3 + 4 + 5),
+        (5, 3, TOP_LEFT, 1 + 2 + 3 + 3 + 3), (5, 3, BOTTOM_RIGHT, 0 + 0 + 1 + 2 + 3),
+    ],
+)
+def test_causal_pairs_are_counted_exactly(sq, sk, causal, pairs):
+    assert score_pairs(sq, sk, causal) == pairs
+
+
+def test_flash_attention_forward_bshd_with_gqa_bytes():
+    # _flash_attention_forward takes [B, S, H, D]; 16 query heads over 4 KV heads
+    dims = [[2, 128, 16, 64], [2, 128, 4, 64], [2, 128, 4, 64]] + [[]] * 12
+    types = [BF16] * 3 + [""] * 12
+    concrete = [""] * 8 + ["True"] + [""] * 6
+    c = op_cost("aten::_flash_attention_forward", dims, types, concrete)
+    assert c.flops == 4 * 2 * 16 * (128 * 128 / 2) * 64
+    assert c.bytes_read == 2 * (2 * 128 * 16 * 64 + 2 * 2 * 128 * 4 * 64)
+    assert c.bytes_written == 2 * 2 * 128 * 16 * 64
+
+
+def test_varlen_flash_attention_assumes_equal_lengths_and_says_so():
+    dims = [[1000, 8, 64], [1000, 8, 64], [1000, 8, 64], [5], [5]] + [[]] * 10
+    c = op_cost("aten::_flash_attention_forward", dims, [BF16] * 3 + ["int", "int"] + [""] * 10, [""] * 8 + ["False"] + [""] * 6)
+    assert c.flops == 4 * 4 * 8 * 250 * 250 * 64  # 4 sequences of 250 tokens
+    assert "equal length" in c.note
+
+
+def test_conv_output_size_and_flops():
+    assert output_spatial([224, 224], [7, 7], [2, 2], [3, 3], [1, 1]) == [112, 112]
+    assert output_spatial([16, 16], [2, 2], [2, 2], [0, 0], [1, 1], transposed=True) == [32, 32]
+    # miopen_convolution(input, weight, bias, padding, stride, dilation, groups, ...)
+    c = op_cost("aten::miopen_convolution", [[10, 256, 14, 14], [512, 256, 3, 3], [], [], [], [], [], [], []],
+                [BF16, BF16, "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "Scalar", "Scalar"],
+                ["", "", "", "[1, 1]", "[2, 2]", "[1, 1]", "1", "False", "False"])
+    assert c.flops == 2 * 10 * 512 * 256 * 9 * 7 * 7
+    assert c.bytes_written == 2 * 10 * 512 * 7 * 7
+
+
+def test_elementwise_broadcast_out_tensor_and_promotion():
+    c = op_cost("aten::mul", [[16, 16, 559, 64], [1, 1, 559, 64]], [BF16, BF16], ["", ""])
+    n = 16 * 16 * 559 * 64
+    assert c.flops == n and c.bytes_read == 2 * (n + 559 * 64) and c.bytes_written == 2 * n
+    # clamp_min(self, min, out): the third tensor is the output, written not read
+    out = op_cost("aten::clamp_min", [[32, 64], [], [32, 64]], ["float", "Int", "float"], [])
+    assert out.bytes_read == 4 * 32 * 64 and out.bytes_written == 4 * 32 * 64
+    # a bf16 tensor times an fp32 0-d tensor stays bf16
+    assert op_cost("aten::mul", [[8, 8], []], [BF16, "float"], []).dtype == "bf16"
+    assert op_cost("aten::eq", [[8], [8]], ["long int", "long int"], []).bytes_written == 8  # bool output
+
+
+def test_copy_cast_reads_source_dtype_and_writes_destination_dtype():
+    c = op_cost("aten::copy_", [[1024], [1024], []], [BF16, "float", "Scalar"], ["", "", "False"])
+    assert (c.bytes_read, c.bytes_written, c.flops) == (4096, 2048, 0)
+
+
+def test_layer_norm_moves_the_activation_twice():
+    c = op_cost("aten::native_layer_norm", [[1, 141, 512], [], [512], [512], []], [BF16, "ScalarList", BF16, BF16, "Scalar"], [])
+    n = 141 * 512
+    assert c.bytes_read == 2 * (n + 1024) and c.bytes_written == 2 * n and c.kind == "vector"
+
+
+@pytest.mark.parametrize(
+    "name, dims, types, reason",
+    [
+        ("aten::mm", [[4, 8], [8, 2]], ["c10::Float7", "float"], "unknown dtype"),
+        ("aten::mm", None, None, "no input dims"),
+        ("aten::mm", [], [], "has no shape"),
+        ("aten::mm", [[4, -8], [-8, 2]], ["float", "float"], "negative"),
+        ("aten::mm", [[1 << 40, 1 << 30], [1 << 30, 2]], ["float", "float"], "absurd"),
+        ("aten::mm", [[4, 8], [9, 2]], ["float", "float"], "inner dimensions differ"),
+        ("aten::addmm", [["x"], [4, 8], [8, 2]], ["float"] * 3, "not a tensor shape"),
+        ("aten::frobnicate", [[4]], ["float"], "no cost model"),
+        ("aten::_flash_attention_forward", [[2, 3], [2, 3], [2, 3]], [BF16] * 3, "expected [batch"),
+        ("aten::_flash_attention_forward", [[2, 3]], [BF16], "input 1 has no shape"),
+    ],
+)
+def test_bad_inputs_give_an_unknown_cost_with_a_reason(name, dims, types, reason):
+    cost = op_cost(name, dims, types, [])
+    assert isinstance(cost, Unknown)
+    assert reason in cost.reason
+
+
+def test_every_family_is_registered():
+    ops = set(known_ops())
+    for name in ("aten::mm", "aten::_scaled_mm", "aten::_flash_attention_backward", "flash_attn::_flash_attn_varlen_forward",
+                 "aten::convolution_backward", "aten::add", "aten::sum", "aten::_softmax", "aten::native_batch_norm_backward",
+                 "aten::embedding", "aten::cat", "aten::copy_", "record_param_comms"):
+        assert name in ops
+    assert isinstance(op_cost("aten::add", [[4], [4], []], ["float", "float", "Scalar"], []), Cost)
