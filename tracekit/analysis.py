@@ -22,7 +22,7 @@ class Analysis:
     kernels: pd.DataFrame  # one row per GPU activity: trace columns + costs + roofline + op name
     ops: pd.DataFrame  # one row per (op name, input shapes) that launched GPU work
     coverage: dict[str, Any]
-    device: Device
+    device: Device | None  # None for a CPU-only profile
     sustained: float
     meta: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
@@ -32,7 +32,7 @@ class Analysis:
             "schema_version": SCHEMA_VERSION,
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
-                       "sustained_bandwidth_factor": self.sustained, "source": self.device.source},
+                       "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
             "coverage": self.coverage,
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
@@ -40,14 +40,15 @@ class Analysis:
         }
 
 
-def build(trace: Trace, device: Device, sustained: float = DEFAULT_SUSTAINED) -> Analysis:
+def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED) -> Analysis:
     costs = kernel_costs(trace)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
     op_names = trace.ops["name"].astype(str).to_numpy()
     op_name = np.where(k["op"].to_numpy() >= 0, op_names[np.maximum(k["op"].to_numpy(), 0)] if len(op_names) else None, None)
     kernels = pd.concat([k, costs, roof], axis=1).assign(duration_ns=k["end"] - k["start"], op_name=pd.Categorical(op_name))
-    return Analysis(kernels, _ops_table(kernels, trace), _coverage(kernels), device, sustained, trace.meta, list(trace.warnings))
+    ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
+    return Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings))
 
 
 def _shapes(dims: Any) -> str:
@@ -76,6 +77,33 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     grouped["efficiency"] = grouped["t_min_ns"] / grouped["time_ns"]
     grouped["bound"] = np.where(grouped["t_min_ns"].isna(), None, np.where(grouped["compute_ns"] * 2 >= grouped["time_ns"], "compute", "memory"))
     return grouped.drop(columns="compute_ns").sort_values("time_ns", ascending=False).reset_index(drop=True)
+
+
+def _cpu_ops_table(trace: Trace) -> pd.DataFrame:
+    """A profile without GPU work: its innermost ops, costed, against their CPU time."""
+    from tracekit.costs import Cost, op_cost
+
+    ops = trace.ops
+    if ops.empty:
+        return pd.DataFrame(columns=["op", "shapes", "calls", "time_ns", "flops", "bytes"])
+    leaf = ~np.isin(np.arange(len(ops)), ops["parent"].to_numpy())
+    rows = ops[leaf]
+    costs = [op_cost(n, d, t, c) for n, d, t, c in zip(rows["name"].astype(str), rows["input_dims"], rows["input_types"], rows["concrete_inputs"])]
+    frame = pd.DataFrame({
+        "op": rows["name"].astype(str).to_numpy(), "shapes": [_shapes(d) for d in rows["input_dims"]],
+        "time_ns": (rows["end"] - rows["start"]).to_numpy(),
+        "flops": [c.flops if isinstance(c, Cost) else np.nan for c in costs],
+        "bytes": [c.bytes if isinstance(c, Cost) else np.nan for c in costs],
+    })
+    grouped = frame.groupby(["op", "shapes"], sort=False).agg(
+        calls=("time_ns", "size"), time_ns=("time_ns", "sum"),
+        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
+    ).reset_index()
+    grouped["kernels"] = 0
+    grouped["t_min_ns"] = np.nan
+    grouped["efficiency"] = np.nan
+    grouped["bound"] = None
+    return grouped.sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
 def _coverage(k: pd.DataFrame) -> dict[str, Any]:

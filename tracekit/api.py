@@ -53,6 +53,8 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             sustained: float = DEFAULT_SUSTAINED) -> Analysis:
     """Load a trace and analyse it: costs, roofline and coverage on the named (or recorded) GPU."""
     trace = load(path)
-    spec = resolve(device_name(trace), device, device_file, source=os.fspath(path))
+    gpu_work = len(trace.kernels) > 0
+    # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
+    spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None
     with _gc_paused():
         return build(trace, spec, sustained)

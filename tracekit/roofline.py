@@ -21,8 +21,11 @@ ROOFLINE_COLUMNS = ["t_min_ns", "t_min_sustained_ns", "efficiency", "efficiency_
                     "achieved_tflops", "achieved_tbps", "over_peak"]
 
 
-def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device, sustained: float = DEFAULT_SUSTAINED) -> pd.DataFrame:
+def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device | None, sustained: float = DEFAULT_SUSTAINED) -> pd.DataFrame:
     """Roofline columns for every kernel (NaN where its cost is unknown)."""
+    if device is None or not len(kernels):
+        empty = pd.DataFrame({c: np.full(len(kernels), np.nan) for c in ROOFLINE_COLUMNS}, index=kernels.index)
+        return empty.assign(bound=pd.Categorical([None] * len(kernels)), over_peak=np.zeros(len(kernels), dtype=bool))
     measured = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     flops = costs["flops"].to_numpy(dtype=np.float64)
     nbytes = (costs["bytes_read"] + costs["bytes_written"]).to_numpy(dtype=np.float64)

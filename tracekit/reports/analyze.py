@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.analysis import Analysis, top_kernels
-from tracekit.reports.format import duration, kernel_label, percent, shorten
+from tracekit.reports.format import duration, kernel_label, percent, shorten, si
 
 
 def to_json(analysis: Analysis, top: int) -> str:
@@ -38,6 +38,10 @@ def coverage_line(analysis: Analysis) -> str:
 def render_console(analysis: Analysis, console: Console, top: int) -> None:
     meta, dev, c = analysis.meta, analysis.device, analysis.coverage
     console.print(f"[bold]{meta.get('path')}[/bold]  ({meta.get('format')}, span {duration(meta.get('span_ns'))})")
+    if dev is None:
+        console.print("device      none: the trace holds no GPU activity (a CPU-only profile); its innermost ops are costed against CPU time")
+        _ops(analysis, console, top, title="Top innermost CPU ops by time, with their FLOPs and bytes")
+        return
     console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
                   f"(sustained {analysis.sustained:.0%}), source: {dev.source}")
     console.print(coverage_line(analysis))
@@ -56,15 +60,22 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
                       _efficiency(r["efficiency"], r["efficiency_sustained"]), r["bound"] or "-")
     console.print(table)
 
-    ops = Table(title="Top ops by GPU time", header_style="bold")
-    for col, justify in [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("time", "right"), ("GFLOP", "right"),
-                         ("MB", "right"), ("efficiency", "right"), ("bound", "left")]:
+    _ops(analysis, console, top, title="Top ops by GPU time")
+    _unmodeled(analysis, console)
+
+
+def _ops(analysis: Analysis, console: Console, top: int, title: str) -> None:
+    ops = Table(title=title, header_style="bold")
+    for col, justify in [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("time", "right"), ("FLOP", "right"),
+                         ("bytes", "right"), ("efficiency", "right"), ("bound", "left")]:
         ops.add_column(col, justify=justify, overflow="fold")
     for r in analysis.ops.head(top).to_dict(orient="records"):
-        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), _num(r["flops"] / 1e9 if r["flops"] == r["flops"] else None),
-                    _num(r["bytes"] / 1e6 if r["bytes"] == r["bytes"] else None), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", r["bound"] or "-")
+        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", r["bound"] or "-")
     console.print(ops)
 
+
+def _unmodeled(analysis: Analysis, console: Console) -> None:
+    c = analysis.coverage
     if c["top_unmodeled"]:
         un = Table(title="Top kernels without a cost, and why", header_style="bold")
         for col in ("kernel", "time", "share", "reason"):

@@ -72,3 +72,13 @@ def kernel_label(name: str, width: int = 70) -> str:
     if base.split("::")[-1] in _WRAPPERS and simple:
         return shorten(simple[0], width)
     return shorten(f"{base.strip()}<{', '.join(simple)}>", width)
+
+
+def si(value: float | None, unit: str = "") -> str:
+    """1.23e9 -> '1.23 G'; None / NaN -> '-'."""
+    if value is None or value != value:
+        return "-"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {prefix}{unit}"
+    return f"{value:,.0f} {unit}".rstrip()
