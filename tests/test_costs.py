@@ -135,3 +135,19 @@ def test_every_family_is_registered():
                  "aten::embedding", "aten::cat", "aten::copy_", "record_param_comms"):
         assert name in ops
     assert isinstance(op_cost("aten::add", [[4], [4], []], ["float", "float", "Scalar"], []), Cost)
+
+
+def test_max_pool_forward_and_backward():
+    # ResNet stem: 3x3 window, stride 2, padding 1 on 112x112 -> 56x56
+    c = op_cost("aten::max_pool2d_with_indices", [[10, 64, 112, 112], [], [], [], [], []],
+                [BF16, "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar"], ["", "[3, 3]", "[2, 2]", "[1, 1]", "[1, 1]", "False"])
+    n_out = 10 * 64 * 56 * 56
+    assert c.flops == n_out * 9 and c.bytes_read == 2 * 10 * 64 * 112 * 112
+    back = op_cost("aten::max_pool2d_with_indices_backward", [[10, 64, 56, 56], [10, 64, 112, 112], [], [], [], [], [], [10, 64, 56, 56]],
+                   [BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "ScalarList", "Scalar", "long int"], [])
+    assert back.bytes_read == 2 * n_out + 8 * n_out and back.bytes_written == 2 * 10 * 64 * 112 * 112
+
+
+def test_tensor_list_without_shapes_says_so():
+    cost = op_cost("aten::cat", [[[], []], []], ["TensorList", "Scalar"], ["", "0"])
+    assert isinstance(cost, Unknown) and "were not recorded" in cost.reason

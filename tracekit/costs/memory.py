@@ -36,6 +36,8 @@ def _tensor_list(x: OpInputs, i: int) -> list[list[int]]:
     dims = x.dims[i] if i < len(x.dims) else None
     if not isinstance(dims, list) or not all(isinstance(d, list) for d in dims) or not dims:
         raise CostError(f"input {i} is not a list of tensors")
+    if not any(dims):
+        raise CostError(f"the shapes in tensor list {i} were not recorded")
     return dims
 
 
