@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-from tracekit.api import load  # noqa: E402  (the public API sits on top of the package)
+from tracekit.api import analyze, load  # noqa: E402  (the public API sits on top of the package)
 from tracekit.errors import TraceError  # noqa: E402
 
-__all__ = ["load", "TraceError", "__version__"]
+__all__ = ["analyze", "load", "TraceError", "__version__"]

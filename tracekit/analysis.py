@@ -9,7 +9,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs
+from tracekit.steps import step_table
+from tracekit.timeline import device_time, exclusive_time
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
@@ -26,6 +29,15 @@ class Analysis:
     sustained: float
     meta: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    blocks: pd.DataFrame = field(default_factory=pd.DataFrame)  # phase x block
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # busy / idle per device
+    trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
+
+    def to_json(self, top: int = 15) -> str:
+        import json
+
+        return json.dumps(self.to_dict(top), indent=2, default=str)
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
@@ -34,21 +46,62 @@ class Analysis:
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
             "coverage": self.coverage,
+            "blocks": _records(self.blocks),
+            "devices": _records(self.devices),
+            "steps": _records(self.steps),
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
             "warnings": self.warnings,
         }
 
 
-def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED) -> Analysis:
+def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None) -> Analysis:
     costs = kernel_costs(trace)
+    labels = attribute(trace, costs["kernel_class"], rules)
+    exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
     op_names = trace.ops["name"].astype(str).to_numpy()
     op_name = np.where(k["op"].to_numpy() >= 0, op_names[np.maximum(k["op"].to_numpy(), 0)] if len(op_names) else None, None)
-    kernels = pd.concat([k, costs, roof], axis=1).assign(duration_ns=k["end"] - k["start"], op_name=pd.Categorical(op_name))
+    kernels = pd.concat([k, costs, roof, labels], axis=1).assign(
+        duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
     ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
-    return Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings))
+    devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
+    steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained)
+    return Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
+                    blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)
+
+
+def block_table(k: pd.DataFrame) -> pd.DataFrame:
+    """Phase x block: GPU time (overlap counted once), share of busy time, kernels, FLOPs,
+    bytes, achieved TFLOP/s and TB/s, roofline efficiency over modeled kernels, bound, coverage."""
+    if k.empty:
+        return pd.DataFrame(columns=["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes",
+                                     "achieved_tflops", "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"])
+    modeled = k["t_min_ns"].notna()
+    frame = pd.DataFrame({
+        "phase": k["phase"].astype(str), "block": k["block"].astype(str), "gpu_time_ns": k["exclusive_ns"],
+        "kernel_time_ns": k["duration_ns"], "flops": k["flops"], "bytes": k["bytes_read"] + k["bytes_written"],
+        "t_min_ns": k["t_min_ns"], "t_min_sustained_ns": k["t_min_sustained_ns"],
+        "modeled_ns": k["duration_ns"].where(modeled, 0), "compute_ns": k["duration_ns"].where(k["bound"] == "compute", 0),
+    })
+    g = frame.groupby(["phase", "block"]).agg(
+        gpu_time_ns=("gpu_time_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"), count=("kernel_time_ns", "size"),
+        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
+        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), t_min_sustained_ns=("t_min_sustained_ns", lambda s: s.sum(min_count=1)),
+        modeled_ns=("modeled_ns", "sum"), compute_ns=("compute_ns", "sum"),
+    ).reset_index()
+    busy = g["gpu_time_ns"].sum()
+    g["share"] = g["gpu_time_ns"] / busy if busy else 0.0
+    g["achieved_tflops"] = g["flops"] / g["kernel_time_ns"] / 1e3
+    g["achieved_tbps"] = g["bytes"] / g["kernel_time_ns"] / 1e3
+    g["efficiency"] = g["t_min_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
+    g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
+    g["bound"] = np.where(g["t_min_ns"].isna(), None, np.where(g["compute_ns"] * 2 >= g["modeled_ns"], "compute", "memory"))
+    g["coverage"] = g["modeled_ns"] / g["kernel_time_ns"].where(g["kernel_time_ns"] > 0)
+    cols = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
+            "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
+    return g[cols].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
 
 
 def _shapes(dims: Any) -> str:

@@ -50,11 +50,15 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
-            sustained: float = DEFAULT_SUSTAINED) -> Analysis:
-    """Load a trace and analyse it: costs, roofline and coverage on the named (or recorded) GPU."""
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None) -> Analysis:
+    """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
+    steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
+    from tracekit.attribution import load_rules
+
+    rule_set = load_rules(rules)
     trace = load(path)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None
     with _gc_paused():
-        return build(trace, spec, sustained)
+        return build(trace, spec, sustained, rule_set)

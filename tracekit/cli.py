@@ -54,22 +54,65 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.argument("path")
 @click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
 @click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml).")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend (or replace) the defaults.")
 @click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
-def analyze(path: str, device: str | None, device_file: str | None, sustained: float, fmt: str, top: int) -> None:
-    """Costs and roofline: coverage, top kernels and ops with achieved TFLOP/s, TB/s, efficiency and bound."""
+def analyze(path: str, device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
+            out_dir: str | None, top: int) -> None:
+    """Where the GPU time went: phase x block table, roofline, coverage, steps, top kernels and ops."""
     from tracekit.api import analyze as run
-    from tracekit.reports import analyze as render
 
-    analysis = run(path, device=device, device_file=device_file, sustained=sustained)
+    with _status(f"analysing {path}"):
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules)
+        if out_dir:
+            from tracekit.reports.bundle import write_bundle
+
+            written = write_bundle(analysis, out_dir, top)
     for warning in analysis.warnings:
         click.echo(f"tracekit: warning: {path}: {warning}", err=True)
     if fmt == "json":
-        click.echo(render.to_json(analysis, top))
+        click.echo(analysis.to_json(top))
+    elif fmt == "markdown":
+        from tracekit.reports import markdown
+
+        click.echo(markdown.render(analysis, top, images=False))
     else:
+        from tracekit.reports import analyze as render
+
         analysis.warnings = []  # already on stderr
         render.render_console(analysis, _console(), top)
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False), help="Output JSON for Perfetto / chrome://tracing.")
+@click.option("--device", help="GPU to put the trace on; default: the trace's own.")
+@click.option("--device-file", type=click.Path(dir_okay=False))
+@click.option("--rules", type=click.Path(dir_okay=False))
+def export(path: str, out: str, device: str | None, device_file: str | None, rules: str | None) -> None:
+    """Write the timeline with every kernel annotated (phase, block, FLOPs, bytes, efficiency, bound)."""
+    from tracekit.api import analyze as run
+    from tracekit.reports.perfetto import write_perfetto
+
+    with _status(f"analysing {path}"):
+        analysis = run(path, device=device, device_file=device_file, rules=rules)
+        n = write_perfetto(analysis, out)
+    click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
+
+
+def _status(message: str):
+    """A spinner on stderr for long loads, only when stderr is a terminal."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status(message)
 
 
 @cli.command()

@@ -9,11 +9,16 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.analysis import Analysis, top_kernels
+from tracekit.reports.tables import block_rows, device_rows, step_rows
 from tracekit.reports.format import duration, kernel_label, percent, shorten, si
 
 
 def to_json(analysis: Analysis, top: int) -> str:
     return json.dumps(analysis.to_dict(top), indent=2, default=str)
+
+
+def _text(v) -> str:
+    return "-" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
 def _num(value: Any, fmt: str = "{:,.2f}") -> str:
@@ -49,6 +54,10 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
                   f"{percent(c['efficiency_sustained'])} of the sustained one (sum t_min / sum time over modeled kernels)")
     for w in analysis.warnings:
         console.print(f"[yellow]warning[/]     {w}")
+    _plain_table(console, "GPU time by phase x block (overlapping streams counted once)", *block_rows(analysis))
+    _plain_table(console, "Devices: busy and idle", *device_rows(analysis))
+    if len(analysis.steps):
+        _plain_table(console, "Steps", *step_rows(analysis))
 
     table = Table(title="Top kernels by GPU time", header_style="bold")
     for col, justify in [("kernel", "left"), ("class", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
@@ -57,7 +66,7 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
     for r in top_kernels(analysis, top).to_dict(orient="records"):
         table.add_row(kernel_label(r["name"], 60), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
                       _num(r["achieved_tflops"]), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
-                      _efficiency(r["efficiency"], r["efficiency_sustained"]), r["bound"] or "-")
+                      _efficiency(r["efficiency"], r["efficiency_sustained"]), _text(r["bound"]))
     console.print(table)
 
     _ops(analysis, console, top, title="Top ops by GPU time")
@@ -70,7 +79,7 @@ def _ops(analysis: Analysis, console: Console, top: int, title: str) -> None:
                          ("bytes", "right"), ("efficiency", "right"), ("bound", "left")]:
         ops.add_column(col, justify=justify, overflow="fold")
     for r in analysis.ops.head(top).to_dict(orient="records"):
-        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", r["bound"] or "-")
+        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", _text(r["bound"]))
     console.print(ops)
 
 
@@ -83,6 +92,15 @@ def _unmodeled(analysis: Analysis, console: Console) -> None:
         for r in c["top_unmodeled"]:
             un.add_row(kernel_label(r["name"], 60), duration(r["time_ns"]), percent(r["share"]), r["reason"])
         console.print(un)
+
+
+def _plain_table(console: Console, title: str, head: list[str], rows: list[list[str]]) -> None:
+    table = Table(title=title, header_style="bold")
+    for i, col in enumerate(head):
+        table.add_column(col, justify="left" if i < 2 else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 def render_devices(devices: dict, console: Console) -> None:

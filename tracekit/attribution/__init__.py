@@ -1,0 +1,86 @@
+"""Attribution: every GPU kernel gets exactly one phase and one block, from ordered rules.
+
+Phases come from what encloses the kernel's launch (ranges, Python frames, ops): decode,
+prefill, recompute, forward, backward, optimizer, or a user-named phase; "unknown" for a
+kernel with no launch and no GPU-side range (launched before the capture began). Blocks: attention,
+ffn, collective, norm, embedding, memory, other.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.attribution.match import at_kernels, name_matches, with_ancestors
+from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
+from tracekit.trace import Trace
+
+__all__ = ["attribute", "load_rules", "default_rules", "Rules"]
+
+
+class _Matcher:
+    def __init__(self, trace: Trace, kernel_class: pd.Series):
+        self.trace = trace
+        self.kernel_class = kernel_class
+        r = trace.ranges
+        self._range_domain = r["domain"].astype(str).to_numpy() if len(r) else np.zeros(0, dtype=object)
+        self._cache: dict[tuple[str, str], np.ndarray] = {}
+
+    def _tree_flags(self, table: pd.DataFrame, pattern: re.Pattern, rows_mask: np.ndarray | None) -> np.ndarray:
+        own = name_matches(table["name"], pattern) if len(table) else np.zeros(0, dtype=bool)
+        if rows_mask is not None:
+            own &= rows_mask
+        return with_ancestors(own, table["parent"].to_numpy(), table["depth"].to_numpy())
+
+    def field(self, field: str, pattern: re.Pattern) -> np.ndarray:
+        key = (field, pattern.pattern)
+        if key in self._cache:
+            return self._cache[key]
+        t, k = self.trace, self.trace.kernels
+        if field == "range":
+            flags = self._tree_flags(t.ranges, pattern, self._range_domain != "python")
+            hit = at_kernels(flags, k["range"].to_numpy()) | at_kernels(flags, k["gpu_range"].to_numpy())
+        elif field == "frame":
+            flags = self._tree_flags(t.ranges, pattern, self._range_domain == "python")
+            hit = at_kernels(flags, k["frame"].to_numpy())
+        elif field == "op":
+            hit = at_kernels(self._tree_flags(t.ops, pattern, None), k["op"].to_numpy())
+        elif field == "kernel":
+            hit = name_matches(k["name"], pattern)
+        elif field == "class":
+            hit = name_matches(self.kernel_class, pattern)
+        else:  # kind
+            hit = name_matches(k["kind"], pattern)
+        self._cache[key] = hit
+        return hit
+
+    def rule(self, rule: Rule) -> np.ndarray:
+        hit = np.zeros(len(self.trace.kernels), dtype=bool)
+        for field, pattern in rule.patterns.items():
+            hit |= self.field(field, pattern)
+        return hit
+
+
+def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> pd.Categorical:
+    n = len(matcher.trace.kernels)
+    labels = np.full(n, None, dtype=object)
+    for rule in rules:
+        hit = matcher.rule(rule) & (labels == None)  # noqa: E711
+        labels[hit] = rule.label
+    labels[labels == None] = default  # noqa: E711
+    return pd.Categorical(labels)
+
+
+def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
+    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
+    rules = rules or default_rules()
+    matcher = _Matcher(trace, kernel_class)
+    phase = _first_match(matcher, rules.phase, DEFAULT_PHASE)
+    # No launch and no GPU-side range: nothing says which phase it belongs to.
+    k = trace.kernels
+    blind = ((k["launch"] < 0) & (k["gpu_range"] < 0)).to_numpy() & (np.asarray(phase) == DEFAULT_PHASE)
+    if blind.any():
+        phase = pd.Categorical(np.where(blind, UNKNOWN_PHASE, np.asarray(phase, dtype=object)))
+    return pd.DataFrame({"phase": phase, "block": _first_match(matcher, rules.block, DEFAULT_BLOCK)}, index=k.index)

@@ -1,0 +1,77 @@
+"""Attribution rules: ordered data (TOML), defaults shipped in default_rules.toml."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from importlib import resources
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from tracekit.errors import TraceError
+
+FIELDS = ("range", "frame", "op", "kernel", "class", "kind")
+DEFAULT_PHASE, DEFAULT_BLOCK, UNKNOWN_PHASE = "forward", "other", "unknown"
+BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "other")
+
+
+@dataclass(frozen=True)
+class Rule:
+    label: str
+    patterns: dict[str, re.Pattern]  # field -> compiled regex
+
+
+@dataclass(frozen=True)
+class Rules:
+    phase: tuple[Rule, ...]
+    block: tuple[Rule, ...]
+
+
+def _parse(tables: dict, origin: str) -> Rules:
+    out = {}
+    for kind in ("phase", "block"):
+        rules = []
+        for i, entry in enumerate(tables.get(kind, [])):
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                raise TraceError(origin, f"[[{kind}]] rule {i + 1} has no name")
+            unknown = set(entry) - set(FIELDS) - {"name"}
+            if unknown:
+                raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r} has unknown fields {sorted(unknown)}; allowed: {', '.join(FIELDS)}")
+            if kind == "block" and entry["name"] not in BLOCKS:
+                raise TraceError(origin, f"block {entry['name']!r} is not one of {', '.join(BLOCKS)}")
+            try:
+                patterns = {f: re.compile(entry[f]) for f in FIELDS if f in entry}
+            except re.error as exc:
+                raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r}: bad regular expression ({exc})") from None
+            if not patterns:
+                raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r} matches nothing: give range, frame, op, kernel, class or kind")
+            rules.append(Rule(entry["name"], patterns))
+        out[kind] = tuple(rules)
+    return Rules(out["phase"], out["block"])
+
+
+def default_rules() -> Rules:
+    text = resources.files("tracekit.attribution").joinpath("default_rules.toml").read_text(encoding="utf-8")
+    return _parse(tomllib.loads(text), "default_rules.toml")
+
+
+def load_rules(path: str | None) -> Rules:
+    """Defaults, with the user's rules (if any) in front of them, or instead of them."""
+    defaults = default_rules()
+    if not path:
+        return defaults
+    try:
+        with open(path, "rb") as f:
+            tables = tomllib.load(f)
+    except FileNotFoundError:
+        raise TraceError(path, "no such rules file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceError(path, f"not valid TOML ({exc})") from None
+    user = _parse(tables, path)
+    if tables.get("replace_defaults"):
+        return user
+    return Rules(user.phase + defaults.phase, user.block + defaults.block)
