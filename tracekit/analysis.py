@@ -133,14 +133,20 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
 
 
 def _cpu_ops_table(trace: Trace) -> pd.DataFrame:
-    """A profile without GPU work: its innermost ops, costed, against their CPU time."""
-    from tracekit.costs import Cost, op_cost
+    """A profile without GPU work: the outermost ops with a cost model (so `linear` and the
+    `addmm` inside it are not counted twice), costed, against their CPU time."""
+    from tracekit.attribution.match import with_ancestors
+    from tracekit.costs import Cost, known_ops, op_cost
 
     ops = trace.ops
     if ops.empty:
         return pd.DataFrame(columns=["op", "shapes", "calls", "time_ns", "flops", "bytes"])
-    leaf = ~np.isin(np.arange(len(ops)), ops["parent"].to_numpy())
-    rows = ops[leaf]
+    costed = ops["name"].astype(str).isin(set(known_ops())).to_numpy()
+    parent = ops["parent"].to_numpy()
+    below_costed = np.zeros(len(ops), dtype=bool)
+    has_parent = parent >= 0
+    below_costed[has_parent] = with_ancestors(costed, parent, ops["depth"].to_numpy())[parent[has_parent]]
+    rows = ops[costed & ~below_costed]
     costs = [op_cost(n, d, t, c) for n, d, t, c in zip(rows["name"].astype(str), rows["input_dims"], rows["input_types"], rows["concrete_inputs"])]
     frame = pd.DataFrame({
         "op": rows["name"].astype(str).to_numpy(), "shapes": [_shapes(d) for d in rows["input_dims"]],

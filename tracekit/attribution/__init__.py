@@ -41,7 +41,11 @@ class _Matcher:
         t, k = self.trace, self.trace.kernels
         if field == "range":
             flags = self._tree_flags(t.ranges, pattern, self._range_domain != "python")
-            hit = at_kernels(flags, k["range"].to_numpy()) | at_kernels(flags, k["gpu_range"].to_numpy())
+            # GPU-side annotations enclose by time on the whole device, so a collective's
+            # range also spans compute on other streams: they speak only for kernels
+            # whose launch (and so CPU-side context) was not captured.
+            blind = (k["launch"] < 0).to_numpy()
+            hit = at_kernels(flags, k["range"].to_numpy()) | (at_kernels(flags, k["gpu_range"].to_numpy()) & blind)
         elif field == "frame":
             flags = self._tree_flags(t.ranges, pattern, self._range_domain == "python")
             hit = at_kernels(flags, k["frame"].to_numpy())

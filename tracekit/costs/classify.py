@@ -22,9 +22,25 @@ _RULES: list[tuple[str, re.Pattern]] = [
 ]
 
 
+def without_parameters(name: str) -> str:
+    """The kernel's name and template arguments, without its parameter list: parameter
+    types (`flashinfer::QuantizationSFLayout`, `cudnnTensorStruct`) say nothing of what it does."""
+    text = name.replace("(anonymous namespace)", "anonymous_namespace")
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            return text[:i]
+    return text
+
+
 def classify_name(name: str) -> str:
+    base = without_parameters(name)
     for label, pattern in _RULES:
-        if pattern.search(name):
+        if pattern.search(base):
             return label
     return "other"
 

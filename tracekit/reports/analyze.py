@@ -44,8 +44,8 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
     meta, dev, c = analysis.meta, analysis.device, analysis.coverage
     console.print(f"[bold]{meta.get('path')}[/bold]  ({meta.get('format')}, span {duration(meta.get('span_ns'))})")
     if dev is None:
-        console.print("device      none: the trace holds no GPU activity (a CPU-only profile); its innermost ops are costed against CPU time")
-        _ops(analysis, console, top, title="Top innermost CPU ops by time, with their FLOPs and bytes")
+        console.print("device      none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time")
+        _ops(analysis, console, top, title="Top CPU ops by time (outermost op with a cost model), with their FLOPs and bytes")
         return
     console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
                   f"(sustained {analysis.sustained:.0%}), source: {dev.source}")

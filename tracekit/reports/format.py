@@ -52,6 +52,8 @@ def kernel_label(name: str, width: int = 70) -> str:
     if text.startswith("void "):
         text = text[5:]
     base, inside, _ = _split_top(text, "<", ">")
+    if not base.strip():  # not a C++ name (a template needs a name before it): show it as is
+        return shorten(text, width)
     if not inside:
         base = _split_top(text, "(", ")")[0]
         return shorten(base.strip(), width)

@@ -30,15 +30,19 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
         bw = dev.bandwidth
         ax.plot(x, bw * x, color="black", lw=1.5, label=f"HBM {dev.memory_gbps:,.0f} GB/s")
         ax.plot(x, bw * analysis.sustained * x, color="black", lw=1, ls="--", label=f"sustained {analysis.sustained:.0%}")
-        for dtype, value in sorted(dev.matrix_tflops.items(), key=lambda kv: -kv[1])[:3]:
+        ceilings: dict[float, list[str]] = {}
+        for dtype, value in dev.matrix_tflops.items():
+            ceilings.setdefault(value, []).append(dtype)
+        for value in sorted(ceilings, reverse=True)[:3]:  # dtypes sharing a peak share a line
             ax.axhline(value * 1e12, color="tab:red", lw=1, alpha=0.7)
-            ax.text(x[0], value * 1e12 * 1.08, f"matrix {dtype} {value:,.0f} TFLOP/s", color="tab:red", fontsize=8)
+            ax.text(x[0], value * 1e12 * 1.08, f"matrix {'/'.join(ceilings[value])} {value:,.0f} TFLOP/s", color="tab:red", fontsize=8)
         fp32 = dev.vector_tflops.get("fp32")
         if fp32:
             ax.axhline(fp32 * 1e12, color="tab:blue", lw=1, alpha=0.7)
             ax.text(x[0], fp32 * 1e12 * 1.08, f"vector fp32 {fp32:,.0f} TFLOP/s", color="tab:blue", fontsize=8)
     blocks = analysis.blocks
-    pts = blocks[(blocks["flops"] > 0) & (blocks["bytes"] > 0)] if len(blocks) else blocks
+    # Collectives are bound by the interconnect, not by this roofline: they are left out.
+    pts = blocks[(blocks["flops"] > 0) & (blocks["bytes"] > 0) & (blocks["block"] != "collective")] if len(blocks) else blocks
     if len(pts):
         total = max(float(pts["kernel_time_ns"].sum()), 1.0)
         ax.scatter(pts["flops"] / pts["bytes"], pts["achieved_tflops"] * 1e12, s=40 + 1500 * pts["kernel_time_ns"] / total,

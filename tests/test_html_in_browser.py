@@ -1,0 +1,61 @@
+"""report.html in a real browser: headless Chromium renders it, the tables and plots are
+there, and a kernel named like a script tag stays text. `.ci/run` installs Debian's chromium."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import tracekit
+from conftest import shared
+from tracekit.reports.bundle import write_bundle
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    assert path, "chromium is not installed (.ci/run installs Debian's chromium)"
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bundle")
+    a = tracekit.analyze(shared("torch", "h100_bert_small_hf_inference.json.gz"))
+    top = a.kernels["duration_ns"].groupby(a.kernels["name"], observed=True).sum().idxmax()
+    a.kernels["name"] = a.kernels["name"].cat.rename_categories({top: "<script>alert(1)</script>"})
+    write_bundle(a, str(out), top=20)
+    return out / "report.html"
+
+
+def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
+    profile = tmp_path / "profile"
+    return subprocess.run([_chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
+    dom = _run(["--dump-dom", report.as_uri()], tmp_path).stdout
+    assert dom.count("<table>") >= 5  # blocks, devices, steps, kernels, ops
+    assert "<script" not in dom.lower()  # no script element was created from the kernel name
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom  # it is shown, as text
+    assert dom.count('src="data:image/png;base64,') == 2
+
+
+def test_screenshot_shows_tables_and_plots(report, tmp_path):
+    import matplotlib.image as mpimg
+
+    png = tmp_path / "shot.png"
+    _run([f"--screenshot={png}", "--window-size=1400,3200", report.as_uri()], tmp_path)
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pixels = mpimg.imread(str(png))[..., :3]
+    ink = (pixels < 0.9).any(axis=2).mean()
+    assert ink > 0.03  # text, table borders and plots, not a blank page
+    # the plots' colours: matplotlib's orange (block points) and red (compute ceilings)
+    orange = (np.abs(pixels - np.array([1.0, 0.5, 0.055])) < 0.12).all(axis=2).sum()
+    red = (np.abs(pixels - np.array([0.84, 0.15, 0.16])) < 0.12).all(axis=2).sum()
+    assert orange > 100 and red > 100
