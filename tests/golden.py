@@ -1,0 +1,62 @@
+"""Golden summaries: each shared fixture's summary.json, stored under tests/golden/.
+
+Regenerate after an intended change (and review the diff before committing):
+
+    python tests/golden.py
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+GOLDEN = HERE / "golden"
+SHARED = HERE.parent.parent / "shared" / "fixtures"
+# Exports that do not name their GPU are analysed on the GPU their README gives.
+DEVICES = {"h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite": "H100-SXM"}
+TOP = 10
+
+
+def fixtures() -> list[pathlib.Path]:
+    return sorted(SHARED.glob("torch/**/*.json.gz")) + sorted(SHARED.glob("nsys/*.sqlite"))
+
+
+def golden_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(SHARED).as_posix().replace("/", "__")
+    return rel + ".summary.json"
+
+
+def summary(path: pathlib.Path) -> dict:
+    import tracekit
+
+    a = tracekit.analyze(path, device=DEVICES.get(path.name))
+    out = a.to_dict(TOP)
+    out["trace"]["path"] = path.relative_to(SHARED).as_posix()  # machine-independent
+    return _rounded(json.loads(json.dumps(out, default=str)))
+
+
+def _rounded(value):
+    """Floats to 9 significant digits: the goldens hold numbers, not float noise."""
+    if isinstance(value, float):
+        return float(f"{value:.9g}") if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def main() -> None:
+    sys.path.insert(0, str(HERE.parent))
+    GOLDEN.mkdir(exist_ok=True)
+    for path in fixtures():
+        target = GOLDEN / golden_name(path)
+        target.write_text(json.dumps(summary(path), indent=1, sort_keys=True) + "\n")
+        print(target.relative_to(HERE.parent))
+
+
+if __name__ == "__main__":
+    main()
