@@ -33,6 +33,8 @@ class Analysis:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # busy / idle per device
     trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per collective kernel
+    overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm hidden by compute, per device
 
     def to_json(self, top: int = 15) -> str:
         import json
@@ -49,6 +51,8 @@ class Analysis:
             "blocks": _records(self.blocks),
             "devices": _records(self.devices),
             "steps": _records(self.steps),
+            "overlap": _records(self.overlap),
+            "collectives": _collective_summary(self.collectives),
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
             "warnings": self.warnings,
@@ -68,8 +72,25 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
     devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
     steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained)
-    return Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
-                    blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)
+    analysis = Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
+                        blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)
+    from tracekit.collectives import collective_table, overlap_table
+
+    analysis.collectives = collective_table(analysis)
+    analysis.overlap = overlap_table(kernels)
+    return analysis
+
+
+def _collective_summary(c: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per (collective, group, message size): count, time, mean bus bandwidth, link efficiency."""
+    if c.empty:
+        return []
+    g = c.fillna({"collective": "unknown", "group": ""}).groupby(["collective", "group", "message_bytes"], dropna=False).agg(
+        count=("row", "size"), time_ns=("duration_ns", "sum"), busbw_gbps=("busbw_gbps", "mean"),
+        algbw_gbps=("algbw_gbps", "mean"), link_efficiency=("link_efficiency", "mean"), group_size=("group_size", "first"),
+        size_source=("size_source", "first"), group_source=("group_source", "first"),
+    ).reset_index().sort_values("time_ns", ascending=False)
+    return _records(g)
 
 
 def block_table(k: pd.DataFrame) -> pd.DataFrame:

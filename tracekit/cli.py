@@ -51,7 +51,7 @@ def info(path: str, fmt: str, top: int) -> None:
 
 
 @cli.command()
-@click.argument("path")
+@click.argument("paths", nargs=-1, required=True)
 @click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
 @click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml).")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend (or replace) the defaults.")
@@ -59,9 +59,21 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
-def analyze(path: str, device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
-            out_dir: str | None, top: int) -> None:
-    """Where the GPU time went: phase x block table, roofline, coverage, steps, top kernels and ops."""
+@click.option("--workers", type=click.IntRange(1, 256), help="Worker processes for several ranks (default: one per core).")
+@click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
+@click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank this much over the median step time is a straggler.")
+def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
+            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float) -> None:
+    """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
+
+    One trace, or several (files or a directory), one per rank of a job: then each rank is
+    analysed in parallel and a cross-rank report follows (stragglers, collective skew)."""
+    import os
+
+    if len(paths) > 1 or os.path.isdir(paths[0]):
+        _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
+        return
+    path = paths[0]
     from tracekit.api import analyze as run
 
     with _status(f"analysing {path}"):
@@ -83,6 +95,27 @@ def analyze(path: str, device: str | None, device_file: str | None, rules: str |
 
         analysis.warnings = []  # already on stderr
         render.render_console(analysis, _console(), top)
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
+def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
+    from tracekit.ranks import analyze_ranks
+    from tracekit.reports import ranks as render
+
+    with _status(f"analysing {len(paths)} inputs"):
+        multi = analyze_ranks(paths, device=device, device_file=device_file, rules=rules, sustained=sustained,
+                              workers=workers, scheduler=scheduler, straggler_threshold=threshold)
+        written = render.write_bundle(multi, out_dir, top) if out_dir else []
+    for r in multi.ranks:
+        for warning in r.analysis.warnings:
+            click.echo(f"tracekit: warning: {r.path}: {warning}", err=True)
+    if fmt == "json":
+        click.echo(render.to_json(multi))
+    elif fmt == "markdown":
+        click.echo(render.to_markdown(multi, top))
+    else:
+        render.render_console(multi, _console(), top)
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
 

@@ -408,6 +408,20 @@ def _decode_json(raw: bytes) -> Any:
         return None
 
 
+_EPOCH_US = 1e15  # 2001-09-09 in microseconds since 1970: larger timestamps are wall-clock time
+
+
+def _absolute_origin_ns(origin_us: float, base_ns: Any) -> int | None:
+    """The capture's first event on the wall clock, so the ranks of one job share a clock:
+    baseTimeNanoseconds + ts when the trace has a base; older traces write wall-clock
+    microseconds directly. Integer arithmetic: ns since 1970 do not fit a float's 53 bits."""
+    whole = int(origin_us)
+    ns = whole * 1000 + round((origin_us - whole) * 1000)
+    if isinstance(base_ns, int):
+        return int(base_ns) + ns
+    return ns if origin_us >= _EPOCH_US else None
+
+
 def _meta(path: str, source: Source, document: Document, legacy: bool, clock: _Clock) -> dict[str, Any]:
     header = document.header
     dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
@@ -437,7 +451,7 @@ def _meta(path: str, source: Source, document: Document, legacy: bool, clock: _C
         "process_groups": dist.get("pg_config"),
         "span_ns": clock.span_ns,
         "capture_window_ns": clock.window,
-        "origin_abs_ns": int(base_ns) + round(clock.origin_us * 1000) if isinstance(base_ns, int) else None,
+        "origin_abs_ns": _absolute_origin_ns(clock.origin_us, base_ns),
         "record_shapes": header.get("record_shapes"),
         "tool_versions": versions,
     }

@@ -1,0 +1,156 @@
+"""Collectives: message size, algorithm and bus bandwidth, link efficiency; and how much
+communication the compute hides.
+
+Message bytes come, in this order, from Kineto's collective metadata on the kernel (In/Out
+msg nelems, dtype, group size), or from the launching op's tensor (record_param_comms,
+symm_mem / custom all-reduce ops). The collective's type comes from the metadata, the
+kernel name (ncclKernel_AllReduce_..., multimem_all_reduce), or the `nccl:<op>` range
+around the launch. nccl-tests conventions: algbw = size / time, busbw = algbw x factor
+(all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1), where size
+is the full message (the gathered output for all_gather).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.costs.comm import bus_factor
+from tracekit.costs.dtypes import canonical, element_bytes
+
+_TYPES = [  # (normalised type, pattern over metadata / kernel / op / range names)
+    ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
+    ("all_reduce", re.compile(r"all_?reduce|AllReduce|cross_device_reduce|custom_ar", re.I)),
+    ("all_gather", re.compile(r"all_?gather|AllGather", re.I)),
+    ("all_to_all", re.compile(r"all_?to_?all|AllToAll|alltoall", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("send_recv", re.compile(r"send_?recv|SendRecv|\bsend\b|\brecv\b|_Send|_Recv", re.I)),
+    ("reduce", re.compile(r"(?<!all_)(?<!all)reduce(?!_?scatter)|_Reduce_", re.I)),
+]
+
+COLUMNS = ["row", "collective", "group", "group_size", "group_source", "dtype", "message_bytes", "size_source",
+           "start", "end", "duration_ns", "algbw_gbps", "busbw_gbps", "link_efficiency"]
+
+
+def collective_type(*names: str | None) -> str | None:
+    for name in names:
+        if not name:
+            continue
+        for label, pattern in _TYPES:
+            if pattern.search(name):
+                return label
+    return None
+
+
+def collective_table(analysis) -> pd.DataFrame:
+    """One row per collective kernel of an Analysis."""
+    k = analysis.kernels
+    trace = analysis.trace
+    comm = k.index[(k["block"] == "collective").to_numpy() & (k["kind"] == "kernel").to_numpy()]
+    if not len(comm):
+        return pd.DataFrame(columns=COLUMNS)
+    meta = analysis.meta
+    world = meta.get("world_size")
+    groups = {str(g.get("pg_name")): int(g.get("pg_size")) for g in (meta.get("process_groups") or []) if isinstance(g, dict) and g.get("pg_size")}
+    ops = trace.ops if trace is not None else None
+    range_names = trace.ranges["name"].astype(str).to_numpy() if trace is not None and len(trace.ranges) else np.array([], dtype=object)
+    interconnect = analysis.device.interconnect if analysis.device else float("nan")
+    rows = []
+    for row in comm:
+        r = k.loc[row]
+        op_name = str(r["op_name"]) if isinstance(r["op_name"], str) else None
+        enclosing = range_names[r["range"]] if r["range"] >= 0 and len(range_names) else None
+        meta_name = str(r["collective"]) if isinstance(r["collective"], str) else None
+        # The range torch.distributed opens (nccl:all_to_all) names what the kernel
+        # (ncclKernel_SendRecv, NCCL's building block for all-to-all) is part of.
+        kind = collective_type(meta_name, enclosing if enclosing and enclosing.startswith("nccl:") else None, op_name, str(r["name"]))
+        if meta_name and r["coll_group_size"] > 0 and r["coll_in_elems"] >= 0:
+            dtype = canonical(str(r["coll_dtype"])) or "fp32"
+            size = max(r["coll_in_elems"], r["coll_out_elems"]) * element_bytes(dtype)
+            group, n, group_source, size_source = str(r["coll_group"]), int(r["coll_group_size"]), "metadata", "metadata"
+        else:
+            size, dtype = _size_from_op(ops, int(r["op"]))
+            group = str(r["coll_group"]) if isinstance(r["coll_group"], str) else ""
+            if len(groups) == 1:
+                n, group_source = next(iter(groups.values())), "process group"
+            elif world:
+                n, group_source = int(world), "world size"
+            else:
+                n, group_source = None, None
+            size_source = "op shapes" if size is not None else None
+            if size is not None and kind == "all_gather" and n:
+                size *= n  # the op's input is one rank's share; the message is the gathered whole
+        duration = int(r["end"] - r["start"])
+        algbw = size / (duration * 1e-9) if size and duration > 0 else float("nan")
+        factor = bus_factor(kind or "", n) if n else float("nan")
+        busbw = algbw * factor
+        rows.append({
+            "row": int(row), "collective": kind, "group": group, "group_size": n, "group_source": group_source, "dtype": dtype,
+            "message_bytes": float(size) if size is not None else float("nan"), "size_source": size_source,
+            "start": int(r["start"]), "end": int(r["end"]), "duration_ns": duration,
+            "algbw_gbps": algbw / 1e9, "busbw_gbps": busbw / 1e9, "link_efficiency": busbw / interconnect if interconnect else float("nan"),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str | None]:
+    if ops is None or op < 0:
+        return None, None
+    dims, types = ops["input_dims"].iat[op], ops["input_types"].iat[op]
+    if not isinstance(dims, list) or not dims:
+        return None, None
+    first, dtype_name = dims[0], (types[0] if isinstance(types, list) and types else None)
+    dtype = canonical(dtype_name) or "fp32"
+    if isinstance(first, list) and first and all(isinstance(d, list) for d in first):  # a tensor list
+        n = sum(math.prod(d) for d in first)
+    elif isinstance(first, list) and first:
+        n = math.prod(first)
+    else:
+        return None, None
+    return float(n * element_bytes(dtype)), dtype
+
+
+def _union(intervals: np.ndarray) -> np.ndarray:
+    """Sorted, merged [start, end) intervals."""
+    if not len(intervals):
+        return intervals.reshape(0, 2)
+    iv = intervals[np.argsort(intervals[:, 0])]
+    ends = np.maximum.accumulate(iv[:, 1])
+    new = np.r_[True, iv[1:, 0] > ends[:-1]]
+    starts = iv[new, 0]
+    group_end = np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))
+    return np.column_stack([starts, group_end])
+
+
+def _intersection(a: np.ndarray, b: np.ndarray) -> int:
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if hi > lo:
+            total += hi - lo
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return int(total)
+
+
+def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Per device: communication time, how much of it compute kernels overlap, and the
+    exposed rest (time when only communication runs)."""
+    rows = []
+    is_kernel = (kernels["kind"] == "kernel").to_numpy()
+    is_comm = (kernels["block"] == "collective").to_numpy() & is_kernel
+    for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
+        on = kernels["device"].to_numpy() == device
+        iv = kernels[["start", "end"]].to_numpy()
+        comm = _union(iv[on & is_comm])
+        compute = _union(iv[on & is_kernel & ~is_comm])
+        comm_ns = int((comm[:, 1] - comm[:, 0]).sum()) if len(comm) else 0
+        overlapped = _intersection(comm, compute)
+        rows.append({"device": int(device), "comm_ns": comm_ns, "overlapped_ns": overlapped, "exposed_ns": comm_ns - overlapped,
+                     "overlap_share": overlapped / comm_ns if comm_ns else float("nan")})
+    return pd.DataFrame(rows, columns=["device", "comm_ns", "overlapped_ns", "exposed_ns", "overlap_share"])
