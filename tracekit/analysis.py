@@ -108,8 +108,8 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     })
     g = frame.groupby(["phase", "block"]).agg(
         gpu_time_ns=("gpu_time_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"), count=("kernel_time_ns", "size"),
-        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
-        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), t_min_sustained_ns=("t_min_sustained_ns", lambda s: s.sum(min_count=1)),
+        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
+        t_min_ns=("t_min_ns", _known_sum), t_min_sustained_ns=("t_min_sustained_ns", _known_sum),
         modeled_ns=("modeled_ns", "sum"), compute_ns=("compute_ns", "sum"),
     ).reset_index()
     busy = g["gpu_time_ns"].sum()
@@ -123,6 +123,11 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     cols = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
             "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
     return g[cols].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
+
+
+def _known_sum(values: pd.Series) -> float:
+    """Sum of the known values; NaN (unknown) when none is known, not 0."""
+    return values.sum(min_count=1)
 
 
 def _shapes(dims: Any) -> str:
@@ -145,8 +150,8 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     })
     grouped = frame.groupby(["op", "shapes"], sort=False).agg(
         calls=("op_row", "nunique"), kernels=("op_row", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
-        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), compute_ns=("compute", "sum"),
+        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
+        t_min_ns=("t_min_ns", _known_sum), compute_ns=("compute", "sum"),
     ).reset_index()
     grouped["efficiency"] = grouped["t_min_ns"] / grouped["time_ns"]
     grouped["bound"] = np.where(grouped["t_min_ns"].isna(), None, np.where(grouped["compute_ns"] * 2 >= grouped["time_ns"], "compute", "memory"))
@@ -177,7 +182,7 @@ def _cpu_ops_table(trace: Trace) -> pd.DataFrame:
     })
     grouped = frame.groupby(["op", "shapes"], sort=False).agg(
         calls=("time_ns", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
+        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
     ).reset_index()
     grouped["kernels"] = 0
     grouped["t_min_ns"] = np.nan
@@ -225,8 +230,8 @@ def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
     })
     g = frame.groupby("name", sort=False).agg(
         kernel_class=("class", "first"), count=("time_ns", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", lambda s: s.sum(min_count=1)), bytes=("bytes", lambda s: s.sum(min_count=1)),
-        t_min_ns=("t_min_ns", lambda s: s.sum(min_count=1)), t_min_sustained_ns=("t_min_sustained_ns", lambda s: s.sum(min_count=1)),
+        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
+        t_min_ns=("t_min_ns", _known_sum), t_min_sustained_ns=("t_min_sustained_ns", _known_sum),
         compute_ns=("compute", "sum"), over_peak=("over_peak", "sum"),
     ).reset_index()
     total = frame["time_ns"].sum()
