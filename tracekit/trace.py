@@ -91,12 +91,6 @@ LINK_COLUMNS: dict[str, str] = {
 }
 
 
-def categorical(values: list[Any]) -> pd.Categorical:
-    """Strings -> Categorical, hashing the list once in C; None stays missing."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
-    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object))
-
-
 def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: int = 0) -> pd.DataFrame:
     """A table with exactly the contract's columns: values from `data`, defaults elsewhere.
 
@@ -138,10 +132,6 @@ class Trace:
     ranges: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
-
-    @property
-    def linked(self) -> bool:
-        return "launch" in self.kernels.columns
 
     def range_stack(self, row: int, column: str = "range") -> list[str]:
         """Names of the ranges enclosing kernel `row`, outermost first."""

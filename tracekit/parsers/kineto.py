@@ -133,8 +133,8 @@ class _Interner:
             self.values.append(value)
         return code
 
-    def categorical(self, codes: np.ndarray, categories: list[str] | None = None) -> pd.Categorical:
-        return pd.Categorical.from_codes(codes, categories=pd.Index(self.values if categories is None else categories, dtype=object))
+    def categorical(self, codes: np.ndarray) -> pd.Categorical:
+        return pd.Categorical.from_codes(codes, categories=pd.Index(self.values, dtype=object))
 
 
 class _Columns:

@@ -19,7 +19,6 @@ class Source:
     path: str
     data: bytes | bytearray | mmap.mmap  # the uncompressed bytes (an mmap for plain files: no copy)
     compressed: bool
-    size_on_disk: int
     warnings: list[str] = field(default_factory=list)
 
 
@@ -43,13 +42,12 @@ def read_head(path: str, n: int = 16) -> bytes:
 
 def read_source(path: str) -> Source:
     """The file's uncompressed content. The file is opened read-only and never written."""
-    size = os.path.getsize(path)
     if read_head(path, 2) == GZIP_MAGIC:
         data, warnings = _gunzip(path)
-        return Source(path, data, True, size, warnings)
+        return Source(path, data, True, warnings)
     with open(path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return Source(path, data, False, size)
+    return Source(path, data, False)
 
 
 def _gunzip(path: str) -> tuple[bytearray, list[str]]:
