@@ -13,14 +13,15 @@ from tracekit.parsers import parse
 from tracekit.trace import Trace
 
 
-def load(path: str | os.PathLike) -> Trace:
+def load(path: str | os.PathLike, progress=None) -> Trace:
     """Parse a trace (Kineto JSON / .json.gz, or Nsight Systems SQLite) and link it.
+    `progress(done, total)`, if given, is called as the events are read.
 
     Raises tracekit.TraceError, carrying the path and a plain reason, for bad input.
     Problems that cost only part of the trace are listed in `trace.warnings`.
     """
     with _gc_paused():
-        return link(parse(path))
+        return link(parse(path, progress))
 
 
 @contextlib.contextmanager
@@ -50,13 +51,13 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
-            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None) -> Analysis:
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
-    trace = load(path)
+    trace = load(path, progress)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None

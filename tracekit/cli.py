@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -76,8 +77,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     path = paths[0]
     from tracekit.api import analyze as run
 
-    with _status(f"analysing {path}"):
-        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules)
+    with _progress(f"reading {os.path.basename(path)}") as progress:
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress)
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 
@@ -137,10 +138,28 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
     click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
 
 
+@contextlib.contextmanager
+def _progress(description: str):
+    """A progress bar on stderr for the events read, only when stderr is a terminal; yields
+    the callback to hand to tracekit.load / analyze (None otherwise)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
 def _status(message: str):
     """A spinner on stderr for long loads, only when stderr is a terminal."""
-    import contextlib
-
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console

@@ -20,7 +20,8 @@ def sniff(path: str) -> str:
     raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
 
 
-def parse(path: str | os.PathLike) -> Trace:
+def parse(path: str | os.PathLike, progress=None) -> Trace:
+    """`progress(done, total)`, if given, follows the events read (JSON traces)."""
     path = check_readable(path)
     fmt = sniff(path)
     if fmt == "nsys":
@@ -29,4 +30,4 @@ def parse(path: str | os.PathLike) -> Trace:
         return parse_nsys(path)
     from tracekit.parsers.kineto import parse_kineto
 
-    return parse_kineto(path)
+    return parse_kineto(path, progress)

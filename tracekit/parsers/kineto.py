@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, Callable
 
 import msgspec
 import numpy as np
@@ -75,7 +75,8 @@ class _OpArgs(msgspec.Struct):
     sequence: int = msgspec.field(name="Sequence number", default=-1)
 
 
-def parse_kineto(path: str) -> Trace:
+def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None) -> Trace:
+    """`progress(done, total)` is called as chunks of events are read, for a progress bar."""
     source = read_source(path)
     document = decode_document(path, source.data)
     decoder = EventDecoder(source.data)
@@ -83,6 +84,8 @@ def parse_kineto(path: str) -> Trace:
     raws = document.raw_events
     for first in range(0, len(raws), CHUNK_EVENTS):
         tables.add(_bucket(decoder.decode(raws[first : first + CHUNK_EVENTS])))
+        if progress:
+            progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
     if tables.empty():
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges")
