@@ -114,8 +114,10 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     busy = g["gpu_time_ns"].sum()
     g["share"] = g["gpu_time_ns"] / busy if busy else 0.0
-    g["achieved_tflops"] = g["flops"] / g["kernel_time_ns"] / 1e3
-    g["achieved_tbps"] = g["bytes"] / g["kernel_time_ns"] / 1e3
+    # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
+    modeled = g["modeled_ns"].where(g["modeled_ns"] > 0)
+    g["achieved_tflops"] = g["flops"] / modeled / 1e3
+    g["achieved_tbps"] = g["bytes"] / modeled / 1e3
     g["efficiency"] = g["t_min_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
     g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
     g["bound"] = np.where(g["t_min_ns"].isna(), None, np.where(g["compute_ns"] * 2 >= g["modeled_ns"], "compute", "memory"))

@@ -28,8 +28,10 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
     x = np.logspace(-2, 4, 200)
     if dev is not None:
         bw = dev.bandwidth
-        ax.plot(x, bw * x, color="black", lw=1.5, label=f"HBM {dev.memory_gbps:,.0f} GB/s")
-        ax.plot(x, bw * analysis.sustained * x, color="black", lw=1, ls="--", label=f"sustained {analysis.sustained:.0%}")
+        roof = max(list(dev.matrix_tflops.values()) + list(dev.vector_tflops.values())) * 1e12
+        # the roofline itself: min(peak, intensity x bandwidth)
+        ax.plot(x, np.minimum(bw * x, roof), color="black", lw=1.5, label=f"HBM {dev.memory_gbps:,.0f} GB/s")
+        ax.plot(x, np.minimum(bw * analysis.sustained * x, roof), color="black", lw=1, ls="--", label=f"sustained {analysis.sustained:.0%}")
         ceilings: dict[float, list[str]] = {}
         for dtype, value in dev.matrix_tflops.items():
             ceilings.setdefault(value, []).append(dtype)
