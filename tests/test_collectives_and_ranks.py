@@ -121,7 +121,7 @@ def test_parallel_workers_give_the_serial_result(dlrm_ranks):
 
 def test_dask_local_cluster_gives_the_same_result(dlrm_ranks):
     distributed = pytest.importorskip("dask.distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
         multi = analyze_ranks([str(DLRM)], scheduler=cluster.scheduler_address)
     pd.testing.assert_frame_equal(multi.per_rank, dlrm_ranks.per_rank)
     pd.testing.assert_frame_equal(multi.skew, dlrm_ranks.skew)

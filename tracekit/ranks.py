@@ -111,7 +111,7 @@ def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list[RankResult]:
         raise TraceError(scheduler, "running on a Dask cluster needs dask[distributed]: pip install 'tracekit[dask]'") from None
     if scheduler == "local":
         with LocalCluster(n_workers=min(len(paths), os.cpu_count() or 1), threads_per_worker=1, processes=True,
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+                          dashboard_address=":0") as cluster, Client(cluster) as client:
             return client.gather(client.map(analyze_one, paths, *([a] * len(paths) for a in args), pure=False))
     try:
         with Client(scheduler, timeout="20s") as client:
