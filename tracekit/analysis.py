@@ -120,11 +120,17 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     g["achieved_tbps"] = g["bytes"] / modeled / 1e3
     g["efficiency"] = g["t_min_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
     g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
-    g["bound"] = np.where(g["t_min_ns"].isna(), None, np.where(g["compute_ns"] * 2 >= g["modeled_ns"], "compute", "memory"))
+    g["bound"] = majority_bound(g["t_min_ns"], g["compute_ns"], g["modeled_ns"])
     g["coverage"] = g["modeled_ns"] / g["kernel_time_ns"].where(g["kernel_time_ns"] > 0)
     cols = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
             "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
     return g[cols].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
+
+
+def majority_bound(t_min: pd.Series, compute_ns: pd.Series, time_ns: pd.Series) -> np.ndarray:
+    """A group's bound: compute when compute-bound kernels take at least half its time;
+    None when none of its kernels has a roofline."""
+    return np.where(t_min.isna(), None, np.where(compute_ns * 2 >= time_ns, "compute", "memory"))
 
 
 def _known_sum(values: pd.Series) -> float:
@@ -156,7 +162,7 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
         t_min_ns=("t_min_ns", _known_sum), compute_ns=("compute", "sum"),
     ).reset_index()
     grouped["efficiency"] = grouped["t_min_ns"] / grouped["time_ns"]
-    grouped["bound"] = np.where(grouped["t_min_ns"].isna(), None, np.where(grouped["compute_ns"] * 2 >= grouped["time_ns"], "compute", "memory"))
+    grouped["bound"] = majority_bound(grouped["t_min_ns"], grouped["compute_ns"], grouped["time_ns"])
     return grouped.drop(columns="compute_ns").sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
@@ -243,7 +249,7 @@ def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
     g["intensity"] = g["flops"] / g["bytes"]
     g["efficiency"] = g["t_min_ns"] / g["time_ns"]
     g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["time_ns"]
-    g["bound"] = np.where(g["t_min_ns"].isna(), None, np.where(g["compute_ns"] * 2 >= g["time_ns"], "compute", "memory"))
+    g["bound"] = majority_bound(g["t_min_ns"], g["compute_ns"], g["time_ns"])
     return g.drop(columns="compute_ns").sort_values("time_ns", ascending=False).head(n).reset_index(drop=True)
 
 

@@ -210,9 +210,15 @@ class _Tables:
                 out.append(typ())
         return out
 
-    @staticmethod
-    def _times(events: list[Event]) -> dict[str, np.ndarray]:
-        return {"ts": np.array(list(map(_TS, events)), dtype=np.float64), "dur": np.array(list(map(_DUR, events)), dtype=np.float64)}
+    def _common(self, table: str, events: list[Event]) -> dict[str, np.ndarray]:
+        """The columns every table takes from its events: name code, pid, tid, ts, dur."""
+        return {
+            "name": self.names[table].codes(list(map(_NAME, events))),
+            "pid": _thread_ids(list(map(_PID, events))),
+            "tid": _thread_ids(list(map(_TID, events))),
+            "ts": np.array(list(map(_TS, events)), dtype=np.float64),
+            "dur": np.array(list(map(_DUR, events)), dtype=np.float64),
+        }
 
     def _add_gpu(self, events: list[Event], kinds: np.ndarray) -> None:
         args: list[_KernelArgs] = self._decode_args("GPU activity", events, _KernelArgs)
@@ -222,10 +228,7 @@ class _Tables:
             copy_kind[i] = m.group(1) if m else (args[i].kind or None)
         self.gpu.add(
             kind=kinds,
-            name=self.names["gpu"].codes(list(map(_NAME, events))),
-            pid=_thread_ids(list(map(_PID, events))),
-            tid=_thread_ids(list(map(_TID, events))),
-            **self._times(events),
+            **self._common("gpu", events),
             **{f: _column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
             grid=_triples(list(map(attrgetter("grid"), args))),
             block=_triples(list(map(attrgetter("block"), args))),
@@ -237,36 +240,22 @@ class _Tables:
 
     def _add_launches(self, events: list[Event]) -> None:
         args: list[_LaunchArgs] = self._decode_args("runtime", events, _LaunchArgs)
-        self.launch.add(
-            name=self.names["launch"].codes(list(map(_NAME, events))),
-            pid=_thread_ids(list(map(_PID, events))),
-            tid=_thread_ids(list(map(_TID, events))),
-            correlation=_column(args, "correlation"),
-            **self._times(events),
-        )
+        self.launch.add(**self._common("launch", events), correlation=_column(args, "correlation"))
 
     def _add_ops(self, events: list[Event]) -> None:
         args: list[_OpArgs] = self._decode_args("CPU op", events, _OpArgs)
         self.op.add(
-            name=self.names["op"].codes(list(map(_NAME, events))),
-            pid=_thread_ids(list(map(_PID, events))),
-            tid=_thread_ids(list(map(_TID, events))),
+            **self._common("op", events),
             external_id=_column(args, "external_id"),
             sequence=_column(args, "sequence"),
             **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
-            **self._times(events),
         )
 
     def _add_ranges(self, events: list[Event], domains: np.ndarray) -> None:
-        pids = _thread_ids(list(map(_PID, events)))
-        self.range.add(
-            name=self.names["range"].codes(list(map(_NAME, events))),
-            domain=domains,
-            pid=pids,
-            # A GPU annotation lives on a device (Kineto puts the device in its pid).
-            tid=np.where(domains == "gpu", pids, _thread_ids(list(map(_TID, events)))),
-            **self._times(events),
-        )
+        columns = self._common("range", events)
+        # A GPU annotation lives on a device (Kineto puts the device in its pid).
+        columns["tid"] = np.where(domains == "gpu", columns["pid"], columns["tid"])
+        self.range.add(**columns, domain=domains)
 
     # -- the whole trace ---------------------------------------------------------------
     def build(self, path: str, source: Source, document: Document) -> Trace:
