@@ -138,6 +138,75 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
     click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
 
 
+@cli.command()
+@click.argument("base")
+@click.argument("new")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
+@click.option("--top", default=15, show_default=True, help="How many ops and kernels to list.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
+def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None) -> None:
+    """What changed between two runs: steps, phase x block, ops, kernels, collectives.
+
+    BASE and NEW are traces (any format, any GPU) or stored summary.json files."""
+    from tracekit.compare import diff as compare
+    from tracekit.reports import diff as render
+
+    with _status("analysing both runs"):
+        result = compare(base, new, rules=rules)
+    for warning in result["warnings"]:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    if out_dir:
+        written = render.write(result, out_dir, top)
+    if fmt == "json":
+        click.echo(render.to_json(result))
+    elif fmt == "markdown":
+        click.echo(render.to_markdown(result, top), nl=False)
+    else:
+        render.render_console(result, _console(), top)
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--expect", "expect_path", required=True, type=click.Path(dir_okay=False), help="TOML file of [[expect]] tables.")
+@click.option("--baseline", help="A summary.json (or trace) to measure max_regression against.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Also write the verdicts as JUnit XML here.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--device", help="GPU to put a trace on; default: the trace's own.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules.")
+def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None, rules: str | None) -> None:
+    """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails."""
+    from tracekit.compare import as_summary, check as run_check, load_expectations
+    from tracekit.reports import check as render
+
+    expectations = load_expectations(expect_path)
+    with _status(f"analysing {path}"):
+        summary = as_summary(path, device=device, rules=rules)
+        base = as_summary(baseline, device=device, rules=rules) if baseline else None
+    for warning in summary.get("warnings") or []:
+        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+    verdicts = run_check(summary, expectations, base)
+    if junit_path:
+        from tracekit.compare.check import junit_xml
+        from tracekit.reports.atomic import write_file
+
+        write_file(junit_path, junit_xml(verdicts, path))
+    if fmt == "json":
+        click.echo(render.to_json(verdicts, path))
+    elif fmt == "markdown":
+        click.echo(render.to_markdown(verdicts, path), nl=False)
+    else:
+        render.render_console(verdicts, _console(), path)
+    if not all(v.ok for v in verdicts):
+        sys.exit(CHECK_FAILED)
+
+
+# `tracekit check`: an expectation failed (2 stays bad input, 1 a bug in tracekit).
+CHECK_FAILED = 3
+
+
 @contextlib.contextmanager
 def _progress(description: str):
     """A progress bar on stderr for the events read, only when stderr is a terminal; yields
