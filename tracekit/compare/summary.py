@@ -16,13 +16,14 @@ from tracekit.errors import TraceError
 _SUMMARY_MAX_BYTES = 64 << 20
 
 
-def as_summary(source: Any, device: str | None = None, rules: str | None = None) -> dict[str, Any]:
+def as_summary(source: Any, device: str | None = None, rules: str | None = None, top: int | None = None) -> dict[str, Any]:
     """A summary dict from an Analysis, a summary dict, a summary.json path or a trace path.
-    Analyses give every op and kernel, not just the top ones, so nothing is cut off."""
+    Analyses give every op and kernel (not just the `top` ones, unless `top` is given), so
+    nothing is cut off."""
     from tracekit.analysis import Analysis
 
     if isinstance(source, Analysis):
-        return source.to_dict(_everything(source))
+        return source.to_dict(top or _everything(source))
     if isinstance(source, dict):
         _validate(source, "<summary>")
         return source
@@ -33,7 +34,7 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None)
     from tracekit.api import analyze
 
     analysis = analyze(path, device=device, rules=rules)
-    return analysis.to_dict(_everything(analysis))
+    return analysis.to_dict(top or _everything(analysis))
 
 
 def _everything(analysis) -> int:
