@@ -63,14 +63,20 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.option("--workers", type=click.IntRange(1, 256), help="Worker processes for several ranks (default: one per core).")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank this much over the median step time is a straggler.")
+@click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
+@click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
-            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float) -> None:
+            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
+            to_mlflow: bool = False, mlflow_run: str | None = None) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
     analysed in parallel and a cross-rank report follows (stragglers, collective skew)."""
     import os
 
+    to_mlflow = to_mlflow or bool(mlflow_run)
+    if to_mlflow:
+        _check_mlflow(paths)
     if len(paths) > 1 or os.path.isdir(paths[0]):
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
@@ -98,6 +104,27 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         render.render_console(analysis, _console(), top)
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+    if to_mlflow:
+        _log_to_mlflow(analysis, mlflow_run, top)
+
+
+def _check_mlflow(paths: tuple[str, ...]) -> None:
+    """Before any work: --mlflow needs MLflow installed and logs one trace's analysis."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise click.UsageError("--mlflow needs MLflow: pip install 'tracekit[mlflow]'")
+    if len(paths) > 1 or os.path.isdir(paths[0]):
+        raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
+
+
+def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
+    from tracekit.integrations.mlflow import log_analysis
+
+    with _status("logging to MLflow"):
+        run_id = log_analysis(analysis, run_id=run_id, top=top)
+    click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
 
 
 def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
