@@ -164,6 +164,23 @@ def _shapes(dims: Any) -> str:
 OP_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
 
 
+def _op_work(linked: pd.DataFrame) -> pd.DataFrame:
+    """An op's work is its own cost. When a call has a shape-derived cost, its other
+    activities (workspace memsets, layout transposes) add time but no work of their own: a
+    convolution's bytes are its tensors', not its tensors' plus cuDNN's workspace fills."""
+    from_shapes = (linked["cost_source"].astype(str) == "op shapes").to_numpy()
+    call_has_cost = pd.Series(from_shapes).groupby(linked["op"].to_numpy()).transform("any").to_numpy()
+    overhead = call_has_cost & ~from_shapes
+    if not overhead.any():
+        return linked
+    work = linked.copy()
+    for column in ("flops", "bytes_read", "bytes_written", "t_min_ns", "t_min_sustained_ns"):
+        work[column] = work[column].to_numpy(dtype=np.float64)
+        work.loc[overhead, column] = 0.0
+    work["bound"] = work["bound"].astype(object).where(~overhead, None)
+    return work
+
+
 def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     linked = kernels[kernels["op"] >= 0]
     if linked.empty:
@@ -171,7 +188,7 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     dims = trace.ops["input_dims"].to_numpy()
     op_rows = linked["op"].to_numpy()
     shape_text = {row: _shapes(dims[row]) for row in np.unique(op_rows)}
-    g = kernel_rollup(linked, {"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows]})
+    g = kernel_rollup(_op_work(linked), {"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows]})
     calls = pd.DataFrame({"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows], "row": op_rows})
     g["calls"] = calls.groupby(["op", "shapes"], sort=False)["row"].nunique().to_numpy()
     g = g.rename(columns={"count": "kernels"})
