@@ -208,7 +208,7 @@ def test_perfetto_export_annotates_every_kernel(tmp_path):
     events = json.loads(out.read_text())["traceEvents"]
     gpu = [e for e in events if e["cat"] in ("kernel", "memcpy", "memset")]
     assert len(gpu) == 3653
-    conv = next(e for e in gpu if e["args"]["op"] == "aten::miopen_convolution")
+    conv = next(e for e in gpu if e["args"]["op"] == "aten::miopen_convolution" and "igemm" in e["name"])
     assert conv["args"]["flops"] > 0 and conv["args"]["phase"] in ("forward", "recompute") and conv["args"]["bound"] in ("compute", "memory")
 
 
