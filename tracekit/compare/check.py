@@ -19,10 +19,10 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
 from tracekit.errors import TraceError
 
-MIN_COVERAGE = 0.5  # below this an efficiency is unknown (DESIGN.md: unknown is not zero)
 
 # limit key -> (what it measures, direction, unit); direction "min": measured >= limit
 RUN_LIMITS = {

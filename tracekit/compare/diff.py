@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import (as_summary, coverage_share, exposed_comm_share, label, listed_of, number,
                                       records, step_time_ns)
 from tracekit.reports.format import kernel_label
 
-# An efficiency built from less than half the time it describes is unknown (DESIGN.md).
-MIN_COVERAGE = 0.5
 
 
 def diff(base: Any, new: Any, device: str | None = None, rules: str | None = None) -> dict[str, Any]:

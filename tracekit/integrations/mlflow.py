@@ -22,9 +22,9 @@ import re
 import tempfile
 from typing import Any
 
+from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
 
-MIN_COVERAGE = 0.5  # an efficiency over less than half the time it describes is unknown
 PREFIX = "tracekit"
 # MLflow metric keys allow alphanumerics, _ - . space and /; phase and block names come
 # from the trace and user rules, so anything else becomes "_".
