@@ -131,6 +131,9 @@ def test_analyze_cli_logs_into_a_named_run(mlflow_store, tmp_path):
     client = MlflowClient(mlflow_store)
     assert client.get_run(run.info.run_id).data.metrics["tracekit.coverage"] == pytest.approx(printed["coverage"]["modeled_share"])
     assert "tracekit/report.html" in [a.path for a in client.list_artifacts(run.info.run_id, "tracekit")]
+    missing = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
+                              "--mlflow-run", "0123456789abcdef"], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and missing.stderr == "tracekit: error: MLflow run 0123456789abcdef: Run '0123456789abcdef' not found\n"
 
 
 INNER_TEST = '''

@@ -122,8 +122,13 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
 def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
     from tracekit.integrations.mlflow import log_analysis
 
-    with _status("logging to MLflow"):
-        run_id = log_analysis(analysis, run_id=run_id, top=top)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with _status("logging to MLflow"):
+            run_id = log_analysis(analysis, run_id=run_id, top=top)
+    except MlflowException as exc:  # a run that does not exist, a store that cannot be reached
+        raise TraceError(f"MLflow run {run_id}" if run_id else "MLflow", str(exc.message).splitlines()[0]) from None
     click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
 
 
