@@ -142,3 +142,15 @@ def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
     none = majority_bound({"compute": pd.Series([0.0]), "memory": pd.Series([0.0]), "comm": pd.Series([0.0])}, pd.Series([0.0]))
     assert none[0] is None
     json.loads(a.to_json(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+
+def test_the_plotted_roof_is_the_peak_of_the_dtype_the_work_ran_in():
+    import tracekit
+    from conftest import shared
+    from tracekit.roofline import roof_flops
+
+    a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"))
+    peak, label = roof_flops(a.device, a.kernels)
+    # bf16 HF inference on an H100 SXM: the dense bf16 peak (989.4 TFLOP/s), ridge ~295 FLOP/B
+    assert label == "matrix bf16" and peak == pytest.approx(989.4e12)
+    assert peak / a.device.bandwidth == pytest.approx(989.4e12 / 3.35e12)
