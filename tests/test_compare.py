@@ -149,19 +149,26 @@ def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
     assert "47.1514" in suite.find("testcase/failure").get("message")
 
 
-def test_check_block_expectations_on_a_stored_summary(tmp_path):
+def test_check_block_expectations_on_a_stored_summary():
     from tracekit.compare import check
 
     summary = json.loads((GOLDEN / "torch__h100_qwen1.5-0.5b_hf_inference.json.gz.summary.json").read_text())
     block = next(b for b in summary["blocks"] if (b["phase"], b["block"]) == ("forward", "attention"))
     limits = {"min_efficiency": block["efficiency"], "max_time_ms": block["gpu_time_ns"] / 1e6 - 0.001}
-    verdicts = check(summary, [{"block": "forward/attention", **limits},
-                               {"block": "attention", "max_share": 0.5}])
-    assert [v.ok for v in verdicts] == [True, False, True]
-    assert verdicts[1].measured == block["gpu_time_ns"] / 1e6
-    # "attention" alone is every phase's attention: forward + unknown.
-    both = [b for b in summary["blocks"] if b["block"] == "attention"]
-    assert len(both) == 2 and verdicts[2].measured == pytest.approx(sum(b["share"] for b in both))
+    verdicts = check(summary, [{"block": "forward/attention", **limits}])
+    assert [v.ok for v in verdicts] == [True, False]
+    assert verdicts[1].measured == block["gpu_time_ns"] / 1e6 and verdicts[1].reason == "above the maximum"
+
+
+def test_check_a_block_name_alone_spans_every_phase():
+    from tracekit.compare import check
+
+    summary = json.loads((GOLDEN / "torch__v100_dlrm_8ranks__rank0.json.gz.summary.json").read_text())
+    rows = [b for b in summary["blocks"] if b["block"] == "collective"]
+    assert {b["phase"] for b in rows} == {"forward", "backward"}  # DLRM's all_to_all both ways
+    share, time_ms = sum(b["share"] for b in rows), sum(b["gpu_time_ns"] for b in rows) / 1e6
+    verdicts = check(summary, [{"block": "collective", "max_share": share, "max_time_ms": time_ms - 0.001}])
+    assert [(v.measured, v.ok) for v in verdicts] == [(time_ms, False), (pytest.approx(share), True)]
 
 
 def test_check_unknown_efficiency_fails_even_a_zero_minimum(tmp_path):

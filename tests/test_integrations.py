@@ -177,4 +177,5 @@ def test_pytest_plugin_expectations_and_goldens(tmp_path):
     # A violated expectation fails with its measured value.
     golden.write_text(original)
     failed = _inner_pytest(tmp_path, 1.0)
-    assert failed.returncode == 1 and "forward/attention time | <= 1 ms | 15.486 ms | FAIL" in failed.stdout
+    attention = next(b for b in stored["blocks"] if (b["phase"], b["block"]) == ("forward", "attention"))
+    assert failed.returncode == 1 and f"forward/attention time | <= 1 ms | {attention['gpu_time_ns'] / 1e6:,.3f} ms | FAIL" in failed.stdout

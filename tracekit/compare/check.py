@@ -106,7 +106,7 @@ def validate(item: Any, where: str) -> None:
 
 
 def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> list[Verdict]:
-    """One Verdict per limit of every expectation, in the order written."""
+    """One Verdict per limit (in a fixed order per expectation), expectations in the order written."""
     verdicts = []
     for i, item in enumerate(expectations):
         validate(item, f"<expectations>: expect[{i}]")
