@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -203,3 +204,28 @@ def test_check_bad_expectations_exit_2_with_one_line(tmp_path, text, reason):
     run = tracekit("check", GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", "--expect", write_expect(tmp_path, text))
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("tracekit: error: ") and reason in run.stderr
+
+
+def test_diff_renders_hostile_names_as_text():
+    """Op names come from the trace: rich markup, terminal escapes, Markdown and HTML in them
+    must reach the reader as the literal characters."""
+    from rich.console import Console
+
+    from tracekit.compare import diff
+    from tracekit.reports import diff as render
+
+    base = json.loads((GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json").read_text())
+    new = json.loads(json.dumps(base))
+    hostile = "[bold red]evil[/] \x1b[2J|<img src=x onerror=alert(1)>*_x_*"
+    new["top_ops"][0]["op"] = hostile
+    d = diff(base, new)
+    console = Console(record=True, width=400, force_terminal=False)
+    render.render_console(d, console, top=50)
+    text = console.export_text()
+    assert "[bold red]evil[/]" in text and "\x1b" not in text
+    markdown = render.to_markdown(d, top=50)
+    assert "\\[bold red\\]evil\\[/\\]  \\[2J\\|\\<img src=x onerror=alert(1)\\>\\*\\_x\\_\\*" in markdown  # ESC dropped
+    (row,) = [line for line in markdown.splitlines() if "evil" in line]
+    assert not re.findall(r"(?<!\\)[<>]", row)  # no raw HTML
+    assert len(re.findall(r"(?<!\\)\|", row)) == 9  # the ops table's 8 cells, no extra cell break
+    assert "\x1b" not in markdown

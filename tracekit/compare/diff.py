@@ -82,10 +82,14 @@ def _steps(b: dict[str, Any], n: dict[str, Any]) -> list[dict[str, Any]]:
     for i in range(max(len(bs), len(ns))):
         left = bs[i] if i < len(bs) else None
         right = ns[i] if i < len(ns) else None
-        fields = lambda r: None if r is None else {"step": r.get("step"), "time_ns": number(r.get("duration_ns")),  # noqa: E731
-                                                   "busy_ns": number(r.get("busy_ns")), "bytes": number(r.get("bytes"))}
-        rows.append(_row({"index": i}, fields(left), fields(right), True, True, None))
+        rows.append(_row({"index": i}, _step_fields(left), _step_fields(right), True, True, None))
     return rows
+
+
+def _step_fields(r: dict | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"step": r.get("step"), "time_ns": number(r.get("duration_ns")), "busy_ns": number(r.get("busy_ns")), "bytes": number(r.get("bytes"))}
 
 
 def _match(base: list[dict], new: list[dict], key: Callable[[dict], tuple], fields: Callable[[dict], dict],

@@ -14,6 +14,8 @@ from tracekit.errors import TraceError
 
 # A summary.json is small (tens of kB); a .json bigger than this is a trace, not read twice.
 _SUMMARY_MAX_BYTES = 64 << 20
+# Keys a Kineto trace opens with (a summary has none of them).
+_TRACE_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
 
 
 def as_summary(source: Any, device: str | None = None, rules: str | None = None, top: int | None = None) -> dict[str, Any]:
@@ -49,7 +51,10 @@ def read_summary_file(path: str) -> dict[str, Any] | None:
         return None
     try:
         with open(path, "rb") as f:
-            data = json.loads(f.read())
+            head = f.read(4096)
+            if any(key in head for key in _TRACE_KEYS):
+                return None  # a Kineto trace: not worth decoding twice
+            data = json.loads(head + f.read())
     except (OSError, ValueError):
         return None  # not JSON we can read: the trace parser gives the precise reason
     if not isinstance(data, dict) or "traceEvents" in data or "schema_version" not in data:
