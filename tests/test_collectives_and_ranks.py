@@ -239,3 +239,22 @@ def test_rank_from_file_name_when_the_trace_does_not_say(tmp_path):
     m = analyze_ranks([str(tmp_path)], workers=1, device="H100-SXM")
     assert [r.rank for r in m.ranks] == [3, 5]
     assert math.isfinite(m.summary["median_step_time_ns"])
+    # no collectives: no straggler verdict, said as unknown rather than "none"
+    from tracekit.reports.ranks import straggler_line, to_json
+
+    assert m.summary["straggler"] is None and m.summary["stragglers"] == [] and m.skew.empty
+    assert straggler_line(m).startswith("straggler   unknown")
+    json.loads(to_json(m), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))  # strict: unknown is null
+
+
+def test_ranks_with_different_collective_counts_are_flagged(dlrm_ranks):
+    import copy
+
+    from tracekit.ranks import cross_rank
+
+    results = copy.deepcopy(dlrm_ranks.ranks[:3])
+    c = results[1].analysis.collectives
+    first = c.sort_values("start")["row"].iloc[0]
+    results[1].analysis.collectives = c[c["row"] != first]  # rank 1 misses its first all_to_all
+    assert cross_rank(copy.deepcopy(dlrm_ranks.ranks[:3])).summary["unequal_collective_counts"] == []
+    assert cross_rank(results).summary["unequal_collective_counts"] == ["all_to_all: 4 to 5 per rank"]

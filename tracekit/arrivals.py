@@ -25,10 +25,10 @@ BUSBW_COLUMNS = ["collective", "group", "message_bytes", "instances", "ranks", "
                  "busbw_max_gbps", "min_rank", "max_rank"]
 
 
-def matched_collectives(results) -> pd.DataFrame:
+def matched_collectives(results, shared_only: bool = True) -> pd.DataFrame:
     """One row per collective kernel per rank, with its instance number and its start on
-    the common clock (ns after the earliest matched start); only instances that more than
-    one rank took part in."""
+    the common clock (ns after the earliest start); only instances that more than one rank
+    took part in, unless `shared_only` is False."""
     frames = []
     for r in results:
         c = r.analysis.collectives
@@ -50,8 +50,21 @@ def matched_collectives(results) -> pd.DataFrame:
     # Nanoseconds since 1970 need 61 bits; a median in float64 would round them to 256 ns.
     # From the earliest start on, the medians are exact to the nanosecond.
     rows["abs_start"] -= rows["abs_start"].min()
+    if not shared_only:
+        return rows
     ranks_in = rows.groupby(INSTANCE_KEY)["rank"].transform("nunique")
     return rows[ranks_in > 1].reset_index(drop=True)
+
+
+def unequal_counts(rows: pd.DataFrame) -> list[str]:
+    """Collective types (and groups) that the ranks hold different numbers of: instances are
+    matched by order, so past the first missing one the matching may pair different calls."""
+    if rows.empty:
+        return []
+    per_rank = rows.groupby(["collective", "group", "rank"]).size()
+    spread = per_rank.groupby(level=["collective", "group"]).agg(["min", "max"])
+    odd = spread[spread["min"] != spread["max"]]
+    return [f"{kind}{f' ({group})' if group else ''}: {lo} to {hi} per rank" for (kind, group), (lo, hi) in odd.iterrows()]
 
 
 def collective_skew(rows: pd.DataFrame) -> pd.DataFrame:

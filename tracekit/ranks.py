@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import Analysis
-from tracekit.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives
+from tracekit.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
 from tracekit.collectives import union_intervals
 from tracekit.errors import TraceError
 
@@ -146,6 +146,7 @@ def cross_rank(results: list[RankResult], threshold: float = 0.05) -> MultiRank:
         "stragglers": stragglers["rank"].tolist(),
         "straggler": _verdict(stragglers, per_rank, busiest) if len(stragglers) else None,
         "collective_instances": int(len(skew)),
+        "unequal_collective_counts": unequal_counts(matched_collectives(results, shared_only=False)),
         "most_compute_rank": busiest,
         "load_imbalance": float(compute.max() / mean_compute - 1) if mean_compute > 0 else float("nan"),
         "long_step_ranks": per_rank.loc[per_rank["vs_median"] > threshold, "rank"].tolist(),

@@ -99,7 +99,9 @@ def summary_lines(m: MultiRank) -> list[str]:
         straggler_line(m),
         imbalance,
         f"skew        collective start spread: max {_time(s['max_collective_skew_ns'])}, median {_time(s['median_collective_skew_ns'])} ({s['clock']})",
-    ]
+    ] + ([f"matching    collectives are matched across ranks by their order; the ranks hold different numbers of "
+          f"{'; '.join(s['unequal_collective_counts'])}, so later instances may pair different calls"]
+         if s.get("unequal_collective_counts") else [])
 
 
 def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
