@@ -208,3 +208,43 @@ def test_cli_analyses_unknown_and_unnamed_gpus_with_one_warning(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(h800), "--format", "json", "--device", "h100"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and json.loads(proc.stdout)["device"]["key"] == "H100-SXM"
+
+
+def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
+    import json
+
+    import numpy as np
+
+    import tracekit
+    from conftest import shared
+
+    a = tracekit.analyze(shared("torch", "a100_ddp_nccl_rank0.json.gz"))
+    coll = a.blocks[a.blocks["block"] == "collective"]
+    assert len(coll) and (coll["bound"] == "comm").all()
+    k = a.kernels
+    assert (k.loc[k["cost_kind"].astype(str) == "comm", "bound"].astype(str) == "comm").all()
+    # The 2021 schema has whole-microsecond times: 0 ns activities exist and have no rate.
+    legacy = tracekit.analyze(shared("torch", "v100_resnet50_train_legacy2021.json.gz"))
+    zero = legacy.kernels[legacy.kernels["duration_ns"] == 0]
+    assert len(zero) > 0
+    assert zero["achieved_tbps"].isna().all() and zero["achieved_tflops"].isna().all()
+    assert np.isfinite(legacy.kernels["achieved_tbps"].dropna()).all()
+    # a group with no time has no bound (it is not "compute")
+    from tracekit.unknown import majority_bound
+    import pandas as pd
+
+    none = majority_bound({"compute": pd.Series([0.0]), "memory": pd.Series([0.0]), "comm": pd.Series([0.0])}, pd.Series([0.0]))
+    assert none[0] is None
+    json.loads(a.to_json(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+
+def test_the_plotted_roof_is_the_peak_of_the_dtype_the_work_ran_in():
+    import tracekit
+    from conftest import shared
+    from tracekit.roofline import roof_flops
+
+    a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"))
+    peak, label = roof_flops(a.device, a.kernels)
+    # bf16 HF inference on an H100 SXM: the dense bf16 peak (989.4 TFLOP/s), ridge ~295 FLOP/B
+    assert label == "matrix bf16" and peak == pytest.approx(989.4e12)
+    assert peak / a.device.bandwidth == pytest.approx(989.4e12 / 3.35e12)

@@ -25,7 +25,8 @@ _TYPES = [  # (normalised type, pattern over metadata / kernel / op / range name
     ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
     ("all_reduce", re.compile(r"all_?reduce|AllReduce|cross_device_reduce|custom_ar", re.I)),
     ("all_gather", re.compile(r"all_?gather|AllGather", re.I)),
-    ("all_to_all", re.compile(r"all_?to_?all|AllToAll|alltoall", re.I)),
+    # MoE token exchange (DeepEP dispatch / combine, pplx) is an all-to-all
+    ("all_to_all", re.compile(r"all_?to_?all|AllToAll|alltoall|all2all|deep_?ep|internode(_ll)?::|intranode::|pplx", re.I)),
     ("broadcast", re.compile(r"broadcast", re.I)),
     ("send_recv", re.compile(r"send_?recv|SendRecv|\bsend\b|\brecv\b|_Send|_Recv", re.I)),
     ("reduce", re.compile(r"(?<!all_)(?<!all)reduce(?!_?scatter)|_Reduce_", re.I)),

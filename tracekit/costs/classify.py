@@ -10,7 +10,9 @@ import pandas as pd
 
 # Checked in order; the first match wins (an attention kernel may contain "gemm").
 _RULES: list[tuple[str, re.Pattern]] = [
-    ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|custom_ar", re.I)),
+    # DeepEP's dispatch / combine and pplx all-to-all kernels move tokens between GPUs: collectives.
+    ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|all2all|sendrecv|"
+                              r"cross_device_reduce|custom_ar|deep_?ep|internode(_ll)?::|intranode::|nvshmem|pplx", re.I)),
     ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
     ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_fw|bn_bw|instance_?norm", re.I)),
@@ -35,6 +37,19 @@ def without_parameters(name: str) -> str:
         elif ch == "(" and depth == 0 and i > 0:
             return text[:i]
     return text
+
+
+# Kernels that convolution / GEMM libraries launch around the computation: layout
+# transforms, tensor scaling and workspace fills. They move data; they compute nothing of the op.
+AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC|SubTensorOp|scalePackedTensor|"
+                       r"fill|zero_|Memset|copy|permute", re.I)
+
+
+def is_auxiliary(names: pd.Series) -> np.ndarray:
+    """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
+    cat = names.astype("category")
+    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n))[:4096])) for n in cat.cat.categories] + [False])
+    return flags[cat.cat.codes.to_numpy()]
 
 
 def classify_name(name: str) -> str:
