@@ -181,7 +181,7 @@ def test_bundle_files_and_contents(tmp_path):
     names = {p.name for p in out.iterdir()}
     assert names == {"summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png", "breakdown.png"}
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["schema_version"] == 1 and summary == json.loads(proc.stdout)
+    assert summary["schema_version"] == 2 and summary == json.loads(proc.stdout)
     kernels = pd.read_parquet(out / "kernels.parquet")
     assert len(kernels) == 3653 and {"phase", "block", "flops", "efficiency", "exclusive_ns"} <= set(kernels.columns)
     blocks = pd.read_csv(out / "blocks.csv")
