@@ -114,7 +114,7 @@ def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str 
     return float(n * element_bytes(dtype)), dtype
 
 
-def _union(intervals: np.ndarray) -> np.ndarray:
+def union_intervals(intervals: np.ndarray) -> np.ndarray:
     """Sorted, merged [start, end) intervals."""
     if not len(intervals):
         return intervals.reshape(0, 2)
@@ -148,8 +148,8 @@ def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
     for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
         on = kernels["device"].to_numpy() == device
         iv = kernels[["start", "end"]].to_numpy()
-        comm = _union(iv[on & is_comm])
-        compute = _union(iv[on & is_kernel & ~is_comm])
+        comm = union_intervals(iv[on & is_comm])
+        compute = union_intervals(iv[on & is_kernel & ~is_comm])
         comm_ns = int((comm[:, 1] - comm[:, 0]).sum()) if len(comm) else 0
         overlapped = _intersection(comm, compute)
         rows.append({"device": int(device), "comm_ns": comm_ns, "overlapped_ns": overlapped, "exposed_ns": comm_ns - overlapped,

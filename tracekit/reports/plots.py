@@ -61,9 +61,11 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(f"Roofline on {dev.name}" if dev else "Roofline (no GPU)")
+    ax.set_title(f"Roofline on {dev.name}" if dev else
+                 "Roofline: GPU unknown, no roof (pass --device)" if len(analysis.kernels) else "Roofline (no GPU)")
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(loc="lower right", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # nothing labelled (no device, nothing costed): no empty legend
+        ax.legend(loc="lower right", fontsize=8)
     return _png(fig, plt)
 
 
