@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracekit.analysis import Analysis, top_kernels
-from tracekit.names import labels, readable
+from tracekit.names import demangle, labels
 from tracekit.reports.format import duration, percent, si
 
 
@@ -66,7 +66,7 @@ class Labels:
     def __call__(self, name: str) -> Named:
         name = str(name)
         label = self.map.get(name) or labels([name])[name]
-        return Named(label, readable(name) if readable(name) != label else name)
+        return Named(label, demangle(name))
 
 
 def headline(a: Analysis) -> list[str]:

@@ -50,9 +50,11 @@ def plain_terminal(value: object) -> str:
     return visible(value)
 
 
-# Every ASCII punctuation mark Markdown (CommonMark + GitHub) gives a meaning inline:
-# emphasis, code, links and images, tables, strikethrough, math, mentions, emoji, autolinks.
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~$@:^])")
+# The ASCII punctuation Markdown (CommonMark + GitHub) gives a meaning inside a line:
+# escapes, code, emphasis, links and images (`[`: without it `(` and `!` mean nothing),
+# table cells, strikethrough, math, mentions. Line-start syntax (#, -, +, >) cannot occur:
+# a trace string never starts a line of a report.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$@])")
 _MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
 
 
@@ -62,7 +64,8 @@ def markdown(value: object) -> str:
     text = visible(value)
     text = re.sub(r"[&<>\"]", lambda m: _MD_HTML[m.group()], text)
     text = _MD_SPECIAL.sub(r"\\\1", text)
-    # `www.x.org` is an autolink in GitHub Markdown even without a scheme
+    # autolinks: `https://x.org`, and `www.x.org` even without a scheme
+    text = text.replace("://", "\\://")
     return re.sub(r"(?i)(www)\.", r"\1\\.", text)
 
 
