@@ -37,22 +37,24 @@ def summary_lines(m: MultiRank) -> list[str]:
 
 
 def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
     for line in summary_lines(m):
-        console.print(line)
-    for title, (head, rows) in (("Per rank", _rows(m)), ("Collective skew (largest first)", _skew_rows(m, top))):
-        table = Table(title=title, header_style="bold")
-        for col in head:
-            table.add_column(col, justify="right")
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        console.print(terminal(line))
+    per_rank, skew = _rows(m), _skew_rows(m, top)
+    print_section(Section("Per rank", *per_rank, priority=[0, 2, 0, 0, 1, 1, 1, 0, 2, 2]), console)
+    print_section(Section("Collective skew (largest first)", *skew, priority=[0, 2, 1, 2, 0, 1, 1, 2], flex=0), console)
 
 
 def to_markdown(m: MultiRank, top: int = 15) -> str:
-    lines = ["# tracekit cross-rank report", ""] + [f"- {line}" for line in summary_lines(m)]
+    from tracekit.reports.text import markdown as md
+
+    lines = ["# tracekit cross-rank report", ""] + [f"- {md(line)}" for line in summary_lines(m)]
     for title, (head, rows) in (("Per rank", _rows(m)), ("Collective skew", _skew_rows(m, top))):
         lines += ["", f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
     lines += ["", "Per-rank reports: `rank<N>/report.md`."]
     return "\n".join(lines) + "\n"
 
