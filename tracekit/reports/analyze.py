@@ -42,8 +42,13 @@ def device_line(analysis: Analysis) -> str:
 
 
 def roofline_line(analysis: Analysis) -> str:
+    from tracekit.findings import MIN_COVERAGE
+
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
+    if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
+        return (f"roofline    — : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
+                f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
     fmt = lambda v: "—" if v is None or v != v else percent(v)  # noqa: E731
     return (f"roofline    kernel time at {fmt(eff)} of the peak roofline, {fmt(sus)} of the sustained one "
             f"(sum t_min / sum time over modeled kernels; — below {percent(0.5)} coverage)")
