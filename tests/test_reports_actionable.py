@@ -279,3 +279,25 @@ def test_perfetto_has_numeric_ids_names_and_flows(tmp_path):
         assert f["bp"] == "e" and f["id"] in starts and (f["pid"], f["tid"], f["ts"]) in kernel_at
         s = starts[f["id"]]
         assert (s["pid"], s["tid"]) in op_threads and s["ts"] <= f["ts"]
+
+
+@pytest.mark.parametrize("name", ["mi300x_sglang_qwen3-8b_decode_bs32.json.gz", "mi300x_resnet_act_checkpoint_rank0.json.gz"])
+def test_bundle_has_no_mangled_label_and_keeps_the_full_name(tmp_path, name):
+    from tracekit.reports.bundle import write_bundle
+
+    a = tracekit.analyze(shared("torch", name))
+    write_bundle(a, str(tmp_path), top=100)
+    for report in ("report.md", "report.html"):
+        text = (tmp_path / report).read_text()
+        assert "_ZN" not in text
+        assert text.lstrip("# ").index("GPU time went to") < text.index("What to fix first")  # the headline comes first
+    kernels = pd.read_parquet(tmp_path / "kernels.parquet")
+    mangled = kernels[kernels["name"].str.startswith("_Z")]
+    assert len(mangled) > 0 and not mangled["label"].str.startswith("_Z").any()
+    assert (kernels["name"].astype(str) == a.kernels["name"].astype(str)).all()  # the raw name stays as recorded
+    assert mangled["demangled"].str.contains("::").all()
+
+
+def test_devices_command_prints_without_citations_in_width():
+    proc = _run(["devices"], columns="100")
+    assert proc.returncode == 0 and max(map(len, proc.stdout.splitlines())) <= 100

@@ -91,13 +91,13 @@ def _shapes(a) -> np.ndarray:
         return np.full(len(k), "", dtype=object)
     dims = a.trace.ops["input_dims"].to_numpy()
     op = k["op"].to_numpy()
-    text = {}
     out = np.full(len(k), "", dtype=object)
-    for i in np.flatnonzero(op >= 0):
-        j = op[i]
-        if j not in text:  # trailing scalar inputs ([]) say nothing of the work
-            text[j] = "" if dims[j] is None else re.sub(r"(, \[\])+\]$", "]", str(dims[j]))
-        out[i] = text[j]
+    linked = op >= 0
+    if linked.any():  # one string per distinct op row, not per kernel
+        rows, inverse = np.unique(op[linked], return_inverse=True)
+        # trailing scalar inputs ([]) say nothing of the work
+        text = np.array(["" if dims[j] is None else re.sub(r"(, \[\])+\]$", "]", str(dims[j])) for j in rows], dtype=object)
+        out[linked] = text[inverse]
     return out
 
 
