@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from rich.console import Console
-from rich.table import Table
 
 from tracekit.ranks import MultiRank
 from tracekit.reports.format import duration, percent, si
