@@ -51,7 +51,7 @@ def roofline_line(analysis: Analysis) -> str:
                 f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
     fmt = lambda v: "—" if v is None or v != v else percent(v)  # noqa: E731
     return (f"roofline    kernel time at {fmt(eff)} of the peak roofline, {fmt(sus)} of the sustained one "
-            f"(sum t_min / sum time over modeled kernels; — below {percent(0.5)} coverage)")
+            f"(sum t_min / sum time over the kernels with a cost)")
 
 
 def render_console(analysis: Analysis, console: Console, top: int) -> None:

@@ -29,7 +29,7 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
             lines.append(md(s.empty))
             continue
         lines.append("| " + " | ".join(md(h) for h in s.head) + " |")
-        lines.append("|" + "".join("---|" if i in (0, s.flex) else "--:|" for i in range(len(s.head))))
+        lines.append("|" + "".join("---|" if i in s.left or i == s.flex else "--:|" for i in range(len(s.head))))
         lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in s.rows]
         if s.note:
             lines += ["", md(s.note)]

@@ -31,6 +31,7 @@ class Section:
     priority: list[int]  # per column: higher is kept longer in a narrow terminal; 0 is always kept
     flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
     note: str = ""  # a line under the table (plain text, may hold trace strings)
+    left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
     terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
     empty: str = "(none)"
     extra: dict = field(default_factory=dict)
@@ -79,7 +80,7 @@ def fix_ops(a: Analysis, top: int) -> Section:
     rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
              _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
     return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
-                   [0, 0, 2, 1, 3, 2, 0, 0, 3], flex=2, note=_coverage_note(a))
+                   [4, 0, 0, 3, 2, 2, 0, 0, 1], flex=2, note=_coverage_note(a), left=(1, 2))
 
 
 def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
@@ -87,7 +88,7 @@ def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
     head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
              _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
-    return Section("What to fix first: kernels", head, rows, [0, 0, 1, 2, 1, 0, 0, 2], flex=1, terminal=False)
+    return Section("What to fix first: kernels", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
 
 
 def fix_blocks(a: Analysis, top: int) -> Section:
@@ -129,7 +130,7 @@ def block_rows(a: Analysis) -> Section:
              _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"),
              f"{_pct(_measured(r, 'efficiency'))} / {_pct(_measured(r, 'efficiency_sustained'))}", _text(r["bound"]), _pct(r["coverage"])]
             for r in a.blocks.to_dict(orient="records")]
-    return Section("Blocks (phase x block)", head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1)
+    return Section("Blocks (phase x block)", head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1, left=(0, 1))
 
 
 def device_rows(a: Analysis) -> Section:
@@ -153,7 +154,7 @@ def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
              _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
              f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}" + (" >peak" if not _missing(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
              _text(r["bound"])] for r in top_kernels(a, top).to_dict(orient="records")]
-    return Section("Top kernels by GPU time", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3], flex=0)
+    return Section("Top kernels by GPU time", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
 
 
 def op_rows(a: Analysis, top: int) -> Section:
@@ -161,7 +162,7 @@ def op_rows(a: Analysis, top: int) -> Section:
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", _dur(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), _pct(r["efficiency"]), _text(r["bound"])]
             for r in a.ops.head(top).to_dict(orient="records")]
     title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
-    return Section(title, head, rows, [0, 1, 2, 0, 2, 2, 1, 3], flex=1)
+    return Section(title, head, rows, [0, 0, 2, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
 def collective_rows(a: Analysis, top: int) -> Section:
@@ -172,7 +173,7 @@ def collective_rows(a: Analysis, top: int) -> Section:
              _num(r["algbw_gbps"], "{:,.1f}"), _num(r["busbw_gbps"], "{:,.1f}"), _pct(r["link_efficiency"])]
             for r in _collective_summary(a.collectives)[:top]]
     return Section("Collectives (nccl-tests bus bandwidth; link efficiency = busbw / interconnect)", head, rows,
-                   [0, 1, 2, 0, 2, 0, 1, 0, 0], flex=1)
+                   [0, 1, 2, 0, 2, 0, 1, 0, 0], flex=1, left=(0, 1))
 
 
 def overlap_rows(a: Analysis) -> Section:
@@ -185,7 +186,7 @@ def overlap_rows(a: Analysis) -> Section:
 def unmodeled_rows(a: Analysis, label: Labels) -> Section:
     head = ["kernel", "time", "share", "why it has no cost"]
     rows = [[label(r["name"]), _dur(r["time_ns"]), _pct(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
-    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 1], flex=3)
+    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 1], flex=0, left=(0, 3))
 
 
 def _coverage_note(a: Analysis) -> str:

@@ -68,7 +68,7 @@ def fit(section: Section, width: int, plain: bool) -> Table:
     table = Table(title=section.title, header_style="" if plain else "bold", box=box.ASCII if plain else box.HEAVY_HEAD,
                   title_justify="left")
     for i in keep:
-        table.add_column(head[i], justify="left" if i == section.flex or i == 0 else "right", no_wrap=True,
+        table.add_column(head[i], justify="left" if i in section.left or i == section.flex else "right", no_wrap=True,
                          overflow="ellipsis", max_width=widths[i])
     for row in cells:
         table.add_row(*[row[i] for i in keep])
