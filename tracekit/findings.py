@@ -180,7 +180,10 @@ def _short_kernels(a) -> dict[str, Any]:
 # -- the headline ---------------------------------------------------------------------------
 
 def _pct(x: float | None) -> str:
-    return "—" if x is None or x != x else f"{100 * x:.0f}%" if abs(x) >= 0.095 else f"{100 * x:.1f}%"
+    """Whole percents, one decimal below 9.5% and between 99.5% and 100% (never "100%" for less)."""
+    if x is None or x != x:
+        return "—"
+    return f"{100 * x:.0f}%" if 0.095 <= abs(x) < 0.995 or x == 1 else f"{100 * x:.1f}%"
 
 
 def _dur(ns: float | None) -> str:
@@ -222,7 +225,10 @@ def headline(a, f: Findings) -> list[str]:
         by_bound = t.groupby(k["bound"].astype(str).to_numpy()[modeled]).sum().sort_values(ascending=False) / t.sum()
         names = {"comm": "interconnect"}
         parts = [f"{_pct(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
-        sentences.append(f"Of the kernel time with a cost, {' and '.join(parts[:2])}.")
+        if parts:
+            of = "the kernel time with a cost" if covered >= MIN_COVERAGE else f"the {_pct(covered)} of kernel time with a cost"
+            sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
+                             f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
     if covered >= MIN_COVERAGE and c.get("efficiency_sustained") is not None and c.get("efficiency_sustained") == c.get("efficiency_sustained"):
         sentences.append(f"Those kernels run at {_pct(c['efficiency_sustained'])} of the sustained roofline "
                          f"({_pct(c.get('efficiency'))} of peak), over {_pct(covered)} of GPU kernel time.")
