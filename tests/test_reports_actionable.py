@@ -231,9 +231,13 @@ def test_idle_gaps_by_cause_on_a_hand_made_timeline():
     # GPU went idle at 10: host wait); the third's at 5, but a cudaDeviceSynchronize returned
     # at 31 (sync); the fourth's at 40, long before the gap at 60 (other). Window [0, 80).
     k = pd.DataFrame({"device": [0] * 4, "start": [0, 20, 50, 61], "end": [10, 30, 60, 70]})
-    gaps = idle_gaps(k, np.array([-1, 15, 5, 40]), np.array([[25, 31]]), {0: np.array([[0, 80]])})
+    k["pid"] = 7
+    gaps = idle_gaps(k, np.array([-1, 15, 5, 40]), np.array([[25, 31, 7]]), {0: np.array([[0, 80]])})
     assert gaps[["start", "end", "idle_ns", "category"]].values.tolist() == [
         [10, 20, 10, "host_wait"], [30, 50, 20, "sync"], [60, 61, 1, "other"], [70, 80, 10, "other"]]
+    # a synchronisation in another process says nothing of this GPU's gaps
+    other = idle_gaps(k, np.array([-1, 15, 5, 40]), np.array([[25, 31, 8]]), {0: np.array([[0, 80]])})
+    assert other["category"].tolist() == ["host_wait", "other", "other", "other"]
 
 
 def test_idle_split_adds_up_to_the_idle_time_inside_steps():

@@ -137,14 +137,14 @@ def _idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
 def _gaps(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
     k = a.kernels
     launch_start = np.full(len(k), -1, dtype=np.int64)
-    sync_calls = np.zeros((0, 2), dtype=np.int64)
+    sync_calls = np.zeros((0, 3), dtype=np.int64)
     if a.trace is not None and len(a.trace.launches):
         launches = a.trace.launches
         row = k["launch"].to_numpy()
         launch_start = np.where(row >= 0, launches["start"].to_numpy()[np.maximum(row, 0)], -1)
         names = launches["name"].astype(str)
         is_sync = names.str.contains(SYNC_API).to_numpy(dtype=bool)
-        sync_calls = launches.loc[is_sync, ["start", "end"]].to_numpy(np.int64)
+        sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
     return idle_gaps(k, launch_start, sync_calls, windows)
 
 

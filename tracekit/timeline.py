@@ -76,16 +76,22 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
       other      the work was queued in time but did not start (waiting on an event or another
                  stream, or launch latency), or the activity has no launch call in the trace.
 
-    `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 2)
-    array of synchronising calls' [start, end]; `windows[device]` merged [start, end) intervals.
+    `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 3)
+    array of synchronising calls' [start, end, host pid] (only the processes that launched
+    work on a device count for it; pid -1 counts for all); `windows[device]` merged
+    [start, end) intervals.
     """
     cols = ["device", "start", "end", "idle_ns", "category", "next_row"]
     out = []
     start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
     device = kernels["device"].to_numpy()
-    sync_end = np.sort(sync_calls[:, 1]) if len(sync_calls) else np.zeros(0, dtype=np.int64)
+    pid = kernels["pid"].to_numpy() if "pid" in kernels else np.full(len(kernels), -1)
+    sync_calls = np.asarray(sync_calls, dtype=np.int64).reshape(-1, 3)
     for dev in np.unique(device) if len(kernels) else ():
         rows = np.flatnonzero(device == dev)
+        hosts = np.unique(pid[rows])
+        mine = sync_calls if (hosts < 0).any() else sync_calls[np.isin(sync_calls[:, 2], hosts) | (sync_calls[:, 2] < 0)]
+        sync_end = np.sort(mine[:, 1]) if len(mine) else np.zeros(0, dtype=np.int64)
         rows = rows[np.argsort(start[rows], kind="stable")]
         s, reach = start[rows], np.maximum.accumulate(end[rows])  # the furthest any earlier activity reached
         window = windows.get(int(dev), np.zeros((0, 2), dtype=np.int64))
