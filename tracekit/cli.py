@@ -19,14 +19,21 @@ def _load(path: str):
 
     trace = load(path)
     for warning in trace.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace
 
 
 def _console():
-    from rich.console import Console
+    from tracekit.reports.terminal import console
 
-    return Console(width=max(150, Console().width))
+    return console()
+
+
+def _safe(text) -> str:
+    """A trace string (a path, a name inside a warning) for a line written to the terminal."""
+    from tracekit.reports.text import plain_terminal
+
+    return plain_terminal(text)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -90,7 +97,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
             written = write_bundle(analysis, out_dir, top)
     for warning in analysis.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(analysis.to_json(top))
     elif fmt == "markdown":
@@ -103,7 +110,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         analysis.warnings = []  # already on stderr
         render.render_console(analysis, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
     if to_mlflow:
         _log_to_mlflow(analysis, mlflow_run, top)
 
@@ -142,7 +149,7 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
         written = render.write_bundle(multi, out_dir, top) if out_dir else []
     for r in multi.ranks:
         for warning in r.analysis.warnings:
-            click.echo(f"tracekit: warning: {r.path}: {warning}", err=True)
+            click.echo(f"tracekit: warning: {_safe(r.path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(render.to_json(multi))
     elif fmt == "markdown":
@@ -150,7 +157,7 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
     else:
         render.render_console(multi, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
 
 
 @cli.command()
@@ -167,7 +174,7 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
     with _status(f"analysing {path}"):
         analysis = run(path, device=device, device_file=device_file, rules=rules)
         n = write_perfetto(analysis, out)
-    click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
+    click.echo(f"tracekit: wrote {n:,} events to {_safe(out)}", err=True)
 
 
 @cli.command()
@@ -286,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TraceError as exc:
-        click.echo(f"tracekit: error: {exc.path}: {exc.reason}", err=True)
+        click.echo(f"tracekit: error: {_safe(exc.path)}: {_safe(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
