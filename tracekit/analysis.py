@@ -35,6 +35,12 @@ class Analysis:
     trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per collective kernel
     overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm hidden by compute, per device
+    model: Any = None  # tracekit.model.predict.Prediction with --model, else None
+
+    @property
+    def prediction(self) -> pd.DataFrame:
+        """Predicted vs measured per step (tracekit.model.predict.STEP_COLUMNS); empty without --model."""
+        return self.model.steps if self.model is not None else pd.DataFrame()
 
     def to_json(self, top: int = 15) -> str:
         import json
@@ -56,12 +62,20 @@ class Analysis:
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
             "warnings": self.warnings,
+            **({"model": self.model.to_dict()} if self.model is not None else {}),
         }
 
 
-def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None) -> Analysis:
+def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
+          model: Any = None) -> Analysis:
+    """`model`: tracekit.model.ModelOptions; its costs fill the kernels the op shapes leave uncosted."""
     costs = kernel_costs(trace)
     labels = attribute(trace, costs["kernel_class"], rules)
+    run = None
+    if model is not None:
+        from tracekit.model import run_model
+
+        run = run_model(trace, costs, labels, model)
     exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
@@ -78,6 +92,10 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
     analysis.collectives = collective_table(analysis)
     analysis.overlap = overlap_table(kernels)
+    if run is not None:
+        from tracekit.model.predict import predict
+
+        analysis.model = predict(run, kernels, exclusive, device, trace.ranges, sustained)
     return analysis
 
 

@@ -51,15 +51,20 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
-            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None) -> Analysis:
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
-    steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
+    steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
+    `model` (tracekit.model.ModelOptions) costs what the op shapes cannot and predicts each step."""
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
+    if model is not None:  # a bad config fails before the trace is read
+        from tracekit.model import load_config
+
+        load_config(model.config, model.weight_dtype)
     trace = load(path, progress)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None
     with _gc_paused():
-        return build(trace, spec, sustained, rule_set)
+        return build(trace, spec, sustained, rule_set, model)

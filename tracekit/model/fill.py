@@ -1,0 +1,98 @@
+"""Put the model's per-step block costs on the kernels that did the work.
+
+Within a step, a model block's cost goes to the kernels attribution put in its block with a
+class of its family (the attention core to attention kernels of the attention block, the
+projections to its GEMMs, ...). A block with no such kernel (graph-launched serving kernels
+carry no module context, so their GEMMs sit in `other`) joins its family's pool: the
+step's kernels of that family that no block claimed. The cost of a group (one block, or a
+pool of blocks) is spread over its kernels in proportion to their time, and only kernels
+without a cost take it: op shapes win where both exist. Those kernels get cost source
+`model`. A group whose cost is unknown (KV lengths missing) fills nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.model.blocks import BLOCKS, FAMILIES
+
+SOURCE = "model"
+GROUP_COLUMNS = ["step_row", "group", "blocks", "kernels", "kernel_time_ns", "flops", "bytes", "filled_kernels", "note"]
+
+
+def _dominant(blocks: pd.DataFrame) -> tuple[str, str]:
+    """The roofline kind and dtype of a group: those of its largest block by bytes."""
+    top = blocks.sort_values("bytes", ascending=False).iloc[0]
+    return str(top["kind"]), str(top["dtype"])
+
+
+def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
+           step_costs: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, np.ndarray]:
+    """Fill `costs` in place; return the groups (one row per step x group) and each kernel's group row (-1: none)."""
+    n = len(kernels)
+    group_of = np.full(n, -1, dtype=np.int64)
+    if not step_costs or not n:
+        return pd.DataFrame(columns=GROUP_COLUMNS), group_of
+    block = labels["block"].astype(str).to_numpy()
+    klass = costs["kernel_class"].astype(str).to_numpy()
+    is_kernel = (kernels["kind"].astype(str) == "kernel").to_numpy()
+    time = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    out = {c: costs[c].to_numpy(dtype=np.float64).copy() for c in ("flops", "bytes_read", "bytes_written")}
+    obj = {c: costs[c].astype(object).to_numpy().copy() for c in ("cost_kind", "dtype", "cost_source", "unknown_reason")}
+    rows = []
+    for step, per_block in step_costs.items():
+        in_step = (owner == step) & is_kernel
+        totals = per_block.groupby("block", sort=False).agg(
+            flops=("flops", lambda v: v.sum(min_count=len(v))), read=("bytes_read", lambda v: v.sum(min_count=len(v))),
+            written=("bytes_written", lambda v: v.sum(min_count=len(v))), kind=("kind", "first"), dtype=("dtype", "first"))
+        totals["bytes"] = totals["read"] + totals["written"]
+        members: dict[tuple[str, str], list[str]] = {}
+        targets: dict[tuple[str, str], np.ndarray] = {}
+        claimed = np.zeros(n, dtype=bool)
+        homeless = []
+        for name in totals.index:
+            attr_block, family = BLOCKS[name]
+            mask = in_step & (block == attr_block) & np.isin(klass, list(FAMILIES[family])) if attr_block != "other" else np.zeros(n, bool)
+            if mask.any():
+                members.setdefault((attr_block, family), []).append(name)
+                targets[(attr_block, family)] = mask
+                claimed |= mask
+            else:
+                homeless.append(name)
+        for name in homeless:
+            family = BLOCKS[name][1]
+            key = ("pool", family)
+            members.setdefault(key, []).append(name)
+            if key not in targets:
+                targets[key] = in_step & ~claimed & np.isin(klass, list(FAMILIES[family]))
+        for key, names in members.items():
+            mask = targets[key]
+            part = totals.loc[names]
+            flops, read, written = part["flops"].sum(min_count=len(part)), part["read"].sum(min_count=len(part)), part["written"].sum(min_count=len(part))
+            label = f"{key[0]} ({key[1]})" if key[0] != "pool" else f"unattributed {key[1]} kernels"
+            note = ""
+            kernel_time = float(time[mask].sum())
+            filled = 0
+            if not mask.any():
+                note = "no kernel of this family in the step"
+            elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
+                note = "cost unknown: the step's KV lengths are unknown (pass --context)"
+            elif kernel_time > 0:
+                empty = mask & np.isnan(out["flops"])
+                share = time[empty] / kernel_time
+                kind, dtype = _dominant(part)
+                out["flops"][empty] = flops * share
+                out["bytes_read"][empty] = read * share
+                out["bytes_written"][empty] = written * share
+                obj["cost_kind"][empty], obj["dtype"][empty], obj["cost_source"][empty] = kind, dtype, SOURCE
+                obj["unknown_reason"][empty] = None
+                filled = int(empty.sum())
+            group_of[mask] = len(rows)
+            rows.append({"step_row": step, "group": label, "blocks": ", ".join(names), "kernels": int(mask.sum()),
+                         "kernel_time_ns": kernel_time, "flops": flops, "bytes": read + written, "filled_kernels": filled, "note": note})
+    for c, values in out.items():
+        costs[c] = values
+    for c, values in obj.items():
+        costs[c] = pd.Categorical(values)
+    return pd.DataFrame(rows, columns=GROUP_COLUMNS), group_of

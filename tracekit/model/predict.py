@@ -1,0 +1,127 @@
+"""The roofline step model, beside the measured steps.
+
+    predicted step time = Σ over blocks and layers of max(FLOPs / (peak · e_matrix),
+                                                           bytes / (bandwidth · e_bandwidth))
+
+(collectives: bytes / interconnect bandwidth). This is the model LLM serving simulators use
+(e.g. inference-sim's `roofline_step`). Measured: the step's GPU busy time (its kernels'
+union) and its wall time. Error = predicted / busy - 1, per step and per block group;
+MAPE = mean |error| over the steps with a prediction. At e = 1 the prediction is the
+step's roofline time, and its ratio to the busy time is the step's roofline efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import Device
+
+STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
+                "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
+                "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
+BLOCK_COLUMNS = ["step", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "note"]
+
+
+@dataclass
+class Prediction:
+    steps: pd.DataFrame  # STEP_COLUMNS
+    blocks: pd.DataFrame  # BLOCK_COLUMNS: per step x block group
+    terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from tracekit.analysis import _records
+
+        return {**self.summary, "steps": _records(self.steps), "blocks": _records(self.blocks)}
+
+
+def step_terms(blocks: pd.DataFrame, device: Device) -> pd.DataFrame:
+    """Per (block, layer): time at peak of its compute and of its memory (or link) traffic."""
+    peaks = {}
+    for kind, dtype in set(zip(blocks["kind"], blocks["dtype"])):
+        if kind == "comm":
+            continue
+        unit = "vector" if kind == "vector" else "matrix"
+        peaks[(kind, dtype)] = device.peak_flops(unit, dtype) or device.peak_flops(unit, "bf16") or np.nan
+    peak = np.array([peaks.get((k, d), np.nan) for k, d in zip(blocks["kind"], blocks["dtype"])])
+    comm = (blocks["kind"] == "comm").to_numpy()
+    nbytes = (blocks["bytes_read"] + blocks["bytes_written"]).to_numpy()
+    flops = blocks["flops"].to_numpy()
+    bandwidth = np.where(comm, device.interconnect or np.nan, device.bandwidth)
+    return pd.DataFrame({
+        "block": blocks["block"].to_numpy(), "layer": blocks["layer"].to_numpy(), "comm": comm,
+        "t_compute_ns": np.where(comm, 0.0, np.where(flops > 0, flops / peak * 1e9, 0.0)),
+        "t_memory_ns": nbytes / bandwidth * 1e9,
+    })
+
+
+def predicted_ns(terms: pd.DataFrame, matrix_eff: float, bandwidth_eff: float) -> float:
+    """Σ max(compute / e_matrix, memory / e_bandwidth); links are not scaled. NaN if any term is."""
+    memory = np.where(terms["comm"].to_numpy(), terms["t_memory_ns"].to_numpy(), terms["t_memory_ns"].to_numpy() / bandwidth_eff)
+    t = np.maximum(terms["t_compute_ns"].to_numpy() / matrix_eff, memory)
+    return float(t.sum()) if len(t) and not np.isnan(t).any() else float("nan")
+
+
+def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | None, trace_ranges: pd.DataFrame,
+            bandwidth_eff: float, matrix_eff: float = 1.0) -> Prediction:
+    """Predicted vs measured per step and per block group of `run` (tracekit.model.ModelRun)."""
+    duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    costed = kernels["flops"].notna().to_numpy()
+    is_kernel = (kernels["kind"].astype(str) == "kernel").to_numpy()
+    step_rows, block_rows, all_terms = [], [], []
+    for step in run.steps:
+        mine = run.owner == step.row
+        busy = float(exclusive[mine].sum())
+        ktime = float(duration[mine & is_kernel].sum())
+        wall = float(trace_ranges["end"].iat[step.row] - trace_ranges["start"].iat[step.row])
+        b, blocks = step.batch, step.blocks
+        row = {"step": step.name, "batch": b.describe() if b else "unknown: the trace does not say; pass --batch/--context",
+               "batch_source": b.source if b else None, "kind": b.kind if b else None, "requests": b.requests if b else None,
+               "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(mine.sum()),
+               "busy_ns": busy, "wall_ns": wall, "coverage": float(duration[mine & is_kernel & costed].sum() / ktime) if ktime else None}
+        if blocks is not None:
+            nbytes = blocks["bytes_read"] + blocks["bytes_written"]
+            row.update(flops=_sum(blocks["flops"]), bytes=_sum(nbytes), weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
+            if device is not None:
+                terms = step_terms(blocks, device).assign(step=step.name)
+                all_terms.append(terms.assign(busy_ns=busy))
+                pred, peak = predicted_ns(terms, matrix_eff, bandwidth_eff), predicted_ns(terms, 1.0, 1.0)
+                tbps = row["bytes"] / busy / 1e3 if busy and row["bytes"] == row["bytes"] else None
+                row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy else None, achieved_tbps=tbps,
+                           bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
+                           roofline_efficiency=peak / busy if busy else None)
+                block_rows += _groups(run, step, terms, kernels, matrix_eff, bandwidth_eff)
+        step_rows.append(row)
+    steps = pd.DataFrame(step_rows, columns=STEP_COLUMNS)
+    errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
+    terms = pd.concat(all_terms, ignore_index=True) if all_terms else pd.DataFrame()
+    summary = {
+        "config": run.arch.path, "architecture": run.arch.describe(), "tp": run.parallel.tp, "ep": run.parallel.ep,
+        "parallel_source": run.parallel.source, "bandwidth_efficiency": bandwidth_eff, "matrix_efficiency": matrix_eff,
+        "steps_predicted": int(len(errors)), "steps": len(steps),
+        "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
+    }
+    return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, summary)
+
+
+def _sum(values: pd.Series) -> float | None:
+    return None if values.isna().any() else float(values.sum())
+
+
+def _groups(run, step, terms: pd.DataFrame, kernels: pd.DataFrame, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
+    """Per block group of the step: its kernels' time against the prediction of its blocks."""
+    groups = run.groups[run.groups["step_row"] == step.row]
+    duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    out = []
+    for index, g in groups.iterrows():
+        names = g["blocks"].split(", ")
+        pred = predicted_ns(terms[terms["block"].isin(names)], matrix_eff, bandwidth_eff)
+        measured = float(duration[run.group_of == index].sum())
+        out.append({"step": step.name, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
+                    "measured_ns": measured, "predicted_ns": pred, "error": pred / measured - 1 if measured and pred == pred else None,
+                    "flops": g["flops"], "bytes": g["bytes"], "note": g["note"]})
+    return out

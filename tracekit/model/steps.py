@@ -1,0 +1,107 @@
+"""The steps the model predicts, and the kernels each one owns.
+
+A model step is a step range (tracekit.steps: ProfilerStep#N, decode_step, SGLang step[..])
+or a serving annotation that carries a batch (vLLM `execute_..._context_..`). When the two
+nest (SGLang writes a vLLM-style range around its step[DECODE ..]), they are one step: the
+step range owns the kernels, and every annotation of the nest may describe the batch.
+A step owns the kernels launched inside its time window in its process (as tracekit.steps).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.model.batch import ANNOTATION
+from tracekit.trace import Trace
+
+try:  # the lead's step ownership (tracekit.steps); a stand-in with the same rule until it lands
+    from tracekit.steps import kernel_steps, step_rows
+except ImportError:  # pragma: no cover - removed once tracekit.steps exposes them
+    kernel_steps = step_rows = None
+
+
+def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
+    domain = trace.ranges["domain"].astype(str).to_numpy()
+    return np.flatnonzero(mask & ~np.isin(domain, ["python", "gpu"]))
+
+
+def _step_mask(trace: Trace) -> np.ndarray:
+    r = trace.ranges
+    mask = np.zeros(len(r), dtype=bool)
+    if step_rows is not None:
+        mask[step_rows(trace)] = True
+        return mask
+    from tracekit.steps import STEP
+
+    names = r["name"].astype(str)
+    matched = {n for n in names.unique() if STEP.search(n[:256])}
+    return names.isin(matched).to_numpy() & ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
+
+
+def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
+    """(owning range row, range rows that may describe its batch), in time order."""
+    r = trace.ranges
+    if r.empty:
+        return []
+    names = r["name"].astype(str)
+    distinct = names.unique()
+    annotated = names.isin({n for n in distinct if ANNOTATION.search(n[:512])}).to_numpy()
+    steps = _step_mask(trace)
+    annotations = _host_rows(trace, annotated)
+    parent = r["parent"].to_numpy()
+
+    def chain(row: int) -> list[int]:
+        out = []
+        while row >= 0:
+            out.append(row)
+            row = parent[row]
+        return out
+
+    nests: dict[int, list[int]] = {int(s): [int(s)] for s in _host_rows(trace, steps)}
+    for row in annotations:
+        up = chain(int(row))
+        owner = next((a for a in up if a in nests), None)  # a step that encloses it, or itself
+        if owner is None:  # an annotation around a step: the innermost step below it owns
+            below = [s for s in nests if row in chain(s)]
+            owner = max(below, key=lambda s: r["depth"].iat[s]) if below else None
+        if owner is None:
+            nests[int(row)] = [int(row)]
+        elif row not in nests[owner]:
+            nests[owner].append(int(row))
+    return sorted(nests.items(), key=lambda kv: int(r["start"].iat[kv[0]]))
+
+
+def kernel_owner(trace: Trace, kernels: pd.DataFrame, steps: list[tuple[int, list[int]]]) -> np.ndarray:
+    """Per kernel: the owning range row of its model step, -1 for none."""
+    owner = kernel_steps(trace, kernels) if kernel_steps is not None else np.full(len(kernels), -1, dtype=np.int64)
+    known = set(np.unique(owner[owner >= 0]).tolist())
+    extra = [row for row, _ in steps if row not in known]
+    if not extra or not len(kernels):
+        return owner
+    # Annotations that are not tracekit steps: the same rule, by launch time in the process.
+    r = trace.ranges
+    launch = kernels["launch"].to_numpy()
+    has = launch >= 0
+    t = np.full(len(kernels), -1, dtype=np.int64)
+    pid = np.full(len(kernels), -1, dtype=np.int64)
+    t[has] = trace.launches["start"].to_numpy()[launch[has]]
+    pid[has] = trace.launches["pid"].to_numpy()[launch[has]]
+    free = owner < 0
+    for row in sorted(extra, key=lambda s: r["depth"].iat[s]):  # inner annotations last: they win
+        lo, hi, p = int(r["start"].iat[row]), int(r["end"].iat[row]), int(r["pid"].iat[row])
+        owner[free & has & (t >= lo) & (t <= hi) & ((pid == p) | (pid < 0) | (p < 0))] = row
+    # No launch: a GPU-side copy of the annotation (same name) encloses the kernel.
+    gpu = kernels["gpu_range"].to_numpy()
+    blind = free & ~has & (gpu >= 0)
+    if blind.any():
+        names, parent = r["name"].astype(str).to_numpy(), r["parent"].to_numpy()
+        by_name = {names[row]: row for row in extra}
+        ranges, inverse = np.unique(gpu[blind], return_inverse=True)
+        mapped = np.full(len(ranges), -1, dtype=np.int64)
+        for j, node in enumerate(ranges):
+            while node >= 0 and names[node] not in by_name:
+                node = parent[node]
+            mapped[j] = by_name[names[node]] if node >= 0 else -1
+        owner[blind] = mapped[inverse]
+    return owner
