@@ -75,7 +75,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     if model is not None:
         from tracekit.model import run_model
 
-        run = run_model(trace, costs, labels, model)
+        run = run_model(trace, costs, labels, model, device)
     exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels

@@ -68,3 +68,12 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
     spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None
     with _gc_paused():
         return build(trace, spec, sustained, rule_set, model)
+
+
+def calibrate(paths: list[str], model, device: str | None = None, device_file: str | None = None,
+              sustained: float = DEFAULT_SUSTAINED) -> dict:
+    """Analyse each trace with `model` (tracekit.model.ModelOptions) and fit the roofline step
+    model's efficiencies per device (tracekit.model.calibrate)."""
+    from tracekit.model.calibrate import calibrate as fit
+
+    return fit([analyze(p, device=device, device_file=device_file, sustained=sustained, model=model) for p in paths])

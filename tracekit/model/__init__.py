@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tracekit.hardware import Device
 from tracekit.model.batch import StepBatch, step_batch
 from tracekit.model.blocks import Parallel, step_blocks
 from tracekit.model.config import Architecture, load_config
@@ -52,7 +53,8 @@ class ModelRun:
     notes: list[str] = field(default_factory=list)
 
 
-def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, options: ModelOptions, arch: Architecture | None = None) -> ModelRun:
+def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, options: ModelOptions, device: Device | None = None,
+              arch: Architecture | None = None) -> ModelRun:
     """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
     (`costs` is changed in place)."""
     arch = arch or load_config(options.config, options.weight_dtype)
@@ -69,5 +71,5 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, options: 
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
     owner = kernel_owner(trace, trace.kernels, [(s.row, []) for s in steps])
-    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: s.blocks for s in steps if s.blocks is not None})
+    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: s.blocks for s in steps if s.blocks is not None}, device)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes)

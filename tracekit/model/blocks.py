@@ -36,6 +36,9 @@ BLOCKS: dict[str, tuple[str, str]] = {
     "lm head": ("other", "gemm"),
     "collective": ("collective", "collective"),
 }
+# Blocks attribution names specifically enough that any kernel in them is theirs, whatever
+# its class (a fused add + RMSNorm kernel whose name the classifier cannot read is still a norm).
+WHOLE_BLOCKS = frozenset({"norm", "embedding", "collective"})
 # kernel classes (tracekit.costs.classify) each family's model cost may be spread over
 FAMILIES: dict[str, frozenset[str]] = {
     "gemm": frozenset({"gemm"}), "attention": frozenset({"attention"}), "norm": frozenset({"norm"}),

@@ -7,7 +7,9 @@ carry no module context, so their GEMMs sit in `other`) joins its family's pool:
 step's kernels of that family that no block claimed. The cost of a group (one block, or a
 pool of blocks) is spread over its kernels in proportion to their time, and only kernels
 without a cost take it: op shapes win where both exist. Those kernels get cost source
-`model`. A group whose cost is unknown (KV lengths missing) fills nothing.
+`model`. A group whose cost is unknown (KV lengths missing) fills nothing, and neither does
+one whose kernels ran in less than half the group's roofline time: its work must have run
+elsewhere (fused into other kernels), and putting it on them would report an impossible rate.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.model.blocks import BLOCKS, FAMILIES
+from tracekit.hardware import Device
+from tracekit.model.blocks import BLOCKS, FAMILIES, WHOLE_BLOCKS
 
 SOURCE = "model"
+IMPLAUSIBLE = 2.0  # a group's roofline time over its kernels' time above which it is not filled
 GROUP_COLUMNS = ["step_row", "group", "blocks", "kernels", "kernel_time_ns", "flops", "bytes", "filled_kernels", "note"]
 
 
@@ -28,7 +32,7 @@ def _dominant(blocks: pd.DataFrame) -> tuple[str, str]:
 
 
 def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
-           step_costs: dict[int, pd.DataFrame]) -> tuple[pd.DataFrame, np.ndarray]:
+           step_costs: dict[int, pd.DataFrame], device: Device | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Fill `costs` in place; return the groups (one row per step x group) and each kernel's group row (-1: none)."""
     n = len(kernels)
     group_of = np.full(n, -1, dtype=np.int64)
@@ -53,7 +57,11 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
         homeless = []
         for name in totals.index:
             attr_block, family = BLOCKS[name]
-            mask = in_step & (block == attr_block) & np.isin(klass, list(FAMILIES[family])) if attr_block != "other" else np.zeros(n, bool)
+            mask = in_step & (block == attr_block)
+            if attr_block == "other":  # the catch-all block says nothing about what a kernel does
+                mask = np.zeros(n, bool)
+            elif attr_block not in WHOLE_BLOCKS:
+                mask &= np.isin(klass, list(FAMILIES[family]))
             if mask.any():
                 members.setdefault((attr_block, family), []).append(name)
                 targets[(attr_block, family)] = mask
@@ -78,6 +86,8 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
                 note = "no kernel of this family in the step"
             elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
                 note = "cost unknown: the step's KV lengths are unknown (pass --context)"
+            elif kernel_time > 0 and (ratio := _roofline_ns(per_block[per_block["block"].isin(names)], device) / kernel_time) > IMPLAUSIBLE:
+                note = f"not filled: its kernels ran {ratio:.1f}x faster than the roofline allows; the work ran elsewhere (fused?)"
             elif kernel_time > 0:
                 empty = mask & np.isnan(out["flops"])
                 share = time[empty] / kernel_time
@@ -96,3 +106,13 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     for c, values in obj.items():
         costs[c] = pd.Categorical(values)
     return pd.DataFrame(rows, columns=GROUP_COLUMNS), group_of
+
+
+def _roofline_ns(blocks: pd.DataFrame, device: Device | None) -> float:
+    """The blocks' roofline time at peak on `device` (0 without a device: no check)."""
+    if device is None or blocks.empty:
+        return 0.0
+    from tracekit.model.predict import predicted_ns, step_terms
+
+    value = predicted_ns(step_terms(blocks, device), 1.0, 1.0)
+    return value if value == value else 0.0

@@ -58,6 +58,9 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
     _plain_table(console, "Devices: busy and idle", *device_rows(analysis))
     if len(analysis.steps):
         _plain_table(console, "Steps", *step_rows(analysis))
+    from tracekit.reports import prediction
+
+    prediction.render_console(analysis, console)
 
     table = Table(title="Top kernels by GPU time", header_style="bold")
     for col, justify in [("kernel", "left"), ("class", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),

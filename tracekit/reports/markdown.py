@@ -22,7 +22,9 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
         lines.append(f"- warning: {w}")
     if images:
         lines += ["", "![roofline](roofline.png)", "", "![breakdown](breakdown.png)"]
-    for title, head, rows in sections(a, top):
+    from tracekit.reports import prediction
+
+    for title, head, rows in sections(a, top) + prediction.sections(a):
         lines += ["", f"## {title}", ""]
         if not rows:
             lines.append("(none)")
