@@ -2,7 +2,7 @@
 
 For each device: the matrix efficiency e_m and the bandwidth efficiency e_b that minimise the
 mean absolute percentage error of predicted vs measured (GPU busy) step time, by grid search
-over [0.01, 1.5] (a factor above 1 says the model overcounts, and is flagged). With fewer
+over [0.001, 1.5] in steps of 0.001 (a factor above 1 says the model overcounts, and is flagged). With fewer
 than three steps the two cannot be told apart, so one common factor is fitted. Per block
 kind, the efficiency that makes its prediction exact over all steps (Σ roofline time at
 peak / Σ measured) is reported beside it. The JSON is meant for a simulator to read.
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-GRID = np.round(np.arange(0.01, 1.5001, 0.01), 4)
+GRID = np.round(np.arange(0.01, 1.5001, 0.01), 4)  # coarse; refined around the best point
+FINE = np.round(np.arange(0.001, 1.5001, 0.001), 4)
 SCHEMA = "tracekit.calibration/1"
 
 
@@ -46,12 +47,16 @@ def fit(terms: pd.DataFrame) -> dict[str, Any]:
     if len(steps) >= 3:
         grid = _mape(steps, GRID[:, None], GRID[None, :])
         i, j = np.unravel_index(np.argmin(grid), grid.shape)
-        e_m, e_b, how = float(GRID[i]), float(GRID[j]), "matrix and bandwidth efficiency fitted separately"
+        near_m = FINE[np.abs(FINE - GRID[i]) <= 0.01]
+        near_b = FINE[np.abs(FINE - GRID[j]) <= 0.01]
+        grid = _mape(steps, near_m[:, None], near_b[None, :])
+        i, j = np.unravel_index(np.argmin(grid), grid.shape)
+        e_m, e_b, how = float(near_m[i]), float(near_b[j]), "matrix and bandwidth efficiency fitted separately"
         best = float(grid[i, j])
     else:
-        line = _mape(steps, GRID[:, None], GRID[:, None]).reshape(-1)
+        line = _mape(steps, FINE[:, None], FINE[:, None]).reshape(-1)
         i = int(np.argmin(line))
-        e_m = e_b = float(GRID[i])
+        e_m = e_b = float(FINE[i])
         best, how = float(line[i]), f"one common factor ({len(steps)} step(s) cannot separate matrix from bandwidth efficiency)"
     return {"steps": len(steps), "bandwidth_efficiency": e_b, "matrix_efficiency": e_m, "mape_peak": peak, "mape_fitted": best,
             "fit": how, "above_one": e_b > 1 or e_m > 1}

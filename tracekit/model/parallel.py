@@ -33,7 +33,8 @@ def infer_parallel(trace: Trace, arch: Architecture, tp: int | None, ep: int | N
 
 
 def _tp_from_weights(trace: Trace, arch: Architecture) -> int | None:
-    """The TP degree whose per-rank fused qkv (or q) width appears as a weight [N, hidden]."""
+    """The smallest TP degree whose per-rank query/key/value and output projection widths all
+    appear among the [N, hidden] / [hidden, N] operands of the trace's GEMMs."""
     ops = trace.ops
     if ops.empty or arch.is_mla:
         return None
@@ -52,8 +53,8 @@ def _tp_from_weights(trace: Trace, arch: Architecture) -> int | None:
     for tp in (1, 2, 4, 8, 16, 32, 64):
         if arch.heads % tp:
             continue
-        kv = max(arch.kv_heads // tp, 1)
-        fused = (arch.heads // tp + 2 * kv) * arch.head_dim
-        if fused in widths and fused != arch.hidden:
+        q, kv = arch.heads // tp * arch.head_dim, max(arch.kv_heads // tp, 1) * arch.head_dim
+        # the fused qkv (or the q and k projections apart) and o_proj's input width, all per rank
+        if ((q + 2 * kv) in widths or (q in widths and kv in widths)) and q in widths:
             return tp
     return None

@@ -31,6 +31,7 @@ class Prediction:
     steps: pd.DataFrame  # STEP_COLUMNS
     blocks: pd.DataFrame  # BLOCK_COLUMNS: per step x block group
     terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
+    costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
     summary: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -72,7 +73,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
     duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     costed = kernels["flops"].notna().to_numpy()
     is_kernel = (kernels["kind"].astype(str) == "kernel").to_numpy()
-    step_rows, block_rows, all_terms = [], [], []
+    step_rows, block_rows, all_terms, all_costs = [], [], [], []
     for step in run.steps:
         mine = run.owner == step.row
         busy = float(exclusive[mine].sum())
@@ -84,6 +85,8 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
                "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(mine.sum()),
                "busy_ns": busy, "wall_ns": wall, "coverage": float(duration[mine & is_kernel & costed].sum() / ktime) if ktime else None}
         if blocks is not None:
+            all_costs.append(blocks.assign(step=step.name, bytes=blocks["bytes_read"] + blocks["bytes_written"]).groupby(
+                ["step", "block", "kind"], sort=False)[["flops", "bytes", "weight_bytes", "kv_bytes"]].sum(min_count=1).reset_index())
             nbytes = blocks["bytes_read"] + blocks["bytes_written"]
             row.update(flops=_sum(blocks["flops"]), bytes=_sum(nbytes), weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
             if device is not None:
@@ -105,7 +108,8 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         "steps_predicted": int(len(errors)), "steps": len(steps),
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
-    return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, summary)
+    costs = pd.concat(all_costs, ignore_index=True) if all_costs else pd.DataFrame()
+    return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, costs=costs, summary=summary)
 
 
 def _sum(values: pd.Series) -> float | None:
