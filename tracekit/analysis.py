@@ -72,11 +72,12 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     """`model`: tracekit.model.ModelOptions; its costs fill the kernels the op shapes leave uncosted."""
     costs = kernel_costs(trace)
     labels = attribute(trace, costs["kernel_class"], rules)
+    owner = kernel_steps(trace, trace.kernels)  # row in trace.ranges of the step that owns each kernel, -1 for none
     run = None
     if model is not None:
         from tracekit.model import run_model
 
-        run = run_model(trace, costs, labels, model, device)
+        run = run_model(trace, costs, labels, owner, model, device)
     exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
@@ -86,8 +87,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
     ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
     devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
-    owner = kernel_steps(trace, kernels)
-    kernels["step"] = owner  # row in trace.ranges of the step that owns each kernel, -1 for none
+    kernels["step"] = owner
     steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
     analysis = Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
                         blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)

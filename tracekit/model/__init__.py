@@ -53,10 +53,10 @@ class ModelRun:
     notes: list[str] = field(default_factory=list)
 
 
-def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, options: ModelOptions, device: Device | None = None,
-              arch: Architecture | None = None) -> ModelRun:
+def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: np.ndarray, options: ModelOptions,
+              device: Device | None = None, arch: Architecture | None = None) -> ModelRun:
     """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
-    (`costs` is changed in place)."""
+    (`costs` is changed in place). `step_of`: tracekit.steps.kernel_steps of the trace."""
     arch = arch or load_config(options.config, options.weight_dtype)
     par = infer_parallel(trace, arch, options.tp, options.ep)
     names = trace.ranges["name"].astype(str).to_numpy() if len(trace.ranges) else np.zeros(0, dtype=object)
@@ -70,6 +70,6 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, options: 
         notes.append(f"{unknown} of {len(steps)} steps have no batch the trace describes; pass --batch B --context C")
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
-    owner = kernel_owner(trace, trace.kernels, [(s.row, []) for s in steps])
+    owner = kernel_owner(trace, trace.kernels, [(s.row, []) for s in steps], step_of)
     groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: s.blocks for s in steps if s.blocks is not None}, device)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes)

@@ -22,7 +22,8 @@ from tracekit.model.blocks import BLOCKS, FAMILIES, WHOLE_BLOCKS
 
 SOURCE = "model"
 IMPLAUSIBLE = 2.0  # a group's roofline time over its kernels' time above which it is not filled
-GROUP_COLUMNS = ["step_row", "group", "blocks", "kernels", "kernel_time_ns", "flops", "bytes", "filled_kernels", "note"]
+# filled_share: the share of the group's kernel time that took the model's cost (the rest had op shapes)
+GROUP_COLUMNS = ["step_row", "group", "blocks", "kernels", "kernel_time_ns", "flops", "bytes", "filled_kernels", "filled_share", "note"]
 
 
 def _dominant(blocks: pd.DataFrame) -> tuple[str, str]:
@@ -81,7 +82,7 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
             label = f"{key[0]} ({key[1]})" if key[0] != "pool" else f"unattributed {key[1]} kernels"
             note = ""
             kernel_time = float(time[mask].sum())
-            filled = 0
+            filled, filled_share = 0, 0.0
             if not mask.any():
                 note = "no kernel of this family in the step"
             elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
@@ -97,10 +98,11 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
                 out["bytes_written"][empty] = written * share
                 obj["cost_kind"][empty], obj["dtype"][empty], obj["cost_source"][empty] = kind, dtype, SOURCE
                 obj["unknown_reason"][empty] = None
-                filled = int(empty.sum())
+                filled, filled_share = int(empty.sum()), float(share.sum())
             group_of[mask] = len(rows)
             rows.append({"step_row": step, "group": label, "blocks": ", ".join(names), "kernels": int(mask.sum()),
-                         "kernel_time_ns": kernel_time, "flops": flops, "bytes": read + written, "filled_kernels": filled, "note": note})
+                         "kernel_time_ns": kernel_time, "flops": flops, "bytes": read + written, "filled_kernels": filled,
+                         "filled_share": filled_share, "note": note})
     for c, values in out.items():
         costs[c] = values
     for c, values in obj.items():

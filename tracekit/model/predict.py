@@ -23,7 +23,7 @@ from tracekit.hardware import Device
 STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
                 "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
                 "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
-BLOCK_COLUMNS = ["step", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "note"]
+BLOCK_COLUMNS = ["step", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
 @dataclass
@@ -127,5 +127,5 @@ def _groups(run, step, terms: pd.DataFrame, kernels: pd.DataFrame, matrix_eff: f
         measured = float(duration[run.group_of == index].sum())
         out.append({"step": step.name, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
                     "measured_ns": measured, "predicted_ns": pred, "error": pred / measured - 1 if measured and pred == pred else None,
-                    "flops": g["flops"], "bytes": g["bytes"], "note": g["note"]})
+                    "flops": g["flops"], "bytes": g["bytes"], "filled_share": g["filled_share"], "note": g["note"]})
     return out

@@ -15,10 +15,7 @@ import pandas as pd
 from tracekit.model.batch import ANNOTATION
 from tracekit.trace import Trace
 
-try:  # the lead's step ownership (tracekit.steps); a stand-in with the same rule until it lands
-    from tracekit.steps import kernel_steps, step_rows
-except ImportError:  # pragma: no cover - removed once tracekit.steps exposes them
-    kernel_steps = step_rows = None
+from tracekit.steps import step_rows
 
 
 def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
@@ -27,16 +24,9 @@ def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
 
 
 def _step_mask(trace: Trace) -> np.ndarray:
-    r = trace.ranges
-    mask = np.zeros(len(r), dtype=bool)
-    if step_rows is not None:
-        mask[step_rows(trace)] = True
-        return mask
-    from tracekit.steps import STEP
-
-    names = r["name"].astype(str)
-    matched = {n for n in names.unique() if STEP.search(n[:256])}
-    return names.isin(matched).to_numpy() & ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
+    mask = np.zeros(len(trace.ranges), dtype=bool)
+    mask[step_rows(trace)] = True
+    return mask
 
 
 def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
@@ -72,9 +62,10 @@ def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
     return sorted(nests.items(), key=lambda kv: int(r["start"].iat[kv[0]]))
 
 
-def kernel_owner(trace: Trace, kernels: pd.DataFrame, steps: list[tuple[int, list[int]]]) -> np.ndarray:
-    """Per kernel: the owning range row of its model step, -1 for none."""
-    owner = kernel_steps(trace, kernels) if kernel_steps is not None else np.full(len(kernels), -1, dtype=np.int64)
+def kernel_owner(trace: Trace, kernels: pd.DataFrame, steps: list[tuple[int, list[int]]], step_of: np.ndarray) -> np.ndarray:
+    """Per kernel: the owning range row of its model step, -1 for none. `step_of` is
+    tracekit.steps.kernel_steps; annotations that are not steps there take their kernels here."""
+    owner = step_of.copy()
     known = set(np.unique(owner[owner >= 0]).tolist())
     extra = [row for row, _ in steps if row not in known]
     if not extra or not len(kernels):
