@@ -222,6 +222,18 @@ def test_qwen15_model_flops_equal_shape_flops_per_block(analyses):
         assert model[block] == pytest.approx(shapes, rel=0.02), block
 
 
+def test_steps_without_a_batch_say_so_and_options_fill_them():
+    path = shared("torch", "a100_ddp_nccl_rank0.json.gz")
+    profiler_steps = sorted({n for n in raw_ranges(path) if re.fullmatch(r"ProfilerStep#\d+", n)})
+    a = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json")))
+    assert sorted(a.model.steps["step"]) == profiler_steps
+    assert a.model.steps["predicted_ns"].isna().all() and a.model.steps["batch"].str.startswith("unknown").all()
+    assert f"{len(profiler_steps)} of {len(profiler_steps)} steps have no batch" in a.model.summary["notes"][0]
+    assert all(s["predicted_ns"] is None for s in json.loads(json.dumps(a.to_dict(), allow_nan=False))["model"]["steps"])
+    given = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), batch=8, context=1000))
+    assert (given.model.steps["kv_tokens"] == 8 * 1001).all() and given.model.steps["predicted_ns"].notna().all()
+
+
 # -- CPU fixtures with torch's own counts --------------------------------------------------
 
 TRUTH = json.loads((PROJECT_FIXTURES / "cpu_tiny_models_truth.json").read_text())

@@ -12,6 +12,7 @@ from jinja2 import Environment, select_autoescape
 from tracekit.analysis import Analysis
 from tracekit.reports.analyze import coverage_line
 from tracekit.reports.format import duration
+from tracekit.reports.prediction import sections as prediction_sections
 from tracekit.reports.tables import sections
 
 _TEMPLATE = """<!doctype html>
@@ -53,5 +54,5 @@ def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
         device=f"{a.device.name} [{a.device.key}]" if a.device else "none (CPU-only profile)",
         coverage=coverage_line(a).replace("coverage    ", "coverage: "), warnings=a.warnings,
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],
-        sections=sections(a, top),
+        sections=sections(a, top) + prediction_sections(a),
     )
