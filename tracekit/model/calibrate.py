@@ -20,20 +20,24 @@ FINE = np.round(np.arange(0.001, 1.5001, 0.001), 4)
 SCHEMA = "tracekit.calibration/1"
 
 
-def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
+def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
+    """Per step: its distinct (compute, memory, link) terms with their counts (layers repeat
+    the same blocks, so a step of 36 layers has a dozen distinct terms), and its busy time."""
     out = []
     for _, t in terms.groupby("step_key", sort=False):
-        out.append((t["t_compute_ns"].to_numpy(), t["t_memory_ns"].to_numpy(), t["comm"].to_numpy(), float(t["busy_ns"].iat[0])))
+        table = np.column_stack([t["t_compute_ns"].to_numpy(float), t["t_memory_ns"].to_numpy(float), t["comm"].to_numpy(float)])
+        distinct, counts = np.unique(table, axis=0, return_counts=True)
+        out.append((distinct[:, 0], distinct[:, 1], distinct[:, 2] > 0, counts.astype(float), float(t["busy_ns"].iat[0])))
     return out
 
 
 def _mape(steps, e_m: np.ndarray, e_b: np.ndarray) -> np.ndarray:
     """MAPE for every (e_m, e_b) pair of the broadcast arrays."""
     total = np.zeros(np.broadcast(e_m, e_b).shape)
-    for tc, tm, comm, busy in steps:
+    for tc, tm, comm, count, busy in steps:
         scaled_m = tc[:, None, None] / e_m
         scaled_b = np.where(comm[:, None, None], tm[:, None, None], tm[:, None, None] / e_b)
-        pred = np.maximum(scaled_m, scaled_b).sum(axis=0)
+        pred = (np.maximum(scaled_m, scaled_b) * count[:, None, None]).sum(axis=0)
         total = total + np.abs(pred / busy - 1)
     return total / max(len(steps), 1)
 
@@ -98,7 +102,7 @@ def calibrate(analyses: list) -> dict[str, Any]:
             errors = [float(_mape([s], np.array([[e_m]]), np.array([[e_b]]))[0, 0]) for s in steps] if e_m else []
             traces.append({"path": a.meta.get("path"), "device": key, "steps": len(steps), "mape_peak": one.get("mape_peak"),
                            "mape_fitted": float(np.mean(errors)) if errors else None,
-                           "busy_ns": [s[3] for s in steps]})
+                           "busy_ns": [s[4] for s in steps]})
     return out
 
 

@@ -32,6 +32,42 @@ def _dominant(blocks: pd.DataFrame) -> tuple[str, str]:
     return str(top["kind"]), str(top["dtype"])
 
 
+def _totals(per_block: pd.DataFrame) -> pd.DataFrame:
+    """Per model block: FLOPs and bytes over its layers (NaN when any layer's is unknown)."""
+    known = lambda v: v.sum(min_count=len(v))  # noqa: E731
+    totals = per_block.groupby("block", sort=False).agg(
+        flops=("flops", known), read=("bytes_read", known), written=("bytes_written", known), kind=("kind", "first"), dtype=("dtype", "first"))
+    totals["bytes"] = totals["read"] + totals["written"]
+    return totals
+
+
+def _targets(names, block: np.ndarray, klass: np.ndarray) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
+    """Group key -> (model blocks, positions among the step's kernels). See the module doc."""
+    groups: dict[tuple[str, str], tuple[list[str], np.ndarray]] = {}
+    claimed = np.zeros(len(block), dtype=bool)
+    homeless = []
+    for name in names:
+        attr_block, family = BLOCKS[name]
+        if attr_block == "other":  # the catch-all block says nothing about what a kernel does
+            homeless.append(name)
+            continue
+        mask = block == attr_block
+        if attr_block not in WHOLE_BLOCKS:
+            mask &= np.isin(klass, list(FAMILIES[family]))
+        if mask.any():
+            groups.setdefault((attr_block, family), ([], mask))[0].append(name)
+            claimed |= mask
+        else:
+            homeless.append(name)
+    for name in homeless:
+        family = BLOCKS[name][1]
+        key = ("pool", family)
+        if key not in groups:
+            groups[key] = ([], ~claimed & np.isin(klass, list(FAMILIES[family])))
+        groups[key][0].append(name)
+    return {key: (names, np.flatnonzero(mask)) for key, (names, mask) in groups.items()}
+
+
 def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
            step_costs: dict[int, pd.DataFrame], device: Device | None = None) -> tuple[pd.DataFrame, np.ndarray]:
     """Fill `costs` in place; return the groups (one row per step x group) and each kernel's group row (-1: none)."""
@@ -45,52 +81,28 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     time = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     out = {c: costs[c].to_numpy(dtype=np.float64).copy() for c in ("flops", "bytes_read", "bytes_written")}
     obj = {c: costs[c].astype(object).to_numpy().copy() for c in ("cost_kind", "dtype", "cost_source", "unknown_reason")}
+    # the kernels of every step at once: one sort, then a slice per step
+    candidates = np.flatnonzero(is_kernel & (owner >= 0))
+    candidates = candidates[np.argsort(owner[candidates], kind="stable")]
+    bounds = np.searchsorted(owner[candidates], list(step_costs), side="left"), np.searchsorted(owner[candidates], list(step_costs), side="right")
     rows = []
-    for step, per_block in step_costs.items():
-        in_step = (owner == step) & is_kernel
-        totals = per_block.groupby("block", sort=False).agg(
-            flops=("flops", lambda v: v.sum(min_count=len(v))), read=("bytes_read", lambda v: v.sum(min_count=len(v))),
-            written=("bytes_written", lambda v: v.sum(min_count=len(v))), kind=("kind", "first"), dtype=("dtype", "first"))
-        totals["bytes"] = totals["read"] + totals["written"]
-        members: dict[tuple[str, str], list[str]] = {}
-        targets: dict[tuple[str, str], np.ndarray] = {}
-        claimed = np.zeros(n, dtype=bool)
-        homeless = []
-        for name in totals.index:
-            attr_block, family = BLOCKS[name]
-            mask = in_step & (block == attr_block)
-            if attr_block == "other":  # the catch-all block says nothing about what a kernel does
-                mask = np.zeros(n, bool)
-            elif attr_block not in WHOLE_BLOCKS:
-                mask &= np.isin(klass, list(FAMILIES[family]))
-            if mask.any():
-                members.setdefault((attr_block, family), []).append(name)
-                targets[(attr_block, family)] = mask
-                claimed |= mask
-            else:
-                homeless.append(name)
-        for name in homeless:
-            family = BLOCKS[name][1]
-            key = ("pool", family)
-            members.setdefault(key, []).append(name)
-            if key not in targets:
-                targets[key] = in_step & ~claimed & np.isin(klass, list(FAMILIES[family]))
-        for key, names in members.items():
-            mask = targets[key]
+    for (step, per_block), lo, hi in zip(step_costs.items(), *bounds):
+        mine = candidates[lo:hi]
+        totals = _totals(per_block)
+        for key, (names, positions) in _targets(totals.index, block[mine], klass[mine]).items():
+            members = mine[positions]
             part = totals.loc[names]
-            flops, read, written = part["flops"].sum(min_count=len(part)), part["read"].sum(min_count=len(part)), part["written"].sum(min_count=len(part))
-            label = f"{key[0]} ({key[1]})" if key[0] != "pool" else f"unattributed {key[1]} kernels"
-            note = ""
-            kernel_time = float(time[mask].sum())
-            filled, filled_share = 0, 0.0
-            if not mask.any():
+            flops, read, written = (part[c].sum(min_count=len(part)) for c in ("flops", "read", "written"))
+            kernel_time = float(time[members].sum())
+            note, filled, filled_share = "", 0, 0.0
+            if not len(members):
                 note = "no kernel of this family in the step"
             elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
                 note = "cost unknown: the step's KV lengths are unknown (pass --context)"
             elif kernel_time > 0 and (ratio := _roofline_ns(per_block[per_block["block"].isin(names)], device) / kernel_time) > IMPLAUSIBLE:
                 note = f"not filled: its kernels ran {ratio:.1f}x faster than the roofline allows; the work ran elsewhere (fused?)"
             elif kernel_time > 0:
-                empty = mask & np.isnan(out["flops"])
+                empty = members[np.isnan(out["flops"][members])]
                 share = time[empty] / kernel_time
                 kind, dtype = _dominant(part)
                 out["flops"][empty] = flops * share
@@ -98,9 +110,10 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
                 out["bytes_written"][empty] = written * share
                 obj["cost_kind"][empty], obj["dtype"][empty], obj["cost_source"][empty] = kind, dtype, SOURCE
                 obj["unknown_reason"][empty] = None
-                filled, filled_share = int(empty.sum()), float(share.sum())
-            group_of[mask] = len(rows)
-            rows.append({"step_row": step, "group": label, "blocks": ", ".join(names), "kernels": int(mask.sum()),
+                filled, filled_share = len(empty), float(share.sum())
+            group_of[members] = len(rows)
+            label = f"{key[0]} ({key[1]})" if key[0] != "pool" else f"unattributed {key[1]} kernels"
+            rows.append({"step_row": step, "group": label, "blocks": ", ".join(names), "kernels": len(members),
                          "kernel_time_ns": kernel_time, "flops": flops, "bytes": read + written, "filled_kernels": filled,
                          "filled_share": filled_share, "note": note})
     for c, values in out.items():

@@ -73,17 +73,23 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
     duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     costed = kernels["flops"].notna().to_numpy()
     is_kernel = (kernels["kind"].astype(str) == "kernel").to_numpy()
+    # per owning range row, in one pass over the kernels
+    owned = run.owner >= 0
+    size = int(max(run.owner.max(initial=-1), max((s.row for s in run.steps), default=-1))) + 1
+    per_row = {name: np.bincount(run.owner[owned], weights=w[owned], minlength=size) for name, w in (
+        ("busy", np.asarray(exclusive, dtype=np.float64)), ("kernel", duration * is_kernel), ("costed", duration * (is_kernel & costed)),
+        ("count", np.ones(len(duration))))}
+    group_time = np.bincount(run.group_of[run.group_of >= 0], weights=duration[run.group_of >= 0], minlength=len(run.groups))
+    groups_of_step = run.groups.groupby("step_row").groups if len(run.groups) else {}
     step_rows, block_rows, all_terms, all_costs = [], [], [], []
     for step in run.steps:
-        mine = run.owner == step.row
-        busy = float(exclusive[mine].sum())
-        ktime = float(duration[mine & is_kernel].sum())
+        busy, ktime = float(per_row["busy"][step.row]), float(per_row["kernel"][step.row])
         wall = float(trace_ranges["end"].iat[step.row] - trace_ranges["start"].iat[step.row])
         b, blocks = step.batch, step.blocks
         row = {"step": step.name, "batch": b.describe() if b else "unknown: the trace does not say; pass --batch/--context",
                "batch_source": b.source if b else None, "kind": b.kind if b else None, "requests": b.requests if b else None,
-               "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(mine.sum()),
-               "busy_ns": busy, "wall_ns": wall, "coverage": float(duration[mine & is_kernel & costed].sum() / ktime) if ktime else None}
+               "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(per_row["count"][step.row]),
+               "busy_ns": busy, "wall_ns": wall, "coverage": float(per_row["costed"][step.row] / ktime) if ktime else None}
         if blocks is not None:
             all_costs.append(blocks.assign(step=step.name, bytes=blocks["bytes_read"] + blocks["bytes_written"]).groupby(
                 ["step", "block", "kind"], sort=False)[["flops", "bytes", "weight_bytes", "kv_bytes"]].sum(min_count=1).reset_index())
@@ -97,7 +103,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
                 row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy else None, achieved_tbps=tbps,
                            bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
                            roofline_efficiency=peak / busy if busy else None)
-                block_rows += _groups(run, step, terms, kernels, matrix_eff, bandwidth_eff)
+                block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step.name, terms, group_time, matrix_eff, bandwidth_eff)
         step_rows.append(row)
     steps = pd.DataFrame(step_rows, columns=STEP_COLUMNS)
     errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
@@ -116,16 +122,13 @@ def _sum(values: pd.Series) -> float | None:
     return None if values.isna().any() else float(values.sum())
 
 
-def _groups(run, step, terms: pd.DataFrame, kernels: pd.DataFrame, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
+def _groups(groups: pd.DataFrame, step: str, terms: pd.DataFrame, group_time: np.ndarray, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
     """Per block group of the step: its kernels' time against the prediction of its blocks."""
-    groups = run.groups[run.groups["step_row"] == step.row]
-    duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     out = []
     for index, g in groups.iterrows():
-        names = g["blocks"].split(", ")
-        pred = predicted_ns(terms[terms["block"].isin(names)], matrix_eff, bandwidth_eff)
-        measured = float(duration[run.group_of == index].sum())
-        out.append({"step": step.name, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
+        pred = predicted_ns(terms[terms["block"].isin(g["blocks"].split(", "))], matrix_eff, bandwidth_eff)
+        measured = float(group_time[index])
+        out.append({"step": step, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
                     "measured_ns": measured, "predicted_ns": pred, "error": pred / measured - 1 if measured and pred == pred else None,
                     "flops": g["flops"], "bytes": g["bytes"], "filled_share": g["filled_share"], "note": g["note"]})
     return out
