@@ -13,11 +13,12 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
-from tracekit.model.batch import StepBatch, step_batch
-from tracekit.model.blocks import Parallel, step_blocks
+from tracekit.model.batch import BatchReader, StepBatch
+from tracekit.model.blocks import Parallel, StepCosts, step_blocks
 from tracekit.model.config import Architecture, load_config
 from tracekit.model.fill import spread
 from tracekit.model.parallel import infer_parallel
+from tracekit.model.predict import step_terms
 from tracekit.model.steps import kernel_owner, model_steps
 from tracekit.trace import Trace
 
@@ -39,7 +40,8 @@ class ModelStep:
     row: int  # the owning range in trace.ranges
     name: str
     batch: StepBatch | None
-    blocks: pd.DataFrame | None  # tracekit.model.blocks.step_blocks, None when the batch is unknown
+    blocks: StepCosts | None  # tracekit.model.blocks.step_blocks, None when the batch is unknown
+    terms: dict | None = None  # tracekit.model.predict.step_terms on the device, None without one
 
 
 @dataclass
@@ -59,17 +61,18 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     (`costs` is changed in place). `step_of`: tracekit.steps.kernel_steps of the trace."""
     arch = arch or load_config(options.config, options.weight_dtype)
     par = infer_parallel(trace, arch, options.tp, options.ep)
-    names = trace.ranges["name"].astype(str).to_numpy() if len(trace.ranges) else np.zeros(0, dtype=object)
+    reader = BatchReader(trace, arch.vocab)
     steps, notes = [], []
     for row, nest in model_steps(trace):
-        batch = step_batch(trace, nest, arch.vocab, options.batch, options.context)
+        batch = reader.step(nest, options.batch, options.context)
         blocks = step_blocks(arch, batch, par) if batch is not None and batch.tokens > 0 else None
-        steps.append(ModelStep(row, names[row], batch, blocks))
+        terms = step_terms(blocks, device) if blocks is not None and device is not None else None
+        steps.append(ModelStep(row, reader.range_names[row], batch, blocks, terms))
     unknown = sum(s.batch is None for s in steps)
     if unknown:
         notes.append(f"{unknown} of {len(steps)} steps have no batch the trace describes; pass --batch B --context C")
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
     owner = kernel_owner(trace, trace.kernels, [(s.row, []) for s in steps], step_of)
-    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: s.blocks for s in steps if s.blocks is not None}, device)
+    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None})
     return ModelRun(arch, par, steps, owner, groups, group_of, notes)

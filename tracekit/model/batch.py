@@ -174,33 +174,59 @@ def _better(a: StepBatch | None, b: StepBatch | None) -> StepBatch | None:
     return b if (b.kv_known, len(b.groups)) > (a.kv_known, len(a.groups)) else a
 
 
-def from_ops(trace: Trace, pid: int, start: int, end: int, vocab: int | None = None) -> StepBatch | None:
-    """An eager step's batch from its ops' shapes: attention (query and key lengths) and,
-    for the LM head, the linear op whose output width is the vocabulary."""
-    ops = trace.ops
-    if ops.empty:
-        return None
-    window = (ops["start"].to_numpy() >= start) & (ops["start"].to_numpy() <= end)
-    if pid >= 0:
-        window &= (ops["pid"].to_numpy() == pid) | (ops["pid"].to_numpy() < 0)
-    rows = np.flatnonzero(window)
-    if not len(rows):
-        return None
-    names = ops["name"].astype(str).to_numpy()
-    dims, concrete = ops["input_dims"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    best = None
-    for row in rows[np.isin(names[rows], list(_ATTENTION_OPS))]:
-        shape = _attention_shape(dims[row], concrete[row], _ATTENTION_OPS[names[row]])
-        if shape and (best is None or shape[2] > best[2]):  # the longest keys: a full-attention layer
-            best = shape
-    if best is None:
-        return None
-    b, sq, sk, causal = best
-    q, k = b * sq, b * sk
-    qk = float(b * sq * sk) if causal else None
-    group = Requests(b, q, k, float(b * sq * sq), qk) if causal else _non_causal(b, sq, sk)
-    logits = _logit_tokens(names, dims, rows, vocab) if vocab else None
-    return StepBatch((group,), "op shapes (attention)", logit_tokens=logits if logits is not None else b)
+_LINEAR = ("aten::linear", "aten::mm", "aten::matmul")
+
+
+class BatchReader:
+    """Reads the batch of each step of one trace. The range names and the few ops that tell
+    a batch (attention, linear) are gathered once, so that a step costs a search, not a scan."""
+
+    def __init__(self, trace: Trace, vocab: int | None):
+        r, ops = trace.ranges, trace.ops
+        self.vocab = vocab
+        self.range_names = r["name"].astype(str).to_numpy() if len(r) else np.zeros(0, dtype=object)
+        self.ranges = r
+        telling = np.flatnonzero(ops["name"].isin(list(_ATTENTION_OPS) + list(_LINEAR)).to_numpy()) if len(ops) else np.zeros(0, dtype=np.int64)
+        start = ops["start"].to_numpy()[telling] if len(ops) else np.zeros(0, dtype=np.int64)
+        order = np.argsort(start, kind="stable")
+        self.op_rows, self.op_start = telling[order], start[order]
+        self.op_pid = ops["pid"].to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=np.int64)
+        self.op_names = ops["name"].astype(str).to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
+        self.dims = ops["input_dims"].to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
+        self.concrete = ops["concrete_inputs"].to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
+
+    def step(self, rows: list[int], batch: int | None, context: int | None) -> StepBatch | None:
+        """The batch of the step made of range `rows` (the step and the annotations nesting with it)."""
+        found = None
+        for row in rows:
+            found = _better(found, from_annotation(self.range_names[row][:512]))
+        if found is None or not found.kv_known:
+            r, step = self.ranges, rows[0]
+            found = _better(found, self.from_ops(int(r["pid"].iat[step]), int(r["start"].iat[step]), int(r["end"].iat[step])))
+        if found is None:
+            return from_options(batch, context)
+        return with_context(found, context)
+
+    def from_ops(self, pid: int, start: int, end: int) -> StepBatch | None:
+        """An eager step's batch from its ops' shapes: attention (query and key lengths) and,
+        for the LM head, the linear op whose output width is the vocabulary."""
+        lo, hi = np.searchsorted(self.op_start, start, side="left"), np.searchsorted(self.op_start, end, side="right")
+        rows = np.arange(lo, hi)
+        if pid >= 0:
+            rows = rows[(self.op_pid[rows] == pid) | (self.op_pid[rows] < 0)]
+        if not len(rows):
+            return None
+        best = None
+        for i in rows[np.isin(self.op_names[rows], list(_ATTENTION_OPS))]:
+            shape = _attention_shape(self.dims[i], self.concrete[i], _ATTENTION_OPS[self.op_names[i]])
+            if shape and (best is None or shape[2] > best[2]):  # the longest keys: a full-attention layer
+                best = shape
+        if best is None:
+            return None
+        b, sq, sk, causal = best
+        group = Requests(b, b * sq, b * sk, float(b * sq * sq), float(b * sq * sk)) if causal else _non_causal(b, sq, sk)
+        logits = _logit_tokens(self.op_names, self.dims, rows, self.vocab) if self.vocab else None
+        return StepBatch((group,), "op shapes (attention)", logit_tokens=logits if logits is not None else b)
 
 
 def _non_causal(b: int, sq: int, sk: int) -> Requests:
@@ -228,7 +254,7 @@ def _attention_shape(dims, concrete, spec) -> tuple[int, int, int, bool] | None:
 
 
 def _logit_tokens(names, dims, rows, vocab: int) -> int | None:
-    for row in rows[np.isin(names[rows], ["aten::linear", "aten::mm", "aten::matmul"])]:
+    for row in rows[np.isin(names[rows], _LINEAR)]:
         try:
             x, w = list(dims[row][0]), list(dims[row][1])
         except (TypeError, IndexError):
@@ -252,19 +278,3 @@ def with_context(found: StepBatch, context: int | None) -> StepBatch:
         return found
     groups = tuple(g if g.k is not None or not g.count else replace(g, k=g.q + g.count * context) for g in found.groups)
     return replace(found, groups=groups, source=f"{found.source} + --context")
-
-
-def step_batch(trace: Trace, rows: list[int], vocab: int | None, batch: int | None, context: int | None) -> StepBatch | None:
-    """The batch of the step made of range `rows` (the step and the annotations nesting with it)."""
-    r = trace.ranges
-    names = r["name"].astype(str).to_numpy()
-    found = None
-    for row in rows:
-        found = _better(found, from_annotation(names[row][:512]))
-    if found is None or not found.kv_known:
-        step = rows[0]
-        shapes = from_ops(trace, int(r["pid"].iat[step]), int(r["start"].iat[step]), int(r["end"].iat[step]), vocab)
-        found = _better(found, shapes)
-    if found is None:
-        return from_options(batch, context)
-    return with_context(found, context)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from tracekit.model.batch import StepBatch
@@ -61,14 +62,45 @@ def expected_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
-def step_blocks(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> pd.DataFrame:
-    """One row per (block, layer) for the step on one rank (layer -1: once per step).
+@dataclass
+class StepCosts:
+    """The COLUMNS of one step as numpy arrays, one entry per (block, layer): a step's
+    costs are built and read many times per trace, and plain arrays keep that cheap."""
+
+    columns: dict[str, np.ndarray]
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        return self.columns[column]
+
+    def __len__(self) -> int:
+        return len(self.columns["block"])
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.columns, columns=COLUMNS)
+
+    def totals(self) -> dict[str, dict]:
+        """Per model block, in the model's order: summed FLOPs and bytes (NaN when any
+        layer's is unknown), weight and KV bytes, and the block's kind and dtype."""
+        names, first, inverse = np.unique(self["block"], return_index=True, return_inverse=True)
+        sums = {c: np.bincount(inverse, weights=self[c], minlength=len(names))  # NaN stays NaN
+                for c in ("flops", "bytes_read", "bytes_written", "weight_bytes", "kv_bytes")}
+        out = {}
+        for i in np.argsort(first):
+            out[str(names[i])] = {**{c: float(v[i]) for c, v in sums.items()}, "kind": str(self["kind"][first[i]]),
+                                  "dtype": str(self["dtype"][first[i]])}
+        return out
+
+
+def step_blocks(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> StepCosts:
+    """One entry per (block, layer) for the step on one rank (layer -1: once per step).
     KV-dependent figures are NaN when the batch's KV lengths are unknown."""
     rows: list[dict] = []
     for layer in range(arch.layers):
         rows += _layer(arch, batch, par, layer)
     rows += _once(arch, batch, par)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    text = ("block", "kind", "dtype")
+    return StepCosts({c: np.array([r[c] for r in rows], dtype=object if c in text else np.int64 if c == "layer" else np.float64)
+                      for c in COLUMNS})
 
 
 def _row(block, layer, flops, read, written, kind, dtype, weights=0.0, kv=0.0) -> dict:

@@ -2,10 +2,11 @@
 
 For each device: the matrix efficiency e_m and the bandwidth efficiency e_b that minimise the
 mean absolute percentage error of predicted vs measured (GPU busy) step time, by grid search
-over [0.001, 1.5] in steps of 0.001 (a factor above 1 says the model overcounts, and is flagged). With fewer
-than three steps the two cannot be told apart, so one common factor is fitted. Per block
-kind, the efficiency that makes its prediction exact over all steps (Σ roofline time at
-peak / Σ measured) is reported beside it. The JSON is meant for a simulator to read.
+over [0.001, 1.5] (coarse, then refined to 0.001; a factor above 1 says the model overcounts,
+and is flagged). Unless at least three steps differ in their mix of compute and memory
+time, the two cannot be told apart, and one common factor is fitted. Per block kind, the
+efficiency that makes its prediction exact over all steps (Σ roofline time at peak / Σ
+measured) is reported beside it. The JSON is meant for a simulator to read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pandas as pd
 GRID = np.round(np.arange(0.01, 1.5001, 0.01), 4)  # coarse; refined around the best point
 FINE = np.round(np.arange(0.001, 1.5001, 0.001), 4)
 SCHEMA = "tracekit.calibration/1"
+MIN_MIX_SPREAD = 0.05  # spread of the steps' compute share of roofline time needed to fit two factors
 
 
 def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
@@ -48,7 +50,10 @@ def fit(terms: pd.DataFrame) -> dict[str, Any]:
     if not steps:
         return {"steps": 0, "bandwidth_efficiency": None, "matrix_efficiency": None, "mape_peak": None, "mape_fitted": None}
     peak = float(_mape(steps, np.array([[1.0]]), np.array([[1.0]]))[0, 0])
-    if len(steps) >= 3:
+    # Two factors need steps that differ in their mix of compute and memory time.
+    shares = [float((tc * n).sum() / ((tc + tm) * n).sum()) for tc, tm, _, n, _ in steps if ((tc + tm) * n).sum() > 0]
+    mixed = len(shares) >= 3 and max(shares) - min(shares) > MIN_MIX_SPREAD
+    if mixed:
         grid = _mape(steps, GRID[:, None], GRID[None, :])
         i, j = np.unravel_index(np.argmin(grid), grid.shape)
         near_m = FINE[np.abs(FINE - GRID[i]) <= 0.01]
@@ -61,7 +66,8 @@ def fit(terms: pd.DataFrame) -> dict[str, Any]:
         line = _mape(steps, FINE[:, None], FINE[:, None]).reshape(-1)
         i = int(np.argmin(line))
         e_m = e_b = float(FINE[i])
-        best, how = float(line[i]), f"one common factor ({len(steps)} step(s) cannot separate matrix from bandwidth efficiency)"
+        best, how = float(line[i]), (f"one common factor ({len(steps)} step(s) whose compute/memory mix varies too little "
+                                     "to separate matrix from bandwidth efficiency)")
     return {"steps": len(steps), "bandwidth_efficiency": e_b, "matrix_efficiency": e_m, "mape_peak": peak, "mape_fitted": best,
             "fit": how, "above_one": e_b > 1 or e_m > 1}
 
@@ -85,7 +91,7 @@ def calibrate(analyses: list) -> dict[str, Any]:
         pred = a.model
         key = a.device.key
         path = a.meta.get("path")
-        terms = pred.terms.assign(step_key=lambda t: f"{path}::" + t["step"].astype(str)) if len(pred.terms) else pred.terms
+        terms = pred.terms.assign(step_key=lambda t: f"{path}::" + t["step_row"].astype(str)) if len(pred.terms) else pred.terms
         per_device.setdefault(key, []).append((a, terms))
     out: dict[str, Any] = {"schema": SCHEMA, "model": "predicted step = sum over blocks and layers of max(flops / (peak * matrix_efficiency), "
                            "bytes / (bandwidth * bandwidth_efficiency)); measured = GPU busy time of the step", "devices": {}, "traces": traces}
@@ -114,6 +120,6 @@ def _peak_blocks(a) -> pd.DataFrame:
     if b.empty:
         return b.assign(peak_ns=[])
     terms = a.model.terms
-    peaks = [predicted_ns(terms[(terms["step"] == s) & terms["block"].isin(names.split(", "))], 1.0, 1.0)
-             for s, names in zip(b["step"], b["blocks"])]
+    by_step = {row: t for row, t in terms.groupby("step_row")}
+    peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) for row, names in zip(b["step_row"], b["blocks"])]
     return b.assign(peak_ns=peaks)

@@ -17,8 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.hardware import Device
-from tracekit.model.blocks import BLOCKS, FAMILIES, WHOLE_BLOCKS
+from tracekit.model.blocks import BLOCKS, FAMILIES, WHOLE_BLOCKS, StepCosts
 
 SOURCE = "model"
 IMPLAUSIBLE = 2.0  # a group's roofline time over its kernels' time above which it is not filled
@@ -26,19 +25,10 @@ IMPLAUSIBLE = 2.0  # a group's roofline time over its kernels' time above which 
 GROUP_COLUMNS = ["step_row", "group", "blocks", "kernels", "kernel_time_ns", "flops", "bytes", "filled_kernels", "filled_share", "note"]
 
 
-def _dominant(blocks: pd.DataFrame) -> tuple[str, str]:
+def _dominant(totals: dict[str, dict], names: list[str]) -> tuple[str, str]:
     """The roofline kind and dtype of a group: those of its largest block by bytes."""
-    top = blocks.sort_values("bytes", ascending=False).iloc[0]
-    return str(top["kind"]), str(top["dtype"])
-
-
-def _totals(per_block: pd.DataFrame) -> pd.DataFrame:
-    """Per model block: FLOPs and bytes over its layers (NaN when any layer's is unknown)."""
-    known = lambda v: v.sum(min_count=len(v))  # noqa: E731
-    totals = per_block.groupby("block", sort=False).agg(
-        flops=("flops", known), read=("bytes_read", known), written=("bytes_written", known), kind=("kind", "first"), dtype=("dtype", "first"))
-    totals["bytes"] = totals["read"] + totals["written"]
-    return totals
+    top = max(names, key=lambda n: totals[n]["bytes_read"] + totals[n]["bytes_written"])
+    return totals[top]["kind"], totals[top]["dtype"]
 
 
 def _targets(names, block: np.ndarray, klass: np.ndarray) -> dict[tuple[str, str], tuple[list[str], np.ndarray]]:
@@ -69,8 +59,9 @@ def _targets(names, block: np.ndarray, klass: np.ndarray) -> dict[tuple[str, str
 
 
 def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
-           step_costs: dict[int, pd.DataFrame], device: Device | None = None) -> tuple[pd.DataFrame, np.ndarray]:
-    """Fill `costs` in place; return the groups (one row per step x group) and each kernel's group row (-1: none)."""
+           step_costs: dict[int, tuple[StepCosts, dict | None]]) -> tuple[pd.DataFrame, np.ndarray]:
+    """Fill `costs` in place from each step's (block costs, roofline terms on the device or
+    None); return the groups (one row per step x group) and each kernel's group row (-1: none)."""
     n = len(kernels)
     group_of = np.full(n, -1, dtype=np.int64)
     if not step_costs or not n:
@@ -86,25 +77,24 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     candidates = candidates[np.argsort(owner[candidates], kind="stable")]
     bounds = np.searchsorted(owner[candidates], list(step_costs), side="left"), np.searchsorted(owner[candidates], list(step_costs), side="right")
     rows = []
-    for (step, per_block), lo, hi in zip(step_costs.items(), *bounds):
+    for (step, (per_block, terms)), lo, hi in zip(step_costs.items(), *bounds):
         mine = candidates[lo:hi]
-        totals = _totals(per_block)
-        for key, (names, positions) in _targets(totals.index, block[mine], klass[mine]).items():
+        totals = per_block.totals()
+        for key, (names, positions) in _targets(list(totals), block[mine], klass[mine]).items():
             members = mine[positions]
-            part = totals.loc[names]
-            flops, read, written = (part[c].sum(min_count=len(part)) for c in ("flops", "read", "written"))
+            flops, read, written = (sum(totals[n][c] for n in names) for c in ("flops", "bytes_read", "bytes_written"))
             kernel_time = float(time[members].sum())
             note, filled, filled_share = "", 0, 0.0
             if not len(members):
                 note = "no kernel of this family in the step"
             elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
                 note = "cost unknown: the step's KV lengths are unknown (pass --context)"
-            elif kernel_time > 0 and (ratio := _roofline_ns(per_block[per_block["block"].isin(names)], device) / kernel_time) > IMPLAUSIBLE:
+            elif kernel_time > 0 and (ratio := _roofline_ns(terms, names) / kernel_time) > IMPLAUSIBLE:
                 note = f"not filled: its kernels ran {ratio:.1f}x faster than the roofline allows; the work ran elsewhere (fused?)"
             elif kernel_time > 0:
                 empty = members[np.isnan(out["flops"][members])]
                 share = time[empty] / kernel_time
-                kind, dtype = _dominant(part)
+                kind, dtype = _dominant(totals, names)
                 out["flops"][empty] = flops * share
                 out["bytes_read"][empty] = read * share
                 out["bytes_written"][empty] = written * share
@@ -123,11 +113,11 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     return pd.DataFrame(rows, columns=GROUP_COLUMNS), group_of
 
 
-def _roofline_ns(blocks: pd.DataFrame, device: Device | None) -> float:
-    """The blocks' roofline time at peak on `device` (0 without a device: no check)."""
-    if device is None or blocks.empty:
+def _roofline_ns(terms: dict | None, names: list[str]) -> float:
+    """The blocks' roofline time at peak (0 without a device: no check)."""
+    if terms is None:
         return 0.0
-    from tracekit.model.predict import predicted_ns, step_terms
+    from tracekit.model.predict import predicted_ns, select
 
-    value = predicted_ns(step_terms(blocks, device), 1.0, 1.0)
+    value = predicted_ns(select(terms, np.isin(terms["block"], names)), 1.0, 1.0)
     return value if value == value else 0.0

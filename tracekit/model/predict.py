@@ -23,7 +23,7 @@ from tracekit.hardware import Device
 STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
                 "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
                 "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
-BLOCK_COLUMNS = ["step", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
+BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
 @dataclass
@@ -40,30 +40,37 @@ class Prediction:
         return {**self.summary, "steps": _records(self.steps), "blocks": _records(self.blocks)}
 
 
-def step_terms(blocks: pd.DataFrame, device: Device) -> pd.DataFrame:
-    """Per (block, layer): time at peak of its compute and of its memory (or link) traffic."""
-    peaks = {}
-    for kind, dtype in set(zip(blocks["kind"], blocks["dtype"])):
-        if kind == "comm":
-            continue
-        unit = "vector" if kind == "vector" else "matrix"
-        peaks[(kind, dtype)] = device.peak_flops(unit, dtype) or device.peak_flops(unit, "bf16") or np.nan
-    peak = np.array([peaks.get((k, d), np.nan) for k, d in zip(blocks["kind"], blocks["dtype"])])
-    comm = (blocks["kind"] == "comm").to_numpy()
-    nbytes = (blocks["bytes_read"] + blocks["bytes_written"]).to_numpy()
-    flops = blocks["flops"].to_numpy()
+TERM_COLUMNS = ("block", "layer", "comm", "t_compute_ns", "t_memory_ns")
+
+
+def step_terms(costs, device: Device) -> dict[str, np.ndarray]:
+    """Per (block, layer) of a step (tracekit.model.blocks.StepCosts): the time at peak of its
+    compute and of its memory (or link) traffic, as arrays named by TERM_COLUMNS."""
+    kinds, dtypes = costs["kind"], costs["dtype"]
+    peak = np.full(len(kinds), np.nan)
+    for kind, dtype in set(zip(kinds, dtypes)):
+        if kind != "comm":
+            unit = "vector" if kind == "vector" else "matrix"
+            peak[(kinds == kind) & (dtypes == dtype)] = device.peak_flops(unit, dtype) or device.peak_flops(unit, "bf16") or np.nan
+    comm = kinds == "comm"
+    flops = costs["flops"]
     bandwidth = np.where(comm, device.interconnect or np.nan, device.bandwidth)
-    return pd.DataFrame({
-        "block": blocks["block"].to_numpy(), "layer": blocks["layer"].to_numpy(), "comm": comm,
-        "t_compute_ns": np.where(comm, 0.0, np.where(flops > 0, flops / peak * 1e9, 0.0)),
-        "t_memory_ns": nbytes / bandwidth * 1e9,
-    })
+    with np.errstate(invalid="ignore"):
+        compute = np.where(comm | ~(flops > 0), 0.0, flops / peak * 1e9)
+    compute[np.isnan(flops)] = np.nan
+    return {"block": costs["block"], "layer": costs["layer"], "comm": comm, "t_compute_ns": compute,
+            "t_memory_ns": (costs["bytes_read"] + costs["bytes_written"]) / bandwidth * 1e9}
 
 
-def predicted_ns(terms: pd.DataFrame, matrix_eff: float, bandwidth_eff: float) -> float:
-    """Σ max(compute / e_matrix, memory / e_bandwidth); links are not scaled. NaN if any term is."""
-    memory = np.where(terms["comm"].to_numpy(), terms["t_memory_ns"].to_numpy(), terms["t_memory_ns"].to_numpy() / bandwidth_eff)
-    t = np.maximum(terms["t_compute_ns"].to_numpy() / matrix_eff, memory)
+def select(terms, mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: np.asarray(terms[c])[mask] for c in TERM_COLUMNS}
+
+
+def predicted_ns(terms, matrix_eff: float, bandwidth_eff: float) -> float:
+    """Σ max(compute / e_matrix, memory / e_bandwidth) over the terms (a dict of arrays or a
+    DataFrame); links are not scaled. NaN if any term is unknown."""
+    comm, memory = np.asarray(terms["comm"], dtype=bool), np.asarray(terms["t_memory_ns"], dtype=np.float64)
+    t = np.maximum(np.asarray(terms["t_compute_ns"], dtype=np.float64) / matrix_eff, np.where(comm, memory, memory / bandwidth_eff))
     return float(t.sum()) if len(t) and not np.isnan(t).any() else float("nan")
 
 
@@ -91,44 +98,55 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
                "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(per_row["count"][step.row]),
                "busy_ns": busy, "wall_ns": wall, "coverage": float(per_row["costed"][step.row] / ktime) if ktime else None}
         if blocks is not None:
-            all_costs.append(blocks.assign(step=step.name, bytes=blocks["bytes_read"] + blocks["bytes_written"]).groupby(
-                ["step", "block", "kind"], sort=False)[["flops", "bytes", "weight_bytes", "kv_bytes"]].sum(min_count=1).reset_index())
-            nbytes = blocks["bytes_read"] + blocks["bytes_written"]
-            row.update(flops=_sum(blocks["flops"]), bytes=_sum(nbytes), weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
-            if device is not None:
-                terms = step_terms(blocks, device).assign(step=step.name)
-                all_terms.append(terms.assign(busy_ns=busy))
+            for name, t in blocks.totals().items():
+                all_costs.append({"step": step.name, "step_row": step.row, "block": name, "kind": t["kind"], "flops": t["flops"],
+                                  "bytes": t["bytes_read"] + t["bytes_written"], "weight_bytes": t["weight_bytes"], "kv_bytes": t["kv_bytes"]})
+            row.update(flops=_sum(blocks["flops"]), bytes=_sum(blocks["bytes_read"] + blocks["bytes_written"]),
+                       weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
+            if step.terms is not None:
+                terms = step.terms
+                all_terms.append((step, busy, terms))
                 pred, peak = predicted_ns(terms, matrix_eff, bandwidth_eff), predicted_ns(terms, 1.0, 1.0)
                 tbps = row["bytes"] / busy / 1e3 if busy and row["bytes"] == row["bytes"] else None
                 row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy else None, achieved_tbps=tbps,
                            bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
                            roofline_efficiency=peak / busy if busy else None)
-                block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step.name, terms, group_time, matrix_eff, bandwidth_eff)
+                block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step, terms, group_time, matrix_eff, bandwidth_eff)
         step_rows.append(row)
     steps = pd.DataFrame(step_rows, columns=STEP_COLUMNS)
     errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
-    terms = pd.concat(all_terms, ignore_index=True) if all_terms else pd.DataFrame()
+    terms = _terms_frame(all_terms)
     summary = {
         "config": run.arch.path, "architecture": run.arch.describe(), "tp": run.parallel.tp, "ep": run.parallel.ep,
         "parallel_source": run.parallel.source, "bandwidth_efficiency": bandwidth_eff, "matrix_efficiency": matrix_eff,
         "steps_predicted": int(len(errors)), "steps": len(steps),
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
-    costs = pd.concat(all_costs, ignore_index=True) if all_costs else pd.DataFrame()
+    costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
     return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, costs=costs, summary=summary)
 
 
-def _sum(values: pd.Series) -> float | None:
-    return None if values.isna().any() else float(values.sum())
+def _sum(values: np.ndarray) -> float | None:
+    return None if np.isnan(values).any() else float(values.sum())
 
 
-def _groups(groups: pd.DataFrame, step: str, terms: pd.DataFrame, group_time: np.ndarray, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
+def _terms_frame(parts: list) -> pd.DataFrame:
+    """All steps' terms in one table (for calibrate): step name and range row, busy time."""
+    if not parts:
+        return pd.DataFrame(columns=["step", "step_row", "busy_ns", *TERM_COLUMNS])
+    sizes = [len(t["block"]) for _, _, t in parts]
+    frame = {c: np.concatenate([t[c] for _, _, t in parts]) for c in TERM_COLUMNS}
+    return pd.DataFrame({"step": np.repeat([s.name for s, _, _ in parts], sizes), "step_row": np.repeat([s.row for s, _, _ in parts], sizes),
+                         "busy_ns": np.repeat([b for _, b, _ in parts], sizes), **frame})
+
+
+def _groups(groups: pd.DataFrame, step: str, terms: dict, group_time: np.ndarray, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
     """Per block group of the step: its kernels' time against the prediction of its blocks."""
     out = []
     for index, g in groups.iterrows():
-        pred = predicted_ns(terms[terms["block"].isin(g["blocks"].split(", "))], matrix_eff, bandwidth_eff)
+        pred = predicted_ns(select(terms, np.isin(terms["block"], g["blocks"].split(", "))), matrix_eff, bandwidth_eff)
         measured = float(group_time[index])
-        out.append({"step": step, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
+        out.append({"step": step.name, "step_row": step.row, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
                     "measured_ns": measured, "predicted_ns": pred, "error": pred / measured - 1 if measured and pred == pred else None,
                     "flops": g["flops"], "bytes": g["bytes"], "filled_share": g["filled_share"], "note": g["note"]})
     return out
