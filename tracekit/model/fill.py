@@ -3,8 +3,9 @@
 Within a step, a model block's cost goes to the kernels attribution put in its block with a
 class of its family (the attention core to attention kernels of the attention block, the
 projections to its GEMMs, ...). A block with no such kernel (graph-launched serving kernels
-carry no module context, so their GEMMs sit in `other`) joins its family's pool: the
-step's kernels of that family that no block claimed. The cost of a group (one block, or a
+carry no module context, so their GEMMs may sit in `other`) joins its family's pool: the
+step's kernels of that family that no block claimed (not for elementwise work, whose
+kernels' class does not say which block they serve). The cost of a group (one block, or a
 pool of blocks) is spread over its kernels in proportion to their time, and only kernels
 without a cost take it: op shapes win where both exist. Those kernels get cost source
 `model`. A group whose cost is unknown (KV lengths missing) fills nothing, and neither does
@@ -53,7 +54,11 @@ def _targets(names, block: np.ndarray, klass: np.ndarray) -> dict[tuple[str, str
         family = BLOCKS[name][1]
         key = ("pool", family)
         if key not in groups:
-            groups[key] = ([], ~claimed & np.isin(klass, list(FAMILIES[family])))
+            # A GEMM, attention, norm or collective kernel says by its class what it does; an
+            # elementwise or copy kernel does not (rotary? activation? sampling?), so blocks of
+            # that family are placed only through attribution, never pooled.
+            pooled = np.isin(klass, list(FAMILIES[family])) if family != "vector" else np.zeros(len(klass), bool)
+            groups[key] = ([], ~claimed & pooled)
         groups[key][0].append(name)
     return {key: (names, np.flatnonzero(mask)) for key, (names, mask) in groups.items()}
 
@@ -86,7 +91,7 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
             kernel_time = float(time[members].sum())
             note, filled, filled_share = "", 0, 0.0
             if not len(members):
-                note = "no kernel of this family in the step"
+                note = "no kernel attributed to it in the step: predicted, not placed on kernels"
             elif np.isnan(flops) or np.isnan(read) or np.isnan(written):
                 note = "cost unknown: the step's KV lengths are unknown (pass --context)"
             elif kernel_time > 0 and (ratio := _roofline_ns(terms, names) / kernel_time) > IMPLAUSIBLE:
