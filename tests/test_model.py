@@ -75,6 +75,9 @@ def test_gpt_oss_config_mxfp4_experts_bf16_attention_alternating_windows():
 def test_other_families():
     mix = load_config(DATA / "tiny_mixtral.config.json")
     assert mix.windows == (64, 64) and (mix.experts, mix.top_k, mix.expert_intermediate) == (8, 2, 256) and mix.moe_layers == (True, True)
+    ep2 = step_blocks(mix, one, Parallel(tp=2, ep=2)).frame()
+    # EP 2: each rank holds 4 whole experts and expects half of the 2 chosen ones
+    assert ep2[ep2["block"] == "ffn"]["weight_bytes"].iloc[0] == 1 * 3 * 128 * 256 * 2 + 128 * 8 * 2
     ds = load_config(DATA / "tiny_deepseek.config.json")
     assert ds.is_mla and ds.kv_lora_rank == 64 and ds.moe_layers == (False, True, True, True)
     assert (ds.shared_experts, ds.shared_intermediate) == (1, 64)
@@ -321,3 +324,34 @@ def test_markdown_and_console_show_the_prediction():
     table = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--model",
                             str(MODELS / "qwen3-8b.config.json")], capture_output=True, text=True, cwd=REPO)
     assert "step[DECODE bs=32]" in table.stdout and "MAPE" in table.stdout  # brackets shown, not eaten as markup
+
+
+def test_block_costs_by_hand_for_moe_mla_and_tensor_parallel():
+    from tracekit.model.batch import StepBatch
+    from tracekit.model.blocks import Parallel, step_blocks
+
+    one = StepBatch((Requests(1, 1, 100),), "test")  # one decode token over 100 cached + new keys
+    mix = load_config(DATA / "tiny_mixtral.config.json")  # hidden 128, 8/2 heads x 16, 8 experts top-2 of width 256
+    costs = step_blocks(mix, one).frame()
+    ffn = costs[costs["block"] == "ffn"]
+    # one token reads its 2 experts (3 matrices each) and the router, per layer
+    assert list(ffn["weight_bytes"]) == [2 * 3 * 128 * 256 * 2 + 128 * 8 * 2] * 2
+    assert list(ffn["flops"]) == [2 * 2 * 3 * 128 * 256 + 2 * 128 * 8] * 2
+    # sliding window 64: the KV read is capped at 64 of the 100 keys
+    core = costs[costs["block"] == "attention core"]
+    assert list(core["kv_bytes"]) == [64 * 2 * 2 * 16 * 2] * 2
+    assert list(core["flops"]) == [2 * 64 * 8 * (16 + 16)] * 2
+    tp2 = step_blocks(mix, one, Parallel(tp=2)).frame()
+    proj = tp2[tp2["block"] == "attention projections"]
+    assert list(proj["weight_bytes"]) == [(128 * (4 + 2 * 1) * 16 + 4 * 16 * 128) * 2] * 2  # 4 query and 1 KV head per rank
+    bus = tp2[tp2["block"] == "collective"].query("layer >= 0")
+    assert list(bus["bytes_read"]) == [2 * (2 * (2 - 1) / 2 * 1 * 128 * 2)] * 2  # two ring all-reduces of one token's hidden state
+    ep2 = step_blocks(mix, one, Parallel(tp=2, ep=2)).frame()
+    # EP 2: each rank holds 4 whole experts and expects half of the 2 chosen ones
+    assert ep2[ep2["block"] == "ffn"]["weight_bytes"].iloc[0] == 1 * 3 * 128 * 256 * 2 + 128 * 8 * 2
+    ds = load_config(DATA / "tiny_deepseek.config.json")
+    mla = step_blocks(ds, one).frame()
+    assert mla[mla["block"] == "attention core"]["kv_bytes"].iloc[0] == 100 * (64 + 16) * 2  # compressed latent + rope key
+    dense, moe = (mla[(mla["block"] == "ffn") & (mla["layer"] == i)]["flops"].iloc[0] for i in (0, 1))
+    assert dense == 2 * 3 * 256 * 512  # first_k_dense_replace = 1
+    assert moe == 2 * 4 * 3 * 256 * 64 + 2 * 256 * 16 + 2 * 3 * 256 * 64  # 4 routed + router + 1 shared
