@@ -73,6 +73,6 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
         notes.append(f"{unknown} of {len(steps)} steps have no batch the trace describes; pass --batch B --context C")
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
-    owner = kernel_owner(trace, trace.kernels, [(s.row, []) for s in steps], step_of)
+    owner = kernel_owner(trace, trace.kernels, [s.row for s in steps], step_of)
     groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None})
     return ModelRun(arch, par, steps, owner, groups, group_of, notes)

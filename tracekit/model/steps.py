@@ -48,26 +48,32 @@ def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
             row = parent[row]
         return out
 
-    nests: dict[int, list[int]] = {int(s): [int(s)] for s in _host_rows(trace, steps)}
+    step_list = [int(s) for s in _host_rows(trace, steps)]
+    nests: dict[int, list[int]] = {s: [s] for s in step_list}
+    below: dict[int, list[int]] = {}  # range row -> the steps nested inside it
+    for s in step_list:
+        for a in chain(s)[1:]:
+            below.setdefault(a, []).append(s)
+    depth = r["depth"].to_numpy()
     for row in annotations:
-        up = chain(int(row))
-        owner = next((a for a in up if a in nests), None)  # a step that encloses it, or itself
-        if owner is None:  # an annotation around a step: the innermost step below it owns
-            below = [s for s in nests if row in chain(s)]
-            owner = max(below, key=lambda s: r["depth"].iat[s]) if below else None
+        row = int(row)
+        owner = next((a for a in chain(row) if a in nests), None)  # a step that encloses it, or itself
+        if owner is None and row in below:  # an annotation around a step: the innermost step below it owns
+            owner = max(below[row], key=lambda s: depth[s])
         if owner is None:
-            nests[int(row)] = [int(row)]
+            nests[row] = [row]
         elif row not in nests[owner]:
-            nests[owner].append(int(row))
+            nests[owner].append(row)
     return sorted(nests.items(), key=lambda kv: int(r["start"].iat[kv[0]]))
 
 
-def kernel_owner(trace: Trace, kernels: pd.DataFrame, steps: list[tuple[int, list[int]]], step_of: np.ndarray) -> np.ndarray:
-    """Per kernel: the owning range row of its model step, -1 for none. `step_of` is
-    tracekit.steps.kernel_steps; annotations that are not steps there take their kernels here."""
+def kernel_owner(trace: Trace, kernels: pd.DataFrame, step_ranges: list[int], step_of: np.ndarray) -> np.ndarray:
+    """Per kernel: the owning range row of its model step (one of `step_ranges`), -1 for none.
+    `step_of` is tracekit.steps.kernel_steps; annotations that are not steps there take their
+    kernels here, by the same rule."""
     owner = step_of.copy()
     known = set(np.unique(owner[owner >= 0]).tolist())
-    extra = [row for row, _ in steps if row not in known]
+    extra = [row for row in step_ranges if row not in known]
     if not extra or not len(kernels):
         return owner
     # Annotations that are not tracekit steps: the same rule, by launch time in the process.
