@@ -75,9 +75,6 @@ def test_gpt_oss_config_mxfp4_experts_bf16_attention_alternating_windows():
 def test_other_families():
     mix = load_config(DATA / "tiny_mixtral.config.json")
     assert mix.windows == (64, 64) and (mix.experts, mix.top_k, mix.expert_intermediate) == (8, 2, 256) and mix.moe_layers == (True, True)
-    ep2 = step_blocks(mix, one, Parallel(tp=2, ep=2)).frame()
-    # EP 2: each rank holds 4 whole experts and expects half of the 2 chosen ones
-    assert ep2[ep2["block"] == "ffn"]["weight_bytes"].iloc[0] == 1 * 3 * 128 * 256 * 2 + 128 * 8 * 2
     ds = load_config(DATA / "tiny_deepseek.config.json")
     assert ds.is_mla and ds.kv_lora_rank == 64 and ds.moe_layers == (False, True, True, True)
     assert (ds.shared_experts, ds.shared_intermediate) == (1, 64)
