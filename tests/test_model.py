@@ -352,3 +352,15 @@ def test_block_costs_by_hand_for_moe_mla_and_tensor_parallel():
     dense, moe = (mla[(mla["block"] == "ffn") & (mla["layer"] == i)]["flops"].iloc[0] for i in (0, 1))
     assert dense == 2 * 3 * 256 * 512  # first_k_dense_replace = 1
     assert moe == 2 * 4 * 3 * 256 * 64 + 2 * 256 * 16 + 2 * 3 * 256 * 64  # 4 routed + router + 1 shared
+
+
+def test_mixed_step_and_older_generation_forms():
+    # two prompts (60 and 40 new tokens on 140 and 60 cached) and three decodes (300 keys each)
+    q, k = [60, 40], [200, 100]
+    name = (f"execute_5_context_2(sq{sum(q)}sk{sum(k)}sqsq{sum(x * x for x in q)}sqsk{sum(a * b for a, b in zip(q, k))})"
+            "_generation_3(sq3sk900sqsq3sqsk900)")
+    b = from_annotation(name)
+    by_hand = sum(sum(kk - qq + j + 1 for j in range(qq)) for qq, kk in zip(q, k)) + 3 * 300
+    assert b.kind == "mixed" and b.tokens == 103 and b.kv_tokens == 1200 and b.pairs() == by_hand
+    old = from_annotation("execute_context_0(0)_generation_16(16)")
+    assert old.requests == 16 and old.tokens == 16 and not old.kv_known and "KV length unknown" in old.describe()

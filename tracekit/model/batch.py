@@ -33,7 +33,9 @@ _ATTENTION_OPS = {  # op name -> (q, k positions, layout, is_causal position or 
     "aten::_scaled_dot_product_flash_attention": (0, 1, "bhsd", 4),
     "aten::_scaled_dot_product_efficient_attention": (0, 1, "bhsd", 6),
     "aten::_scaled_dot_product_cudnn_attention": (0, 1, "bhsd", 6),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (0, 1, "bhsd", 4),
     "aten::_flash_attention_forward": (0, 1, "bshd", 8),
+    "flash_attn::_flash_attn_forward": (0, 1, "bshd", 5),
 }
 
 
