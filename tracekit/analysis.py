@@ -62,6 +62,9 @@ class Analysis:
             "collectives": _collective_summary(self.collectives),
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
+            # How long the full lists are, so a reader (tracekit diff) knows whether an item
+            # missing from a top list is absent or only below the cut.
+            "listed_of": {"top_kernels": int(self.kernels["name"].nunique()) if len(self.kernels) else 0, "top_ops": len(self.ops)},
             "warnings": self.warnings,
             **({"model": self.model.to_dict()} if self.model is not None else {}),
         }

@@ -1,0 +1,55 @@
+"""`tracekit check`: each expectation, its limit, the measured value and the verdict."""
+
+from __future__ import annotations
+
+import json
+
+from tracekit.compare.check import Verdict
+from tracekit.reports import compare_text
+
+UNKNOWN = "—"
+
+
+def _measured(v: Verdict) -> str:
+    if v.measured is None:
+        return UNKNOWN
+    return f"{v.measured:,.3f} ms" if v.unit == "ms" else f"{v.measured:.4g}"
+
+
+def rows(verdicts: list[Verdict]) -> tuple[list[str], list[list[str]]]:
+    head = ["expectation", "limit", "measured", "verdict", "why"]
+    return head, [[v.expectation, v.limit, _measured(v), "PASS" if v.ok else "FAIL", v.reason] for v in verdicts]
+
+
+def summary_line(verdicts: list[Verdict]) -> str:
+    failed = sum(not v.ok for v in verdicts)
+    return f"{len(verdicts) - failed} of {len(verdicts)} expectations hold" + (f"; {failed} failed" if failed else "")
+
+
+def to_json(verdicts: list[Verdict], source: str) -> str:
+    return json.dumps({"source": source, "ok": all(v.ok for v in verdicts), "verdicts": [v.to_dict() for v in verdicts]},
+                      indent=2, allow_nan=False)
+
+
+def to_markdown(verdicts: list[Verdict], source: str) -> str:
+    esc = compare_text.markdown
+    head, body = rows(verdicts)
+    lines = [f"# tracekit check: {esc(source)}", "", summary_line(verdicts), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def render_console(verdicts: list[Verdict], console, source: str) -> None:
+    from rich.table import Table
+
+    esc = compare_text.terminal
+    head, body = rows(verdicts)
+    table = Table(title=f"tracekit check: {esc(source)}", title_justify="left")
+    for h in head:
+        table.add_column(h, justify="right" if h == "measured" else "left", overflow="fold")
+    for row, v in zip(body, verdicts):
+        cells = [esc(c) for c in row]
+        cells[3] = "[green]PASS[/]" if v.ok else "[bold red]FAIL[/]"
+        table.add_row(*cells)
+    console.print(table)
+    console.print(summary_line(verdicts))
