@@ -233,6 +233,7 @@ def test_steps_without_a_batch_say_so_and_options_fill_them():
     assert sorted(a.model.steps["step"]) == profiler_steps
     assert a.model.steps["predicted_ns"].isna().all() and a.model.steps["batch"].str.startswith("unknown").all()
     assert f"{len(profiler_steps)} of {len(profiler_steps)} steps have no batch" in a.model.summary["notes"][0]
+    assert f"model: {a.model.summary['notes'][0]}" in a.warnings
     assert all(s["predicted_ns"] is None for s in json.loads(json.dumps(a.to_dict(), allow_nan=False))["model"]["steps"])
     given = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), batch=8, context=1000))
     assert (given.model.steps["kv_tokens"] == 8 * 1001).all() and given.model.steps["predicted_ns"].notna().all()

@@ -102,6 +102,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         from tracekit.model.predict import predict
 
         analysis.model = predict(run, kernels, exclusive, device, trace.ranges, sustained)
+        analysis.warnings += [f"model: {note}" for note in run.notes]
     return analysis
 
 
