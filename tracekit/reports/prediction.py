@@ -73,9 +73,7 @@ def sections(a) -> list[tuple[str, list[str], list[list[str]]]]:
 def render_console(a, console: Console) -> None:
     if getattr(a, "model", None) is None:
         return
-    console.print(Text(summary_line(a)))
-    for note in a.model.summary["notes"]:
-        console.print(Text(f"model note  {note}"))
+    console.print(Text(summary_line(a)))  # its notes are among the analysis warnings
     for title, head, rows in sections(a):
         table = Table(title=title, header_style="bold")
         for i, col in enumerate(head):
