@@ -83,6 +83,9 @@ def test_other_families():
     assert qm.moe_layers == (False, True, False, True) and (qm.shared_experts, qm.shared_intermediate) == (1, 96)
     assert qm.attention_bias and set(qm.windows) == {None}  # use_sliding_window is false
     assert load_config(MODELS / "qwen3-8b.config.json", weight_dtype="fp8").weights.bytes_per_param == 1.0
+    gemma = load_config(DATA / "tiny_gemma_w4a16.config.json")
+    assert gemma.windows == (16, 16, None, 16, 16, None)  # every third layer is full attention
+    assert gemma.weights.dtype == "int4" and gemma.weights.bytes_per_param == 0.5 + 2 / 128  # packed int4 + fp16 scale per 128
 
 
 @pytest.mark.parametrize("name, reason", [

@@ -209,6 +209,9 @@ def _windows(c: dict, layers: int) -> tuple[int | None, ...]:
         return tuple(int(window) if t == "sliding_attention" else None for t in types)
     if not window:
         return (None,) * layers
+    pattern = c.get("sliding_window_pattern")  # Gemma: every pattern-th layer is full attention
+    if isinstance(pattern, int) and pattern > 1:
+        return tuple(None if (i + 1) % pattern == 0 else int(window) for i in range(layers))
     if "use_sliding_window" in c:  # Qwen2: sliding from layer max_window_layers on, when enabled
         if not c["use_sliding_window"]:
             return (None,) * layers
@@ -251,6 +254,17 @@ def _quant_format(q: dict) -> WeightFormat:
         block = q.get("weight_block_size")
         scale = 4.0 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0  # one fp32 scale per block
         return WeightFormat("fp8", 1.0 + scale)
+    if method == "compressed-tensors":  # one scheme for the linear layers: its weights' bits and type
+        groups = [g for g in (q.get("config_groups") or {}).values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+        if groups:
+            w = groups[0]["weights"]
+            bits, kind = int(w.get("num_bits") or 8), str(w.get("type", "int"))
+            if kind == "float" and bits == 8:
+                return WeightFormat("fp8", 1.0)
+            if kind == "float" and bits == 4:
+                return WeightFormat("nvfp4", WEIGHT_BYTES["nvfp4"])
+            group = int(w.get("group_size") or 0)
+            return WeightFormat(f"int{bits}", bits / 8 + (2 / group if group else 0.0))
     if method in ("gptq", "awq", "bitsandbytes") or q.get("bits"):
         bits = int(q.get("bits") or q.get("w_bit") or (4 if q.get("load_in_4bit") else 8))
         group = int(q.get("group_size") or q.get("q_group_size") or 128)
