@@ -19,7 +19,11 @@ import pandas as pd
 
 from tracekit.trace import Trace
 
+# torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
 STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)")
+# A serving engine's batch annotation (vLLM `execute_context_N(..)_generation_M(..)`): a step
+# of its own only where no step range above overlaps it (SGLang nests it in `step[DECODE ..]`).
+SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(")
 MIN_COVERAGE = 0.5  # below this share of kernel time with a cost, a sum of costs is unknown
 
 STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "coverage", "bytes", "achieved_tbps",
@@ -33,10 +37,16 @@ def step_rows(trace: Trace) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     names = r["name"].astype(str)
     codes = pd.Series(names.unique())
+    host = ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
     # One regex search per distinct name, not per range.
-    matched = set(codes[[bool(STEP.search(n[:256])) for n in codes]])
-    is_step = names.isin(matched).to_numpy() & ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
-    return np.flatnonzero(is_step)
+    primary = names.isin(set(codes[[bool(STEP.search(n[:256])) for n in codes]])).to_numpy() & host
+    serving = names.isin(set(codes[[bool(SERVING_STEP.search(n[:256])) for n in codes]])).to_numpy() & host & ~primary
+    steps = np.flatnonzero(primary)
+    if serving.any():
+        start, end = r["start"].to_numpy(), r["end"].to_numpy()
+        alone = [i for i in np.flatnonzero(serving) if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
+        steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
+    return steps
 
 
 def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarray:
