@@ -235,15 +235,20 @@ def headline(a, f: Findings) -> list[str]:
     else:
         sentences.append(f"Only {_pct(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
                          f"{_how_to_cost(a)}.")
-    if len(f.fix_ops):
-        top = f.fix_ops.iloc[0]
-        shapes = f" {top['detail']}" if top["detail"] else ""
-        sentences.append(f"The largest recoverable time at the sustained roofline is {top['what']}{shapes}: "
-                         f"{_dur(top['recoverable_ns'])} ({_pct(top['share'])} of {f.basis}).")
-    elif len(f.fix_kernels):
-        top = f.fix_kernels.iloc[0]
-        sentences.append(f"The largest recoverable time at the sustained roofline is in {top['what']}: "
-                         f"{_dur(top['recoverable_ns'])} ({_pct(top['share'])} of {f.basis}).")
+    # The single largest recoverable item: an op (name + shapes) or, where the time has no op
+    # (graph replays, model-costed kernels), a kernel.
+    op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
+    kernel = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
+    if op is not None and (kernel is None or op["recoverable_ns"] >= kernel["recoverable_ns"]):
+        shapes = f" {op['detail']}" if op["detail"] else ""
+        sentences.append(f"The largest recoverable time at the sustained roofline is {op['what']}{shapes}: "
+                         f"{_dur(op['recoverable_ns'])} ({_pct(op['share'])} of {f.basis}).")
+    elif kernel is not None:
+        from tracekit.names import labels
+
+        name = str(kernel["what"])
+        sentences.append(f"The largest recoverable time at the sustained roofline is in {labels([name])[name]}: "
+                         f"{_dur(kernel['recoverable_ns'])} ({_pct(kernel['share'])} of {f.basis}).")
     if len(f.idle) and f.idle["idle_ns"].sum() > 0:
         worst = f.idle.sort_values("idle_ns", ascending=False).iloc[0]
         if worst["category"] != "other" and worst["share_of_window"] >= 0.05:
