@@ -212,14 +212,14 @@ class _Tables:
         # One decode of all the chunk's args as a JSON array: far cheaper than one per event.
         try:
             return msgspec.json.decode(json_array(list(map(_ARGS, events))), type=list[typ])
-        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
         decoder = msgspec.json.Decoder(typ)
         out = []
         for e in events:
             try:
                 out.append(decoder.decode(e.args))
-            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 self.bad_args[what] += 1
                 out.append(typ())
         return out
@@ -410,7 +410,7 @@ def _thread_ids(values: list[int | str]) -> np.ndarray:
 def _decode_json(raw: bytes) -> Any:
     try:
         return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 
