@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -11,10 +10,11 @@ from rich.table import Table
 from tracekit.analysis import Analysis, top_kernels
 from tracekit.reports.tables import block_rows, device_rows, step_rows
 from tracekit.reports.format import duration, kernel_label, percent, shorten, si
+from tracekit.strict_json import dumps
 
 
 def to_json(analysis: Analysis, top: int) -> str:
-    return json.dumps(analysis.to_dict(top), indent=2, default=str)
+    return dumps(analysis.to_dict(top))
 
 
 def _text(v) -> str:

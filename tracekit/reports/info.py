@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from tracekit.reports.format import duration, kernel_label, percent
+from tracekit.strict_json import dumps
 
 
 def to_json(inv: dict[str, Any]) -> str:
-    return json.dumps(inv, indent=2, default=str)
+    return dumps(inv)
 
 
 def render_console(inv: dict[str, Any], console: Console) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 from rich.table import Table
 
 from tracekit.ranks import MultiRank
 from tracekit.reports.format import duration, percent, si
+from tracekit.strict_json import dumps
 
 
 def _rows(m: MultiRank):
@@ -58,7 +57,7 @@ def to_markdown(m: MultiRank, top: int = 15) -> str:
 
 
 def to_json(m: MultiRank) -> str:
-    return json.dumps(m.to_dict(), indent=2, default=str)
+    return dumps(m.to_dict())
 
 
 def write_bundle(m: MultiRank, out_dir: str, top: int = 15) -> list[str]:
