@@ -8,6 +8,12 @@ import re
 import numpy as np
 import pandas as pd
 
+# Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
+# The patterns below are stdlib regexes, some with `.*`, whose time can grow with the
+# square of the text; real kernel names (templates included) run to a few kB, and what
+# identifies a kernel (its function and first template arguments) comes first.
+MAX_MATCHED_CHARS = 4096
+
 # Checked in order; the first match wins (an attention kernel may contain "gemm").
 _RULES: list[tuple[str, re.Pattern]] = [
     ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|custom_ar", re.I)),
@@ -38,7 +44,7 @@ def without_parameters(name: str) -> str:
 
 
 def classify_name(name: str) -> str:
-    base = without_parameters(name)
+    base = without_parameters(name[:MAX_MATCHED_CHARS])
     for label, pattern in _RULES:
         if pattern.search(base):
             return label

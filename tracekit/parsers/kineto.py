@@ -400,7 +400,7 @@ def _thread_ids(values: list[int | str]) -> np.ndarray:
         if isinstance(v, int):
             return v if -(1 << 63) <= v < (1 << 63) else -1
         if v not in cache:
-            m = _TRAILING_INT.search(v)
+            m = _TRAILING_INT.search(v[-32:])  # bounded: `\d+\s*$` is quadratic on a long run of digits
             cache[v] = int(m.group(1)) if m and len(m.group(1)) < 19 else -(len(cache) + 2)
         return cache[v]
 
@@ -446,11 +446,12 @@ def _checked_header(header: dict[str, Any], checks: Checks) -> dict[str, Any]:
         bad.append(field)
         return None
 
-    def text(value: Any, field: str, kinds: tuple[type, ...] = (str, int, float)) -> str | None:
+    def scalar(value: Any, field: str, kinds: tuple[type, ...] = (str, int, float)) -> Any:
+        """A short string or a finite number, as it was written."""
         if value is None:
             return None
-        if isinstance(value, kinds) and not isinstance(value, bool) and len(str(value)) <= _MAX_HEADER_TEXT:
-            return str(value)
+        if isinstance(value, kinds) and not isinstance(value, bool) and len(str(value)) <= _MAX_HEADER_TEXT and str(value) not in ("nan", "inf", "-inf"):
+            return value
         bad.append(field)
         return None
 
@@ -465,7 +466,7 @@ def _checked_header(header: dict[str, Any], checks: Checks) -> dict[str, Any]:
             continue
         devices.append({
             "id": integer(prop.get("id"), "deviceProperties.id"),
-            "name": text(prop.get("name"), "deviceProperties.name", (str,)),
+            "name": scalar(prop.get("name"), "deviceProperties.name", (str,)),
             "memory_bytes": integer(prop.get("totalGlobalMem"), "deviceProperties.totalGlobalMem", 0, 2**62),
             "sm_count": integer(prop.get("numSms"), "deviceProperties.numSms", 0),
             "major": integer(prop.get("computeMajor"), "deviceProperties.computeMajor"),
@@ -490,9 +491,9 @@ def _checked_header(header: dict[str, Any], checks: Checks) -> dict[str, Any]:
         "world_size": integer(dist.get("world_size"), "distributedInfo.world_size", 1),
         "process_groups": groups or None,
         "base_ns": base,
-        "schema_version": text(schema_version, "schemaVersion"),
+        "schema_version": scalar(schema_version, "schemaVersion"),
         "record_shapes": header.get("record_shapes") if isinstance(header.get("record_shapes"), bool) else None,
-        "versions": {k: v for k in _VERSION_KEYS if (v := text(header.get(k), k)) is not None},
+        "versions": {k: v for k in _VERSION_KEYS if (v := scalar(header.get(k), k)) is not None},
     }
     if bad:
         fields = sorted(set(bad))
