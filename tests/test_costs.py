@@ -151,3 +151,51 @@ def test_max_pool_forward_and_backward():
 def test_tensor_list_without_shapes_says_so():
     cost = op_cost("aten::cat", [[[], []], []], ["TensorList", "Scalar"], ["", "0"])
     assert isinstance(cost, Unknown) and "were not recorded" in cost.reason
+
+
+def test_mul_by_a_python_scalar_into_out_reads_one_tensor():
+    # A100 recsys: mul(x, 0.5, out=y) was counted as reading x and y (1.5x the bytes).
+    c = op_cost("aten::mul", [[512, 2862], [], [512, 2862]], ["float", "Scalar", "float"], ["", "0.5", ""])
+    n = 512 * 2862
+    assert (c.flops, c.bytes_read, c.bytes_written) == (n, 4 * n, 4 * n)
+    # two tensors and an out=: both operands are read, the out tensor only written
+    c = op_cost("aten::add", [[64, 8], [64, 8], [], [64, 8]], ["float", "float", "Scalar", "float"], [])
+    assert c.bytes_read == 2 * 4 * 64 * 8 and c.bytes_written == 4 * 64 * 8
+
+
+def test_tensor_list_element_size_comes_from_the_cat_kernel():
+    import tracekit
+    from conftest import shared
+    from kineto_reference import read
+
+    path = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
+    a = tracekit.analyze(path)
+    k = a.kernels
+    cat = k[(k["op_name"].astype(str) == "aten::cat") & k["name"].astype(str).str.contains("OpaqueType<2u>")]
+    assert len(cat) == 48
+    # the raw trace: aten::cat of two [16,16,559,32] tensors, 2-byte elements per the kernel name
+    ref = read(path)
+    dims = next(e["args"]["Input Dims"] for e in ref["ops"] if e["name"] == "aten::cat" and e["args"]["Input Dims"][0][0] == [16, 16, 559, 32])
+    elements = sum(d[0] * d[1] * d[2] * d[3] for d in dims[0])
+    assert (cat["bytes_read"] == 2 * elements).all() and (cat["bytes_written"] == 2 * elements).all()
+
+
+def test_convolution_flops_go_to_the_compute_kernel_not_its_transposes():
+    import tracekit
+    from conftest import shared
+
+    a = tracekit.analyze(shared("torch", "v100_resnet50_train_legacy2021.json.gz"))
+    k = a.kernels
+    transposes = k[k["name"].astype(str).str.contains("nchwToNhwc|nhwcToNchw")]
+    assert len(transposes) and transposes["flops"].isna().all()
+    assert transposes["unknown_reason"].astype(str).str.startswith("layout or workspace kernel").all()
+    # The op's FLOPs and bytes are its tensors' (2·N·Cout·Cin·kh·kw·H·W; fp32 input + weight
+    # + output), not its tensors' plus cuDNN's workspace memsets.
+    ops = a.ops.set_index(["op", "shapes"])
+    row = ops.loc[("aten::cudnn_convolution", "[[32, 256, 14, 14], [1024, 256, 1, 1], [], [], [], [], [], [], []]")]
+    calls = row["calls"]
+    assert row["flops"] == calls * 2 * 32 * 1024 * 256 * 14 * 14
+    assert row["bytes"] == calls * 4 * (32 * 256 * 196 + 1024 * 256 + 32 * 1024 * 196)
+    # and the per-kernel FLOPs of each call add up to the op's, on its compute kernels only
+    conv_calls = k[(k["op_name"].astype(str) == "aten::cudnn_convolution") & k["flops"].notna()]
+    assert (conv_calls["kernel_class"].astype(str) != "copy").all()

@@ -114,3 +114,31 @@ def test_nsys_export_without_gpu_table_needs_a_device():
     a = api.analyze(path, device="H100-SXM")
     assert a.coverage["kernels"] == 3442
     assert np.isfinite(a.coverage["modeled_share"])
+
+
+def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
+    import json
+
+    import numpy as np
+
+    import tracekit
+    from conftest import shared
+
+    a = tracekit.analyze(shared("torch", "a100_ddp_nccl_rank0.json.gz"))
+    coll = a.blocks[a.blocks["block"] == "collective"]
+    assert len(coll) and (coll["bound"] == "comm").all()
+    k = a.kernels
+    assert (k.loc[k["cost_kind"].astype(str) == "comm", "bound"].astype(str) == "comm").all()
+    # The 2021 schema has whole-microsecond times: 0 ns activities exist and have no rate.
+    legacy = tracekit.analyze(shared("torch", "v100_resnet50_train_legacy2021.json.gz"))
+    zero = legacy.kernels[legacy.kernels["duration_ns"] == 0]
+    assert len(zero) > 0
+    assert zero["achieved_tbps"].isna().all() and zero["achieved_tflops"].isna().all()
+    assert np.isfinite(legacy.kernels["achieved_tbps"].dropna()).all()
+    # a group with no time has no bound (it is not "compute")
+    from tracekit.unknown import majority_bound
+    import pandas as pd
+
+    none = majority_bound({"compute": pd.Series([0.0]), "memory": pd.Series([0.0]), "comm": pd.Series([0.0])}, pd.Series([0.0]))
+    assert none[0] is None
+    json.loads(a.to_json(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))

@@ -11,11 +11,12 @@ import pandas as pd
 
 from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs
-from tracekit.steps import step_table
+from tracekit.steps import kernel_steps, step_table
 from tracekit.timeline import device_time, exclusive_time
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
+from tracekit.unknown import MIN_COVERAGE, covered, known_sum, majority_bound, mask_unknown
 
 SCHEMA_VERSION = 1
 
@@ -71,7 +72,9 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
     ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
     devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
-    steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained)
+    owner = kernel_steps(trace, kernels)
+    kernels["step"] = owner  # row in trace.ranges of the step that owns each kernel, -1 for none
+    steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
     analysis = Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
                         blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)
     from tracekit.collectives import collective_table, overlap_table
@@ -93,77 +96,103 @@ def _collective_summary(c: pd.DataFrame) -> list[dict[str, Any]]:
     return _records(g)
 
 
+def kernel_rollup(k: pd.DataFrame, keys: dict[str, Any], extra: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Group kernels by `keys` (name -> per-kernel values) and sum what rolls up: time,
+    FLOPs, bytes, t_min; derive coverage, achieved rates and efficiency over the time of the
+    kernels with a cost, and the majority bound. Figures from less than half of a group's
+    time are unknown (tracekit.unknown)."""
+    time = k["duration_ns"].to_numpy(dtype=np.float64)
+    costed = k["flops"].notna().to_numpy()
+    roofed = k["t_min_ns"].notna().to_numpy()
+    bound = k["bound"].astype(object).to_numpy()
+    frame = pd.DataFrame({
+        **keys, "time_ns": time, "flops": k["flops"].to_numpy(), "bytes": (k["bytes_read"] + k["bytes_written"]).to_numpy(),
+        "t_min_ns": k["t_min_ns"].to_numpy(), "t_min_sustained_ns": k["t_min_sustained_ns"].to_numpy(),
+        "costed_ns": np.where(costed, time, 0.0), "roofed_ns": np.where(roofed, time, 0.0),
+        **{f"{b}_ns": np.where(bound == b, time, 0.0) for b in BOUNDS},
+    })
+    aggs: dict[str, tuple[str, Any]] = {
+        "count": ("time_ns", "size"), "time_ns": ("time_ns", "sum"),
+        "flops": ("flops", known_sum), "bytes": ("bytes", known_sum),
+        "t_min_ns": ("t_min_ns", known_sum), "t_min_sustained_ns": ("t_min_sustained_ns", known_sum),
+        "costed_ns": ("costed_ns", "sum"), "roofed_ns": ("roofed_ns", "sum"),
+        **{f"{b}_ns": (f"{b}_ns", "sum") for b in BOUNDS},
+    }
+    for name, values in (extra or {}).items():  # more per-kernel values to sum per group
+        frame[name] = values
+        aggs[name] = (name, "sum")
+    g = frame.groupby(list(keys), sort=False).agg(**aggs).reset_index()
+    costed_ns = g["costed_ns"].where(g["costed_ns"] > 0)
+    roofed_ns = g["roofed_ns"].where(g["roofed_ns"] > 0)
+    g["coverage"] = covered(g["costed_ns"], g["time_ns"])
+    # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
+    g["achieved_tflops"] = g["flops"] / costed_ns / 1e3
+    g["achieved_tbps"] = g["bytes"] / costed_ns / 1e3
+    g["intensity"] = g["flops"] / g["bytes"].where(g["bytes"] > 0)
+    g["efficiency"] = g["t_min_ns"] / roofed_ns
+    g["efficiency_sustained"] = g["t_min_sustained_ns"] / roofed_ns
+    g["bound"] = majority_bound({b: g[f"{b}_ns"] for b in BOUNDS}, g["roofed_ns"])
+    g = mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
+    return g.drop(columns=["costed_ns", "roofed_ns", *(f"{b}_ns" for b in BOUNDS)])
+
+
+BOUNDS = ("compute", "memory", "comm")
+# The figures that describe a group's work: unknown when its costs cover < half its time.
+UNKNOWN_BELOW_COVERAGE = ["flops", "bytes", "t_min_ns", "t_min_sustained_ns", "achieved_tflops", "achieved_tbps", "intensity",
+                          "efficiency", "efficiency_sustained", "bound"]
+BLOCK_COLUMNS = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
+                 "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
+
+
 def block_table(k: pd.DataFrame) -> pd.DataFrame:
     """Phase x block: GPU time (overlap counted once), share of busy time, kernels, FLOPs,
     bytes, achieved TFLOP/s and TB/s, roofline efficiency over modeled kernels, bound, coverage."""
     if k.empty:
-        return pd.DataFrame(columns=["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes",
-                                     "achieved_tflops", "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"])
-    modeled = k["t_min_ns"].notna()
-    frame = pd.DataFrame({
-        "phase": k["phase"].astype(str), "block": k["block"].astype(str), "gpu_time_ns": k["exclusive_ns"],
-        "kernel_time_ns": k["duration_ns"], "flops": k["flops"], "bytes": k["bytes_read"] + k["bytes_written"],
-        "t_min_ns": k["t_min_ns"], "t_min_sustained_ns": k["t_min_sustained_ns"],
-        "modeled_ns": k["duration_ns"].where(modeled, 0), "compute_ns": k["duration_ns"].where(k["bound"] == "compute", 0),
-    })
-    g = frame.groupby(["phase", "block"]).agg(
-        gpu_time_ns=("gpu_time_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"), count=("kernel_time_ns", "size"),
-        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
-        t_min_ns=("t_min_ns", _known_sum), t_min_sustained_ns=("t_min_sustained_ns", _known_sum),
-        modeled_ns=("modeled_ns", "sum"), compute_ns=("compute_ns", "sum"),
-    ).reset_index()
+        return pd.DataFrame(columns=BLOCK_COLUMNS)
+    g = kernel_rollup(k, {"phase": k["phase"].astype(str).to_numpy(), "block": k["block"].astype(str).to_numpy()},
+                      extra={"gpu_time_ns": k["exclusive_ns"].to_numpy()})
+    g = g.rename(columns={"time_ns": "kernel_time_ns"})
     busy = g["gpu_time_ns"].sum()
-    g["share"] = g["gpu_time_ns"] / busy if busy else 0.0
-    # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
-    modeled = g["modeled_ns"].where(g["modeled_ns"] > 0)
-    g["achieved_tflops"] = g["flops"] / modeled / 1e3
-    g["achieved_tbps"] = g["bytes"] / modeled / 1e3
-    g["efficiency"] = g["t_min_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
-    g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["modeled_ns"].where(g["modeled_ns"] > 0)
-    g["bound"] = majority_bound(g["t_min_ns"], g["compute_ns"], g["modeled_ns"])
-    g["coverage"] = g["modeled_ns"] / g["kernel_time_ns"].where(g["kernel_time_ns"] > 0)
-    cols = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
-            "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
-    return g[cols].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
-
-
-def majority_bound(t_min: pd.Series, compute_ns: pd.Series, time_ns: pd.Series) -> np.ndarray:
-    """A group's bound: compute when compute-bound kernels take at least half its time;
-    None when none of its kernels has a roofline."""
-    return np.where(t_min.isna(), None, np.where(compute_ns * 2 >= time_ns, "compute", "memory"))
-
-
-def _known_sum(values: pd.Series) -> float:
-    """Sum of the known values; NaN (unknown) when none is known, not 0."""
-    return values.sum(min_count=1)
+    g["share"] = g["gpu_time_ns"] / busy if busy else np.nan
+    return g[BLOCK_COLUMNS].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
 
 
 def _shapes(dims: Any) -> str:
     return "" if dims is None else str(dims)
 
 
+OP_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
+
+
+def _op_work(linked: pd.DataFrame) -> pd.DataFrame:
+    """An op's work is its own cost. When a call has a shape-derived cost, its other
+    activities (workspace memsets, layout transposes) add time but no work of their own: a
+    convolution's bytes are its tensors', not its tensors' plus cuDNN's workspace fills."""
+    from_shapes = (linked["cost_source"].astype(str) == "op shapes").to_numpy()
+    call_has_cost = pd.Series(from_shapes).groupby(linked["op"].to_numpy()).transform("any").to_numpy()
+    overhead = call_has_cost & ~from_shapes
+    if not overhead.any():
+        return linked
+    work = linked.copy()
+    for column in ("flops", "bytes_read", "bytes_written", "t_min_ns", "t_min_sustained_ns"):
+        work[column] = work[column].to_numpy(dtype=np.float64)
+        work.loc[overhead, column] = 0.0
+    work["bound"] = work["bound"].astype(object).where(~overhead, None)
+    return work
+
+
 def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     linked = kernels[kernels["op"] >= 0]
     if linked.empty:
-        return pd.DataFrame(columns=["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound"])
+        return pd.DataFrame(columns=OP_COLUMNS)
     dims = trace.ops["input_dims"].to_numpy()
-    frame = pd.DataFrame({
-        "op": linked["op_name"].astype(str).to_numpy(),
-        "shapes": [_shapes(dims[i]) for i in linked["op"].to_numpy()],
-        "op_row": linked["op"].to_numpy(),
-        "time_ns": linked["duration_ns"].to_numpy(),
-        "flops": linked["flops"].to_numpy(), "bytes": (linked["bytes_read"] + linked["bytes_written"]).to_numpy(),
-        "t_min_ns": linked["t_min_ns"].to_numpy(),
-        "compute": (linked["bound"] == "compute").to_numpy() * linked["duration_ns"].to_numpy(),
-    })
-    grouped = frame.groupby(["op", "shapes"], sort=False).agg(
-        calls=("op_row", "nunique"), kernels=("op_row", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
-        t_min_ns=("t_min_ns", _known_sum), compute_ns=("compute", "sum"),
-    ).reset_index()
-    grouped["efficiency"] = grouped["t_min_ns"] / grouped["time_ns"]
-    grouped["bound"] = majority_bound(grouped["t_min_ns"], grouped["compute_ns"], grouped["time_ns"])
-    return grouped.drop(columns="compute_ns").sort_values("time_ns", ascending=False).reset_index(drop=True)
+    op_rows = linked["op"].to_numpy()
+    shape_text = {row: _shapes(dims[row]) for row in np.unique(op_rows)}
+    g = kernel_rollup(_op_work(linked), {"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows]})
+    calls = pd.DataFrame({"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows], "row": op_rows})
+    g["calls"] = calls.groupby(["op", "shapes"], sort=False)["row"].nunique().to_numpy()
+    g = g.rename(columns={"count": "kernels"})
+    return g[OP_COLUMNS].sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
 def _cpu_ops_table(trace: Trace) -> pd.DataFrame:
@@ -190,7 +219,7 @@ def _cpu_ops_table(trace: Trace) -> pd.DataFrame:
     })
     grouped = frame.groupby(["op", "shapes"], sort=False).agg(
         calls=("time_ns", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
+        flops=("flops", known_sum), bytes=("bytes", known_sum),
     ).reset_index()
     grouped["kernels"] = 0
     grouped["t_min_ns"] = np.nan
@@ -209,48 +238,38 @@ def _coverage(k: pd.DataFrame) -> dict[str, Any]:
     unmodeled = pd.DataFrame({"name": k["name"].astype(str), "reason": k["unknown_reason"].astype(str), "time_ns": time})[is_kernel & ~modeled]
     top_unmodeled = unmodeled.groupby(["name", "reason"]).agg(time_ns=("time_ns", "sum"), count=("time_ns", "size")).reset_index()
     top_unmodeled = top_unmodeled.sort_values("time_ns", ascending=False).head(10)
-    top_unmodeled["share"] = top_unmodeled["time_ns"] / total if total else 0.0
+    top_unmodeled["share"] = top_unmodeled["time_ns"] / total if total else np.nan
     with_tmin = is_kernel & k["t_min_ns"].notna().to_numpy()
     over = with_tmin & (k["efficiency"].to_numpy() > OVER_PEAK)
+    known = total > 0 and modeled_time / total >= MIN_COVERAGE
     return {
         "kernel_time_ns": total,
         "modeled_time_ns": modeled_time,
-        "modeled_share": modeled_time / total if total else 0.0,
+        "modeled_share": modeled_time / total if total else None,
         "modeled_share_by_source": {s: float(v) / total for s, v in by_source.items()} if total else {},
         "kernels": int(is_kernel.sum()),
         "kernels_modeled": int((is_kernel & modeled).sum()),
         "copies_time_ns": float(time[~is_kernel].sum()),
-        "over_peak_share": float(time[over].sum() / time[with_tmin].sum()) if with_tmin.any() else 0.0,
+        "over_peak_share": float(time[over].sum() / time[with_tmin].sum()) if with_tmin.any() else None,
         "over_peak_kernels": int(over.sum()),
-        "efficiency": group_efficiency(k["t_min_ns"][is_kernel], k["duration_ns"][is_kernel]),
-        "efficiency_sustained": group_efficiency(k["t_min_sustained_ns"][is_kernel], k["duration_ns"][is_kernel]),
+        # Efficiency of the whole capture is a measurement only when most kernel time is costed.
+        "efficiency": group_efficiency(k["t_min_ns"][is_kernel], k["duration_ns"][is_kernel]) if known else None,
+        "efficiency_sustained": group_efficiency(k["t_min_sustained_ns"][is_kernel], k["duration_ns"][is_kernel]) if known else None,
+        "min_coverage": MIN_COVERAGE,
         "top_unmodeled": _records(top_unmodeled),
     }
 
 
 def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
     k = analysis.kernels
-    frame = pd.DataFrame({
-        "name": k["name"].astype(str), "class": k["kernel_class"].astype(str), "time_ns": k["duration_ns"],
-        "flops": k["flops"], "bytes": k["bytes_read"] + k["bytes_written"], "t_min_ns": k["t_min_ns"],
-        "t_min_sustained_ns": k["t_min_sustained_ns"], "compute": (k["bound"] == "compute") * k["duration_ns"],
-        "over_peak": k["over_peak"],
-    })
-    g = frame.groupby("name", sort=False).agg(
-        kernel_class=("class", "first"), count=("time_ns", "size"), time_ns=("time_ns", "sum"),
-        flops=("flops", _known_sum), bytes=("bytes", _known_sum),
-        t_min_ns=("t_min_ns", _known_sum), t_min_sustained_ns=("t_min_sustained_ns", _known_sum),
-        compute_ns=("compute", "sum"), over_peak=("over_peak", "sum"),
-    ).reset_index()
-    total = frame["time_ns"].sum()
-    g["share"] = g["time_ns"] / total if total else 0.0
-    g["achieved_tflops"] = g["flops"] / g["time_ns"] / 1e3
-    g["achieved_tbps"] = g["bytes"] / g["time_ns"] / 1e3
-    g["intensity"] = g["flops"] / g["bytes"]
-    g["efficiency"] = g["t_min_ns"] / g["time_ns"]
-    g["efficiency_sustained"] = g["t_min_sustained_ns"] / g["time_ns"]
-    g["bound"] = majority_bound(g["t_min_ns"], g["compute_ns"], g["time_ns"])
-    return g.drop(columns="compute_ns").sort_values("time_ns", ascending=False).head(n).reset_index(drop=True)
+    g = kernel_rollup(k, {"name": k["name"].astype(str).to_numpy()},
+                      extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)})
+    g["kernel_class"] = k.groupby(k["name"].astype(str).to_numpy(), sort=False)["kernel_class"].first().astype(str).to_numpy()
+    total = g["time_ns"].sum()
+    g["share"] = g["time_ns"] / total if total else np.nan
+    cols = ["name", "kernel_class", "count", "time_ns", "flops", "bytes", "t_min_ns", "t_min_sustained_ns", "over_peak", "share",
+            "achieved_tflops", "achieved_tbps", "intensity", "efficiency", "efficiency_sustained", "bound", "coverage"]
+    return g[cols].sort_values("time_ns", ascending=False).head(n).reset_index(drop=True)
 
 
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -50,9 +50,12 @@ def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device | None, 
         efficiency = np.where(measured > 0, t_min / measured, np.nan)
         efficiency_sustained = np.where(measured > 0, t_min_sustained / measured, np.nan)
         intensity = np.where(nbytes > 0, flops / nbytes, np.nan)
-        achieved_tflops = flops / measured / 1e3
-        achieved_tbps = nbytes / measured / 1e3
-    bound = np.where(np.isnan(t_min), None, np.where(t_compute >= t_memory, "compute", np.where(kind == "comm", "comm", "memory")))
+        # A 0 ns activity (whole-microsecond timestamps in old traces) has no rate, not an infinite one.
+        achieved_tflops = np.where(measured > 0, flops / measured / 1e3, np.nan)
+        achieved_tbps = np.where(measured > 0, nbytes / measured / 1e3, np.nan)
+    # Collectives are bound by communication whatever their FLOPs (a reduction's adds never
+    # dominate a link); other work by whichever roofline term is larger.
+    bound = np.where(np.isnan(t_min), None, np.where(kind == "comm", "comm", np.where(t_compute >= t_memory, "compute", "memory")))
     return pd.DataFrame({
         "t_min_ns": t_min, "t_min_sustained_ns": t_min_sustained,
         "efficiency": efficiency, "efficiency_sustained": efficiency_sustained,

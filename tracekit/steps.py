@@ -1,8 +1,13 @@
 """Steps: ProfilerStep#N and decode-step ranges, with per-step time and bandwidth accounting.
 
-A kernel belongs to the step whose range encloses its launch (or, on the GPU side, the
-step's GPU annotation). Per step: wall time of the range, kernels, GPU busy time, bytes
-moved, and achieved bandwidth = bytes / step time against the device's peak and sustained.
+A step owns every kernel launched inside its time window on any thread of its process: the
+backward pass runs on autograd's own thread, outside the step range's call stack, but it is
+still that step's work. Kernels without a launch (issued before the capture, or graph
+replays seen only on the GPU) fall back to the GPU-side copy of the step annotation.
+
+Per step: wall time, kernels, GPU busy time, bytes moved and achieved bandwidth against the
+device's peak and sustained. Bytes come only from kernels with a cost; when those cover less
+than half of the step's kernel time the figures are unknown (NaN), not a small number.
 """
 
 from __future__ import annotations
@@ -12,51 +17,107 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.attribution.match import at_kernels, with_ancestors
 from tracekit.trace import Trace
 
 STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)")
+MIN_COVERAGE = 0.5  # below this share of kernel time with a cost, a sum of costs is unknown
+
+STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "coverage", "bytes", "achieved_tbps",
+                "bandwidth_share_peak", "bandwidth_share_sustained"]
 
 
-def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandwidth: float | None, sustained: float) -> pd.DataFrame:
+def step_rows(trace: Trace) -> np.ndarray:
+    """Rows of trace.ranges that are steps on the host (not GPU-side copies, not Python frames)."""
     r = trace.ranges
-    cols = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "bytes", "achieved_tbps", "bandwidth_share_peak", "bandwidth_share_sustained"]
     if r.empty:
-        return pd.DataFrame(columns=cols)
+        return np.zeros(0, dtype=np.int64)
+    names = r["name"].astype(str)
+    codes = pd.Series(names.unique())
+    # One regex search per distinct name, not per range.
+    matched = set(codes[[bool(STEP.search(n[:256])) for n in codes]])
+    is_step = names.isin(matched).to_numpy() & ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
+    return np.flatnonzero(is_step)
+
+
+def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarray:
+    """Per kernel: the trace.ranges row of the innermost step whose window holds its launch
+    (same process), else of the host step named like its GPU-side step annotation; -1 for none."""
+    kernels = trace.kernels if kernels is None else kernels
+    owner = np.full(len(kernels), -1, dtype=np.int64)
+    steps = step_rows(trace)
+    if not len(steps) or not len(kernels):
+        return owner
+    r = trace.ranges
+    launch = kernels["launch"].to_numpy()
+    has_launch = launch >= 0
+    launch_start = np.full(len(kernels), np.iinfo(np.int64).min, dtype=np.int64)
+    launch_pid = np.full(len(kernels), -1, dtype=np.int64)
+    if has_launch.any():
+        launch_start[has_launch] = trace.launches["start"].to_numpy()[launch[has_launch]]
+        launch_pid[has_launch] = trace.launches["pid"].to_numpy()[launch[has_launch]]
+
+    # Outer steps first, so that a step nested in another (decode_step in ProfilerStep#3)
+    # takes its kernels from the outer one.
+    depth = r["depth"].to_numpy()[steps]
+    start, end, pid = (r[c].to_numpy()[steps] for c in ("start", "end", "pid"))
+    order = np.lexsort((start, depth))
+    for pid_value in np.unique(pid):
+        in_process = has_launch & ((launch_pid == pid_value) | (launch_pid < 0) | (pid_value < 0))
+        rows = np.flatnonzero(in_process)
+        rows = rows[np.argsort(launch_start[rows], kind="stable")]
+        times = launch_start[rows]
+        for i in order:
+            if pid[i] != pid_value:
+                continue
+            lo = np.searchsorted(times, start[i], side="left")
+            hi = np.searchsorted(times, end[i], side="right")
+            owner[rows[lo:hi]] = steps[i]
+
+    # No launch: the GPU-side annotation of a step (same name as the host range) decides.
+    gpu_range = kernels["gpu_range"].to_numpy()
+    fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
+    if fallback.any():
+        names = r["name"].astype(str).to_numpy()
+        parent = r["parent"].to_numpy()
+        host_by_name = {names[s]: s for s in steps}
+        # one walk up the annotation tree per distinct annotation, not per kernel
+        annotations, inverse = np.unique(gpu_range[fallback], return_inverse=True)
+        mapped = np.full(len(annotations), -1, dtype=np.int64)
+        for j, node in enumerate(annotations):
+            while node >= 0 and names[node] not in host_by_name:
+                node = parent[node]
+            if node >= 0:
+                mapped[j] = host_by_name[names[node]]
+        owner[fallback] = mapped[inverse]
+    return owner
+
+
+def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandwidth: float | None, sustained: float,
+               owner: np.ndarray | None = None) -> pd.DataFrame:
+    steps = step_rows(trace)
+    if not len(steps):
+        return pd.DataFrame(columns=STEP_COLUMNS)
+    owner = kernel_steps(trace, kernels) if owner is None else owner
+    r = trace.ranges
     names = r["name"].astype(str).to_numpy()
-    is_step = np.array([bool(STEP.search(n)) for n in names]) & (r["domain"].astype(str).to_numpy() != "python")
-    if not is_step.any():
-        return pd.DataFrame(columns=cols)
-    # The step a range row belongs to: itself if a step, else its nearest step ancestor.
-    owner = np.where(is_step, np.arange(len(r)), -1)
-    parent, depth = r["parent"].to_numpy(), r["depth"].to_numpy()
-    order = np.argsort(depth, kind="stable")
-    for row in order:  # parents come first; a Python loop over ranges only, not kernels
-        if owner[row] < 0 and parent[row] >= 0:
-            owner[row] = owner[parent[row]]
-    cpu = at_kernels(np.ones(len(r), bool), kernels["range"].to_numpy())
-    step_of = np.full(len(kernels), -1)
-    ptr = kernels["range"].to_numpy()
-    step_of[cpu] = owner[ptr[cpu]]
-    gpu_ptr = kernels["gpu_range"].to_numpy()
-    fill = (step_of < 0) & (gpu_ptr >= 0)
-    step_of[fill] = owner[gpu_ptr[fill]]
-    # A GPU-side copy of a CPU step range (same name) counts as that step.
-    step_rows = np.flatnonzero(is_step & (r["domain"].astype(str).to_numpy() != "gpu"))
-    by_name = {names[i]: i for i in step_rows}
-    step_of = np.array([by_name.get(names[s], s) if s >= 0 else -1 for s in step_of]) if len(step_of) else step_of
-    nbytes = (kernels["bytes_read"].fillna(0) + kernels["bytes_written"].fillna(0)).to_numpy()
+    nbytes = (kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64)
+    duration_k = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    costed = ~np.isnan(nbytes)
     rows = []
-    for s in step_rows:
-        mine = step_of == s
+    for s in steps:
+        mine = owner == s
         duration = int(r["end"].iat[s] - r["start"].iat[s])
-        moved = float(nbytes[mine].sum())
-        tbps = moved / duration / 1e3 if duration else float("nan")
+        time = float(duration_k[mine].sum())
+        coverage = float(duration_k[mine & costed].sum() / time) if time > 0 else float("nan")
+        known = coverage >= MIN_COVERAGE
+        moved = float(nbytes[mine & costed].sum()) if known else float("nan")
+        rate = moved / (duration * 1e-9) if duration > 0 and known else float("nan")
         rows.append({
             "step": names[s], "start_ns": int(r["start"].iat[s]), "duration_ns": duration, "kernels": int(mine.sum()),
-            "busy_ns": int(exclusive[mine].sum()), "bytes": moved, "achieved_tbps": tbps,
+            "busy_ns": int(exclusive[mine].sum()), "coverage": coverage, "bytes": moved,
             # bytes per second over the step's wall time, against the device's bandwidth
-            "bandwidth_share_peak": moved / (duration * 1e-9) / bandwidth if bandwidth and duration else float("nan"),
-            "bandwidth_share_sustained": moved / (duration * 1e-9) / (bandwidth * sustained) if bandwidth and duration else float("nan"),
+            "achieved_tbps": rate / 1e12,
+            "bandwidth_share_peak": rate / bandwidth if bandwidth else float("nan"),
+            "bandwidth_share_sustained": rate / (bandwidth * sustained) if bandwidth else float("nan"),
         })
-    return pd.DataFrame(rows, columns=cols).sort_values("start_ns").reset_index(drop=True)
+    return pd.DataFrame(rows, columns=STEP_COLUMNS).sort_values("start_ns").reset_index(drop=True)

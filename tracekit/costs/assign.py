@@ -3,7 +3,10 @@
 - memcpy / memset: the bytes the trace records (a device-to-device copy reads and writes).
 - collective kernels with Kineto collective metadata: the message size it gives.
 - other kernels: their op's cost (see tracekit.costs), shared among the op's kernels in
-  proportion to their time (a split-K GEMM launches two kernels for one op).
+  proportion to their time (a split-K GEMM launches two kernels for one op). A computing
+  op's FLOPs and bytes go to its compute kernels, not to the layout transposes and
+  workspace fills around them (cuDNN nchwToNhwc, MIOpen batched_transpose): those stay
+  unknown with their reason rather than show a transpose at tens of TFLOP/s.
 - kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
   of kernels with the same name and launch grid, but only when every such kernel that has
   a cost has the very same cost ("inferred"); otherwise their cost stays unknown.
@@ -16,9 +19,11 @@ import pandas as pd
 
 from tracekit.costs import op_cost
 from tracekit.costs.autograd import conv_hints
-from tracekit.costs.classify import classify
+from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
+from tracekit.costs.dtypes import element_bytes, element_bytes_from_kernel, sized_dtype
+from tracekit.costs.memory import ASSUMED_FP32
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
@@ -104,9 +109,12 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     if not todo.any():
         return
     rows = np.flatnonzero(todo)
-    # An op's cost is split over its kernels (not its memcpys) in proportion to their time.
-    op_of_kernel = op[(op >= 0) & (kind == "kernel")]
-    op_time = pd.Series(duration[(op >= 0) & (kind == "kernel")]).groupby(op_of_kernel).sum()
+    # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
+    # their time; a computing op's cost goes to its compute kernels only, not to the layout
+    # transposes and workspace fills a convolution library launches around them.
+    kernel_names = k["name"].astype(str).to_numpy()
+    auxiliary = np.zeros(len(k), dtype=bool)
+    auxiliary[rows] = is_auxiliary(k["name"].iloc[rows])
     names = ops["name"].astype(str).to_numpy()
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     cache: dict[tuple, Cost | Unknown] = {}
@@ -122,9 +130,31 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
         if isinstance(cost, Unknown):
             out["unknown_reason"][kernel_rows] = cost.reason
             continue
-        total = op_time.get(op_row, 0.0)
+        if cost.flops > 0 and len(kernel_rows) > 1:
+            helpers = auxiliary[kernel_rows]
+            if helpers.any() and not helpers.all():
+                out["unknown_reason"][kernel_rows[helpers]] = (
+                    f"layout or workspace kernel of {names[op_row]}: the op's FLOPs and minimum bytes belong to its "
+                    "compute kernels, and which tensor this kernel moves is not recorded")
+                kernel_rows = kernel_rows[~helpers]
+        cost = _element_size_from_kernels(cost, kernel_names, kernel_rows)
+        total = duration[kernel_rows].sum()
         share = duration[kernel_rows] / total if total > 0 else np.full(len(kernel_rows), 1.0 / len(kernel_rows))
         _set(out, kernel_rows, cost, share, "op shapes")
+
+
+def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:
+    """A tensor-list op (cat, stack) records no dtype, so its cost assumed fp32; the kernels
+    it launched are templated on the element size (OpaqueType<2u> for bf16 / fp16)."""
+    if ASSUMED_FP32 not in cost.note:
+        return cost
+    sizes = {element_bytes_from_kernel(n) for n in kernel_names[rows]}
+    if len(sizes) != 1 or None in sizes:
+        return cost
+    size = sizes.pop()
+    scale = size / element_bytes("fp32")
+    return Cost(cost.flops, cost.bytes_read * scale, cost.bytes_written * scale, cost.kind, sized_dtype(size),
+                f"element size {size:g} B from the kernel's OpaqueType")
 
 
 def _inferred(k: pd.DataFrame, out: dict) -> None:

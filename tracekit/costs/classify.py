@@ -43,6 +43,19 @@ def without_parameters(name: str) -> str:
     return text
 
 
+# Kernels that convolution / GEMM libraries launch around the computation: layout
+# transforms, tensor scaling and workspace fills. They move data; they compute nothing of the op.
+AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC|SubTensorOp|scalePackedTensor|"
+                       r"fill|zero_|Memset|copy|permute", re.I)
+
+
+def is_auxiliary(names: pd.Series) -> np.ndarray:
+    """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
+    cat = names.astype("category")
+    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n))[:4096])) for n in cat.cat.categories] + [False])
+    return flags[cat.cat.codes.to_numpy()]
+
+
 def classify_name(name: str) -> str:
     base = without_parameters(name[:MAX_MATCHED_CHARS])
     for label, pattern in _RULES:

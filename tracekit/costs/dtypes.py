@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 # canonical name -> bytes per element
 ELEMENT_BYTES = {
     "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "fp4": 0.5,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "c64": 8, "c128": 16,
+    # elements known only by their size (a kernel templated on OpaqueType<2u>)
+    "b8": 1, "b16": 2, "b32": 4, "b64": 8, "b128": 16,
 }
 
 _ALIASES = {
@@ -38,3 +42,17 @@ def canonical(type_name: str | None) -> str | None:
 
 def element_bytes(dtype: str) -> float:
     return ELEMENT_BYTES[dtype]
+
+
+_OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
+
+
+def element_bytes_from_kernel(name: str) -> float | None:
+    """Element size a data-movement kernel is templated on: torch's cat, index and copy
+    kernels use `OpaqueType<N>` with N = sizeof(element). None when the name does not say."""
+    found = {int(n) for n in _OPAQUE.findall(name[:4096])}
+    return float(found.pop()) if len(found) == 1 and found <= {1, 2, 4, 8, 16} else None
+
+
+def sized_dtype(nbytes: float) -> str:
+    return f"b{int(nbytes * 8)}"

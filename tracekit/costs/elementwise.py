@@ -40,12 +40,13 @@ def result_dtype(x: OpInputs, tensors: list[int]) -> str:
 
 def elementwise_cost(x: OpInputs, *, arity: int, flops_per_element: float = 1.0, out_dtype: str | None = None,
                      in_place: bool = False, reads: bool = True) -> Cost:
-    """`arity` tensors are operands; a further dimensioned tensor is an `out=` argument
-    (written, not read). 0-d entries are scalars: their bytes are negligible."""
+    """The first `arity` arguments are operands (tensors or Python scalars); a dimensioned
+    tensor after them is an `out=` argument: written, not read. 0-d entries are scalars:
+    their bytes are negligible. `mul(x, 2.0, out=y)` reads x once and writes y once."""
     tensors = [i for i in x.tensor_indices() if len(x.shape(i)) > 0] or x.tensor_indices()
     if not tensors:
         raise CostError("no tensor input with a known dtype")
-    operands = tensors[:arity]
+    operands = [i for i in tensors if i < arity] or tensors[:1]
     shapes = [x.shape(i) for i in operands]
     out_shape = shapes[0] if in_place else broadcast_shape(shapes)
     n_out = math.prod(out_shape)

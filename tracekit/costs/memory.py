@@ -32,6 +32,9 @@ def clone(x: OpInputs) -> Cost:
     return _move(x.nbytes(0), x.nbytes(0), x.dtype(0))
 
 
+ASSUMED_FP32 = "tensor-list dtype not recorded: fp32 assumed"
+
+
 def _tensor_list(x: OpInputs, i: int) -> list[list[int]]:
     dims = x.dims[i] if i < len(x.dims) else None
     if not isinstance(dims, list) or not all(isinstance(d, list) for d in dims) or not dims:
@@ -51,7 +54,7 @@ def cat(x: OpInputs) -> Cost:
     shapes = _tensor_list(x, 0)
     dtype = _list_dtype(x, 0)
     n = sum(math.prod(s) for s in shapes)
-    note = "" if x.dtype_or_none(0) else "tensor-list dtype not recorded: fp32 assumed"
+    note = "" if x.dtype_or_none(0) else ASSUMED_FP32
     return _move(n * element_bytes(dtype), n * element_bytes(dtype), dtype, note)
 
 
