@@ -52,6 +52,8 @@ def main() -> int:
                 pool.terminate()
                 pool = ctx.Pool(1, maxtasksperchild=100)
                 result = {"seed": seed, "kind": "?", "mutations": [], "runs": [], "problems": {"time": "hung: killed"}}
+            except Exception as exc:  # the harness failed to build the case: say so, go on
+                result = {"seed": seed, "kind": "?", "mutations": [], "runs": [], "problems": {"harness": f"{type(exc).__name__}: {exc}"}}
             kinds[result["kind"]] += 1
             for run in result["runs"]:
                 if run["seconds"] > slowest[0]:
@@ -66,9 +68,10 @@ def main() -> int:
                 print(f"{i + 1} cases, {time.time() - started:.0f} s, failures so far: {dict(counts)}", file=sys.stderr, flush=True)
     pool.terminate()
     print(f"cases: {args.cases} ({dict(kinds)}), seeds {args.seed}..{args.seed + args.cases - 1}, {time.time() - started:.0f} s")
-    for check, label in (("exit", "exit-1 (or other non-0/2) results"), ("stderr", "exit 2 without exactly one stderr line"),
+    for check, label in (("exit", "exit-1 (or other non-0/2) results"), ("exit-markup", "exit-1 from rich markup in trace strings (terminal escaping, issue 12)"), ("stderr", "exit 2 without exactly one stderr line"),
                          ("json", "invalid JSON outputs"), ("control", "cases with raw control characters on stdout"),
-                         ("time", f"cases over {args.time_bound:.0f} s"), ("input", "inputs modified / files beside them")):
+                         ("time", f"cases over {args.time_bound:.0f} s"), ("input", "inputs modified / files beside them"),
+                         ("harness", "cases the harness failed to build")):
         print(f"{label}: {counts.get(check, 0)}")
         for example in examples.get(check, []):
             print(f"    {example}")

@@ -77,14 +77,14 @@ class Checks:
         with np.errstate(invalid="ignore"):
             keep = np.isfinite(start_f) & (np.abs(start_f) <= MAX_ABS_TIME_NS)
             keep &= np.isfinite(end_f) & (np.abs(end_f) <= MAX_ABS_TIME_NS)
-        self.count(f"{{n}} {what} rows dropped: start or end missing or outside any plausible capture", (~keep).sum())
+        self.count(f"{{n}} {what} dropped: start or end missing or outside any plausible capture", (~keep).sum())
         s = self.ints(np.where(keep, _as_int(start, start_f), 0), "start")
         e = self.ints(np.where(keep, _as_int(end, end_f), 0), "end")
         backwards = keep & (e < s)
-        self.count(f"{{n}} {what} rows end before they start; their duration is taken as 0", backwards.sum())
+        self.count(f"{{n}} {what} end before they start; their duration is taken as 0", backwards.sum())
         e = np.where(backwards, s, e)
         too_long = keep & (e - s > MAX_DURATION_NS)
-        self.count(f"{{n}} {what} rows last longer than {MAX_DURATION_NS // 10**9 // 86400 // 365} years; dropped", too_long.sum())
+        self.count(f"{{n}} {what} last longer than {MAX_DURATION_NS // 10**9 // 86400 // 365} years; dropped", too_long.sum())
         return s, e, keep & ~too_long
 
     def times_us(self, ts: np.ndarray, dur: np.ndarray, what: str) -> np.ndarray:
@@ -94,8 +94,8 @@ class Checks:
             keep = np.isfinite(ts) & (np.abs(ts) <= MAX_ABS_TIME_NS / 1000)
             keep &= np.isfinite(dur) & (dur <= MAX_DURATION_NS / 1000)
             negative = keep & (dur < 0)
-        self.count(f"{{n}} {what} events dropped: `ts` or `dur` is not a plausible time (NaN, infinite or beyond 100 years)", (~keep).sum())
-        self.count(f"{{n}} {what} events have a negative `dur`; taken as 0", negative.sum())
+        self.count(f"{{n}} {what} dropped: `ts` or `dur` is not a plausible time (NaN, infinite or beyond 100 years)", (~keep).sum())
+        self.count(f"{{n}} {what} have a negative `dur`; taken as 0", negative.sum())
         return keep
 
 
@@ -104,7 +104,10 @@ def _object_ints(values: Iterable[Any]) -> np.ndarray:
     missing value, inf for text or bytes (an int beyond int64 becomes a float beyond it)."""
     out = []
     for v in values:
-        if isinstance(v, (int, np.integer, float, np.floating)) and not isinstance(v, bool):
+        if isinstance(v, int) and not isinstance(v, bool):
+            # decided on the exact int: float(-(2**63) - 1) would round into the range
+            out.append(float(v) if -(2**63) <= v < 2**63 else np.inf)
+        elif isinstance(v, (np.integer, float, np.floating)):
             out.append(float(v))
         elif v is None:
             out.append(np.nan)

@@ -197,10 +197,10 @@ class _Reader:
         rows = self._query(
             f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {col(table, 'copyKind', -1)} FROM {table}"
         )
-        rows = self._checked(rows, f"{kind} rows", {
+        rows = self._checked(rows, f"{kind}s", {
             "deviceId": np.int32, "streamId": np.int64, "correlationId": np.int64, "globalPid": np.int64, "bytes": np.int64, "copyKind": np.int64,
         })
-        copy_kind = rows["copyKind"].map(self._copy_kind_names()) if kind == "memcpy" else None
+        copy_kind = rows["copyKind"].map(self._copy_kind_names()).astype(object) if kind == "memcpy" else None
         return pd.DataFrame({
             "kind": kind,
             "name": "Memcpy " + copy_kind.fillna("Unknown") if kind == "memcpy" else "Memset",
@@ -234,7 +234,8 @@ class _Reader:
         names = self._names(rows["nameId"], strings)
         launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
         codes = names.codes
-        keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | np.where(codes >= 0, launches_work[np.maximum(codes, 0)], False)
+        by_name = launches_work[np.maximum(codes, 0)] if len(launches_work) else np.zeros(len(codes), dtype=bool)
+        keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | ((codes >= 0) & by_name)
         gtid = rows["globalTid"].to_numpy()
         table = make_table(LAUNCH_COLUMNS, {
             "name": names, "pid": gtid & np.int64(PROCESS_MASK - (1 << 64)), "tid": gtid,

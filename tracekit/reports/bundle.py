@@ -19,7 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from typing import Iterator
 
 from tracekit.analysis import Analysis
@@ -57,15 +59,31 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
     tmp = None
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+        with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
+            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
         yield tmp
-        _install(tmp, target)
-        tmp = None
+        with _interrupts_deferred():  # the renames are not torn apart halfway
+            _install(tmp, target)
+            tmp = None
     except OSError as exc:
         raise TraceError(out_dir, f"cannot write the report bundle: {exc.strerror or exc}") from None
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """SIGINT / SIGTERM held back for a few system calls, delivered right after."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _install(tmp: str, target: str) -> None:
