@@ -91,7 +91,9 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None) 
             progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
     if tables.empty():
-        raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges")
+        lost = tables.checks.warnings() + decoder.warnings()  # all of them unreadable, perhaps
+        raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges"
+                               + (f" that can be read ({'; '.join(lost)})" if lost else ""))
     trace = tables.build(path, source, document)
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
