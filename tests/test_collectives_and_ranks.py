@@ -8,6 +8,7 @@ import math
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -90,27 +91,118 @@ def dlrm_ranks():
     return analyze_ranks([str(DLRM)], workers=2)
 
 
-def test_dlrm_ranks_stragglers_and_skew(dlrm_ranks):
-    m = dlrm_ranks
-    assert [r.rank for r in m.ranks] == list(range(8))
-    steps = m.per_rank["step_time_ns"]
-    median = steps.median()
-    assert m.summary["stragglers"] == [int(r) for r in m.per_rank.loc[steps > median * 1.05, "rank"]]
-    # the first all_to_all: its start on each rank's wall clock, by hand from the raw traces
-    starts = {}
+def _raw_dlrm():
+    """Everything the cross-rank checks need, read from the raw JSON without tracekit: per
+    rank the NCCL kernels in start order (type from the kernel name: SendRecv is all-to-all
+    here, AllReduce all-reduce; the k-th of its type is instance k), their wall-clock starts
+    and durations in ns, the message size of each all-to-all from its record_param_comms op,
+    the compute kernels' intervals and the ProfilerStep duration."""
+    out = {}
+    sizes = {"float": 4, "long int": 8, "int": 4}
     for rank in range(8):
         events = _raw_events(DLRM / f"rank{rank}.json.gz")
-        launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime"}
-        ranges = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "nccl:all_to_all"]
-        first_range = min(ranges, key=lambda e: e["ts"])
-        kernels = sorted((e for e in events if e.get("cat") == "kernel" and "SendRecv" in e["name"]), key=lambda e: e["ts"])
-        k = next(e for e in kernels if first_range["ts"] <= launches[e["args"]["correlation"]]["ts"] <= first_range["ts"] + first_range["dur"])
-        starts[rank] = k["ts"]
+        launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+        comm_ops = [e for e in events if e.get("cat") == "cpu_op" and e["name"] == "record_param_comms"]
+        kernels = [e for e in events if e.get("cat") == "kernel"]
+        nccl = sorted((e for e in kernels if e["name"].startswith("ncclKernel")), key=lambda e: e["ts"])
+        seen, coll = {}, {}
+        for e in nccl:
+            kind = "all_to_all" if "SendRecv" in e["name"] else "all_reduce"
+            launch = launches[e["args"]["correlation"]]
+            op = next(o for o in comm_ops if o["tid"] == launch["tid"] and o["ts"] <= launch["ts"] <= o["ts"] + o["dur"])
+            dims, dtype = op["args"]["Input Dims"][0], op["args"]["Input type"][0]
+            size = math.prod(dims) * sizes[dtype] if dims else None
+            coll[(kind, seen.setdefault(kind, 0))] = (e["ts"] * 1000, e["dur"] * 1000, size)
+            seen[kind] += 1
+        compute = sorted((e["ts"] * 1000, (e["ts"] + e["dur"]) * 1000) for e in kernels if not e["name"].startswith("ncclKernel"))
+        union = []
+        for s, e in compute:
+            if union and s <= union[-1][1]:
+                union[-1][1] = max(union[-1][1], e)
+            else:
+                union.append([s, e])
+        step = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep"))
+        out[rank] = {"coll": coll, "compute_ns": sum(e - s for s, e in union), "step_ns": step["dur"] * 1000}
+    return out
+
+
+@pytest.fixture(scope="module")
+def raw_dlrm():
+    return _raw_dlrm()
+
+
+def test_dlrm_straggler_is_the_rank_the_others_wait_for(dlrm_ranks, raw_dlrm):
+    m, raw = dlrm_ranks, raw_dlrm
+    instances = raw[0]["coll"].keys()
+    last, late, caused = {r: 0 for r in raw}, {r: 0.0 for r in raw}, {r: 0.0 for r in raw}
+    for key in instances:
+        first = min(raw[r]["coll"][key][0] for r in raw)
+        starts = {r: raw[r]["coll"][key][0] - first for r in raw}  # small ints: the median is exact
+        median = float(np.median(list(starts.values())))
+        last_rank = max(starts, key=starts.get)
+        last[last_rank] += 1
+        caused[last_rank] += sum(starts[last_rank] - s for s in starts.values())
+        for r, s in starts.items():
+            late[r] += max(0.0, s - median)
+    per = m.per_rank.set_index("rank")
+    assert per["last_count"].to_dict() == last
+    assert per["late_ns"].to_dict() == pytest.approx(late, abs=1)
+    assert per["caused_wait_ns"].to_dict() == pytest.approx(caused, abs=1)
+    # the straggler: the rank the others wait for most, and the one the skew table names
+    # last most often; the ranks that wait (exposed comm) are its effect, not stragglers
+    straggler = max(caused, key=caused.get)
+    assert straggler == 7 and last[7] == 5
+    assert m.summary["straggler"]["rank"] == straggler
+    assert m.skew["last_rank"].value_counts().idxmax() == straggler
+    assert per.loc[straggler, "exposed_comm_ns"] == per["exposed_comm_ns"].min()
+    median_step = float(np.median([raw[r]["step_ns"] for r in raw]))
+    assert m.summary["median_step_time_ns"] == median_step
+    expected = sorted((r for r in raw if caused[r] / 7 / median_step > 0.05), key=lambda r: -caused[r])
+    assert m.summary["stragglers"] == expected == [7, 5]
+    assert m.summary["straggler"]["others_wait_share"] == pytest.approx(caused[7] / 7 / median_step)
+    # the first all_to_all: its skew and its first and last rank
+    starts = {r: raw[r]["coll"][("all_to_all", 0)][0] for r in raw}
     skew = m.skew[(m.skew["collective"] == "all_to_all") & (m.skew["instance"] == 0)].iloc[0]
-    assert skew["skew_ns"] == pytest.approx((max(starts.values()) - min(starts.values())) * 1000, abs=2)
-    assert skew["first_rank"] == min(starts, key=starts.get) and skew["last_rank"] == max(starts, key=starts.get)
-    compute = m.per_rank["compute_ns"]
-    assert m.summary["load_imbalance"] == pytest.approx(compute.max() / compute.mean() - 1)
+    assert skew["skew_ns"] == max(starts.values()) - min(starts.values())
+    assert skew["first_rank"] == min(starts, key=starts.get) and skew["last_rank"] == max(starts, key=starts.get) == 7
+
+
+def test_dlrm_load_imbalance_on_the_union_of_compute_kernels(dlrm_ranks, raw_dlrm):
+    m, raw = dlrm_ranks, raw_dlrm
+    compute = {r: raw[r]["compute_ns"] for r in raw}
+    assert m.per_rank.set_index("rank")["compute_ns"].to_dict() == compute
+    mean = sum(compute.values()) / len(compute)
+    assert m.summary["load_imbalance"] == pytest.approx(max(compute.values()) / mean - 1)
+    assert m.summary["most_compute_rank"] == max(compute, key=compute.get) == 1
+    assert m.summary["straggler"]["computes_most"] is False  # rank 7's delay is not its GPU work
+
+
+def test_dlrm_busbw_over_ranks_per_collective_and_size(dlrm_ranks, raw_dlrm):
+    m, raw = dlrm_ranks, raw_dlrm
+    per_rank = {}
+    for r in raw:  # all-to-alls of 6144 floats: bytes x (n-1)/n over their total kernel time
+        mine = [(dur, size) for (kind, _), (_, dur, size) in raw[r]["coll"].items() if kind == "all_to_all" and size == 24576]
+        per_rank[r] = sum(size for _, size in mine) * 7 / 8 / (sum(dur for dur, _ in mine) * 1e-9) / 1e9
+    assert all(len([1 for (kind, _), v in raw[r]["coll"].items() if kind == "all_to_all" and v[2] == 24576]) == 2 for r in raw)
+    row = m.busbw[(m.busbw["collective"] == "all_to_all") & (m.busbw["message_bytes"] == 24576)].iloc[0]
+    assert row["ranks"] == 8 and row["instances"] == 2
+    assert row["busbw_min_gbps"] == pytest.approx(min(per_rank.values()))
+    assert row["busbw_median_gbps"] == pytest.approx(float(np.median(list(per_rank.values()))))
+    assert row["busbw_max_gbps"] == pytest.approx(max(per_rank.values()))
+    assert row["min_rank"] == min(per_rank, key=per_rank.get) and row["max_rank"] == max(per_rank, key=per_rank.get)
+    # the all-reduces carry no message size (a TensorList without dims): no busbw row, not a 0
+    assert set(m.busbw["collective"]) == {"all_to_all"}
+
+
+def test_cross_rank_report_names_the_straggler_and_its_effect(dlrm_ranks):
+    from tracekit.reports import ranks as render
+
+    text = render.to_markdown(dlrm_ranks)
+    line = next(l for l in text.splitlines() if "straggler" in l)
+    assert "rank 7: last to reach 5 of 8 collectives" in line and "exposed communication is its effect" in line
+    assert "## Collective bus bandwidth over ranks" in text
+    out = json.loads(render.to_json(dlrm_ranks))
+    assert out["summary"]["straggler"]["rank"] == 7 and len(out["collective_busbw"]) == 4
 
 
 def test_parallel_workers_give_the_serial_result(dlrm_ranks):
@@ -134,7 +226,7 @@ def test_cli_directory_and_bundle(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    assert report["ranks"] == 8 and report["summary"]["stragglers"]
+    assert report["ranks"] == 8 and report["summary"]["stragglers"] == [7, 5]
     assert (out / "ranks.json").exists() and (out / "ranks.md").exists() and (out / "rank7" / "summary.json").exists()
     bad = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "holds no" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
@@ -147,3 +239,22 @@ def test_rank_from_file_name_when_the_trace_does_not_say(tmp_path):
     m = analyze_ranks([str(tmp_path)], workers=1, device="H100-SXM")
     assert [r.rank for r in m.ranks] == [3, 5]
     assert math.isfinite(m.summary["median_step_time_ns"])
+    # no collectives: no straggler verdict, said as unknown rather than "none"
+    from tracekit.reports.ranks import straggler_line, to_json
+
+    assert m.summary["straggler"] is None and m.summary["stragglers"] == [] and m.skew.empty
+    assert straggler_line(m).startswith("straggler   unknown")
+    json.loads(to_json(m), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))  # strict: unknown is null
+
+
+def test_ranks_with_different_collective_counts_are_flagged(dlrm_ranks):
+    import copy
+
+    from tracekit.ranks import cross_rank
+
+    results = copy.deepcopy(dlrm_ranks.ranks[:3])
+    c = results[1].analysis.collectives
+    first = c.sort_values("start")["row"].iloc[0]
+    results[1].analysis.collectives = c[c["row"] != first]  # rank 1 misses its first all_to_all
+    assert cross_rank(copy.deepcopy(dlrm_ranks.ranks[:3])).summary["unequal_collective_counts"] == []
+    assert cross_rank(results).summary["unequal_collective_counts"] == ["all_to_all: 4 to 5 per rank"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 import tracekit.api as api
 from conftest import shared
 from tracekit.errors import TraceError
-from tracekit.hardware import builtin_devices, find_device, resolve
+from tracekit.hardware import builtin_devices, closest, find_device, resolve
 
 
 @pytest.mark.parametrize(
@@ -21,7 +22,18 @@ from tracekit.hardware import builtin_devices, find_device, resolve
      ("AMD Instinct MI300X", "MI300X"), ("NVIDIA B200", "B200"), ("NVIDIA GB200", "GB200"), ("NVIDIA H100 PCIe", "H100-PCIE"),
      ("NVIDIA H100 NVL", "H100-NVL"), ("NVIDIA H200", "H200"), ("NVIDIA A100 80GB PCIe", "A100-PCIE-80GB"), ("NVIDIA L40S", "L40S"),
      ("NVIDIA L4", "L4"), ("NVIDIA A10G", "A10G"), ("NVIDIA GeForce RTX 4090", "RTX-4090"), ("AMD Instinct MI250X", "MI250X"),
-     ("AMD Instinct MI325X", "MI325X")],
+     ("AMD Instinct MI325X", "MI325X"),
+     # GPUs people run today, as torch.cuda.get_device_name() spells them
+     ("NVIDIA H800", "H800-SXM"), ("NVIDIA H800 PCIe", "H800-PCIE"), ("NVIDIA H20", "H20"), ("NVIDIA H200 NVL", "H200-NVL"),
+     ("NVIDIA A800-SXM4-80GB", "A800-SXM4-80GB"), ("NVIDIA A800 80GB PCIe", "A800-PCIE-80GB"), ("NVIDIA L20", "L20"),
+     ("NVIDIA B300 SXM6 AC", "B300"), ("NVIDIA GB300", "GB300"), ("NVIDIA GH200 480GB", "GH200"), ("NVIDIA GH200 144G HBM3e", "GH200-144G"),
+     ("AMD Instinct MI355X", "MI355X"), ("AMD Instinct MI350X", "MI350X"), ("NVIDIA GeForce RTX 5090", "RTX-5090"),
+     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "RTX-PRO-6000-BLACKWELL"),
+     ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000-BLACKWELL"), ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA"),
+     ("NVIDIA RTX A6000", "RTX-A6000"), ("NVIDIA A40", "A40"), ("Tesla T4", "T4"),
+     # case and aliases: what a user types after --device
+     ("h100", "H100-SXM"), ("H100", "H100-SXM"), ("nvidia h100 80gb hbm3", "H100-SXM"), ("h800", "H800-SXM"), ("a800", "A800-SXM4-80GB"),
+     ("amd instinct mi300x", "MI300X"), ("mi355x", "MI355X"), ("rtx pro 6000", "RTX-PRO-6000-BLACKWELL"), ("h20", "H20"), ("h200", "H200")],
 )
 def test_trace_device_names_select_the_right_spec(trace_name, key):
     assert find_device(trace_name, builtin_devices()).key == key
@@ -38,8 +50,58 @@ def test_every_device_has_peaks_bandwidth_and_a_source():
 
 def test_unknown_device_names_the_closest_and_how_to_choose():
     with pytest.raises(TraceError) as err:
-        resolve("NVIDIA H300 Ultra", source="t.json")
+        resolve(None, "NVIDIA H300 Ultra", source="t.json")
     assert "closest known" in err.value.reason and "--device" in err.value.reason
+    known = builtin_devices()
+    # suggestions stay in the product line: a Hopper-like name gets H-series parts only
+    assert closest("NVIDIA H300 Ultra", known) and all(k.startswith("H") for k in closest("NVIDIA H300 Ultra", known))
+    assert all(k.startswith("MI") for k in closest("AMD Instinct MI400X", known))
+    # a GTX 1060 is not "close" to any data-center GPU: nothing is suggested
+    assert closest("GeForce GTX 1060 with Max-Q Design", known) == []
+    with pytest.raises(TraceError) as err:
+        resolve(None, "GTX 1060", source="t.json")
+    assert "no known device of the same product line" in err.value.reason and "A100" not in err.value.reason
+
+
+def test_unknown_or_unnamed_trace_gpu_is_a_warning_not_an_error():
+    device, warning = resolve("GeForce GTX 1060 with Max-Q Design")
+    assert device is None and "not in the device table" in warning and "--device" in warning
+    device, warning = resolve(None)
+    assert device is None and "does not name its GPU" in warning and "--device" in warning
+    # the Max-Q edition runs lower clocks: not silently given the full card's peaks
+    assert find_device("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", builtin_devices()) is None
+    device, warning = resolve("NVIDIA H800")
+    assert device.key == "H800-SXM" and warning is None
+
+
+def test_new_devices_derive_from_their_published_figures():
+    d = builtin_devices()
+    h100, h800, h20, a100, a800 = d["H100-SXM"], d["H800-SXM"], d["H20"], d["A100-SXM4-80GB"], d["A800-SXM4-80GB"]
+    # H800 = H100 SXM compute and memory, NVLink 400 GB/s bidirectional (200 per direction), FP64 cut to 1 TFLOPS
+    assert h800.matrix_tflops["bf16"] == h100.matrix_tflops["bf16"] and h800.memory_gbps == h100.memory_gbps
+    assert h800.interconnect_gbps == 400 / 2 and h800.matrix_tflops["fp64"] == 1.0
+    assert a800.matrix_tflops == a100.matrix_tflops and a800.interconnect_gbps == 400 / 2
+    assert h20.peak_flops("matrix", "bf16") == 148e12 and h20.bandwidth == 4.0e12
+    assert d["MI355X"].matrix_tflops["bf16"] == pytest.approx(256 * 4096 * 2.4e9 / 1e12, rel=1e-4)  # CUs x FLOP/clk x GHz
+    assert d["B300"].matrix_tflops["fp8"] == 72e3 / 2 / 8  # HGX B300: 72 PF sparse over 8 GPUs
+    assert d["GB300"].matrix_tflops["bf16"] == 360e3 / 2 / 72  # GB300 NVL72: 360 PF sparse over 72 GPUs
+
+
+def test_devices_command_lists_the_new_gpus_with_sources():
+    import io
+
+    from rich.console import Console
+
+    from tracekit.reports.analyze import render_devices
+
+    out = io.StringIO()
+    render_devices(builtin_devices(), Console(file=out, width=2000))
+    lines = out.getvalue().splitlines()
+    for key, source in (("H800-SXM", "H800 SXM5 datasheet"), ("H20", "H20 product specification"), ("A800-SXM4-80GB", "A800 datasheet"),
+                        ("L20", "L20 product specification"), ("B300", "HGX B300 datasheet"), ("GB300", "GB300 NVL72 datasheet"),
+                        ("MI355X", "MI355X datasheet"), ("RTX-5090", "RTX Blackwell GPU architecture whitepaper"),
+                        ("RTX-PRO-6000-BLACKWELL", "RTX PRO 6000 Blackwell")):
+        assert any(f" {key} " in line and source in line for line in lines), key
 
 
 def test_bert_gemm_roofline_by_hand():
@@ -106,14 +168,47 @@ def test_device_file_override(tmp_path):
     assert gemm["t_min_ns"] == pytest.approx(max(flops / 100e12, nbytes / 1000e9) * 1e9)
 
 
-def test_nsys_export_without_gpu_table_needs_a_device():
+def test_nsys_export_without_gpu_name_is_analysed_without_the_roofline():
     path = shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite")
-    with pytest.raises(TraceError) as err:
-        api.analyze(path)
-    assert "--device" in err.value.reason
-    a = api.analyze(path, device="H100-SXM")
+    a = api.analyze(path)
+    assert a.device is None
+    # one warning, saying what is missing and how to get it
+    about_device = [w for w in a.warnings if "--device" in w]
+    assert len(about_device) == 1 and "roofline" in about_device[0]
+    # time, blocks and overlap are all there; the kernel count and busy time from the trace
     assert a.coverage["kernels"] == 3442
-    assert np.isfinite(a.coverage["modeled_share"])
+    k = a.kernels
+    assert a.blocks["gpu_time_ns"].sum() == k["exclusive_ns"].sum() > 0
+    assert len(a.overlap) == 2 and len(a.devices) == 2
+    # roofline figures are unknown, never 0
+    assert k["t_min_ns"].isna().all() and k["efficiency"].isna().all() and k["bound"].isna().all()
+    blocks = a.to_dict()["blocks"]
+    assert all(b["efficiency"] is None and b["bound"] is None for b in blocks)
+    named = api.analyze(path, device="h100")
+    assert named.device.key == "H100-SXM" and not [w for w in named.warnings if "--device" in w]
+    assert named.coverage["kernels"] == 3442
+
+
+def test_cli_analyses_unknown_and_unnamed_gpus_with_one_warning(tmp_path):
+    for path in (shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite"), shared("bad", "gtx1060_non_utf8_strings.sqlite")):
+        proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(path), "--format", "markdown", "--out", str(tmp_path / path.stem)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert len([l for l in proc.stderr.splitlines() if "--device" in l]) == 1
+        assert all(l.startswith("tracekit: ") for l in proc.stderr.splitlines()), proc.stderr  # no library warnings (empty plot legend)
+        assert "device: unknown" in proc.stdout and "## Blocks" in proc.stdout
+    assert "no known device of the same product line" in proc.stderr  # the GTX 1060: nothing suggested
+    # a trace recorded on an H800 (the bert trace with its device renamed) is put on the H800
+    events = json.loads(gzip.open(shared("torch", "h100_bert_small_hf_inference.json.gz"), "rt").read())
+    events["deviceProperties"][0]["name"] = "NVIDIA H800"
+    h800 = tmp_path / "h800.json"
+    h800.write_text(json.dumps(events))
+    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(h800), "--format", "json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["device"]["key"] == "H800-SXM"
+    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(h800), "--format", "json", "--device", "h100"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["device"]["key"] == "H100-SXM"
 
 
 def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
@@ -142,3 +237,15 @@ def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
     none = majority_bound({"compute": pd.Series([0.0]), "memory": pd.Series([0.0]), "comm": pd.Series([0.0])}, pd.Series([0.0]))
     assert none[0] is None
     json.loads(a.to_json(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+
+def test_the_plotted_roof_is_the_peak_of_the_dtype_the_work_ran_in():
+    import tracekit
+    from conftest import shared
+    from tracekit.roofline import roof_flops
+
+    a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"))
+    peak, label = roof_flops(a.device, a.kernels)
+    # bf16 HF inference on an H100 SXM: the dense bf16 peak (989.4 TFLOP/s), ridge ~295 FLOP/B
+    assert label == "matrix bf16" and peak == pytest.approx(989.4e12)
+    assert peak / a.device.bandwidth == pytest.approx(989.4e12 / 3.35e12)

@@ -18,7 +18,7 @@ from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
 from tracekit.unknown import MIN_COVERAGE, covered, known_sum, majority_bound, mask_unknown
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass

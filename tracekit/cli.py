@@ -62,7 +62,7 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help="Worker processes for several ranks (default: one per core).")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
-@click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank this much over the median step time is a straggler.")
+@click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.

@@ -25,7 +25,8 @@ _TYPES = [  # (normalised type, pattern over metadata / kernel / op / range name
     ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
     ("all_reduce", re.compile(r"all_?reduce|AllReduce|cross_device_reduce|custom_ar", re.I)),
     ("all_gather", re.compile(r"all_?gather|AllGather", re.I)),
-    ("all_to_all", re.compile(r"all_?to_?all|AllToAll|alltoall", re.I)),
+    # MoE token exchange (DeepEP dispatch / combine, pplx) is an all-to-all
+    ("all_to_all", re.compile(r"all_?to_?all|AllToAll|alltoall|all2all|deep_?ep|internode(_ll)?::|intranode::|pplx", re.I)),
     ("broadcast", re.compile(r"broadcast", re.I)),
     ("send_recv", re.compile(r"send_?recv|SendRecv|\bsend\b|\brecv\b|_Send|_Recv", re.I)),
     ("reduce", re.compile(r"(?<!all_)(?<!all)reduce(?!_?scatter)|_Reduce_", re.I)),
@@ -113,7 +114,7 @@ def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str 
     return float(n * element_bytes(dtype)), dtype
 
 
-def _union(intervals: np.ndarray) -> np.ndarray:
+def union_intervals(intervals: np.ndarray) -> np.ndarray:
     """Sorted, merged [start, end) intervals."""
     if not len(intervals):
         return intervals.reshape(0, 2)
@@ -147,8 +148,8 @@ def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
     for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
         on = kernels["device"].to_numpy() == device
         iv = kernels[["start", "end"]].to_numpy()
-        comm = _union(iv[on & is_comm])
-        compute = _union(iv[on & is_kernel & ~is_comm])
+        comm = union_intervals(iv[on & is_comm])
+        compute = union_intervals(iv[on & is_kernel & ~is_comm])
         comm_ns = int((comm[:, 1] - comm[:, 0]).sum()) if len(comm) else 0
         overlapped = _intersection(comm, compute)
         rows.append({"device": int(device), "comm_ns": comm_ns, "overlapped_ns": overlapped, "exposed_ns": comm_ns - overlapped,

@@ -1,5 +1,7 @@
 """Several traces of one job, one per rank: per-rank analysis in parallel, then the
-cross-rank view: step time and blocks per rank, stragglers, collective skew, load imbalance.
+cross-rank view: step time and blocks per rank, stragglers (the ranks that reach the
+collectives last; see arrivals.py), collective skew and bus bandwidth over ranks, load
+imbalance of compute work.
 
 Ranks are analysed in worker processes (concurrent.futures), or on a Dask cluster
 (`scheduler="tcp://host:port"`, or "local" for a local one) reading paths the workers can
@@ -18,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import Analysis
+from tracekit.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
+from tracekit.collectives import union_intervals
 from tracekit.errors import TraceError
 
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
@@ -43,13 +47,15 @@ class MultiRank:
     stragglers: pd.DataFrame
     skew: pd.DataFrame  # one row per collective instance matched across ranks
     summary: dict[str, Any] = field(default_factory=dict)
+    busbw: pd.DataFrame = field(default_factory=pd.DataFrame)  # per collective type and size: busbw over ranks
 
     def to_dict(self) -> dict[str, Any]:
         from tracekit.analysis import _records
 
-        return {"ranks": len(self.ranks), "summary": self.summary, "per_rank": _records(self.per_rank),
+        summary = {k: (None if isinstance(v, float) and v != v else v) for k, v in self.summary.items()}  # unknown is null
+        return {"ranks": len(self.ranks), "summary": summary, "per_rank": _records(self.per_rank),
                 "stragglers": _records(self.stragglers), "collective_skew": _records(self.skew.head(50)),
-                "blocks": _records(self.blocks)}
+                "collective_busbw": _records(self.busbw), "blocks": _records(self.blocks)}
 
 
 def trace_paths(inputs: list[str]) -> list[str]:
@@ -128,61 +134,88 @@ def cross_rank(results: list[RankResult], threshold: float = 0.05) -> MultiRank:
     blocks = pd.concat([r.analysis.blocks.assign(rank=r.rank) for r in results], ignore_index=True) if results else pd.DataFrame()
     median = float(per_rank["step_time_ns"].median()) if len(per_rank) else float("nan")
     per_rank["vs_median"] = per_rank["step_time_ns"] / median - 1 if median else float("nan")
-    stragglers = per_rank[per_rank["vs_median"] > threshold][["rank", "step_time_ns", "vs_median", "busy_ns", "exposed_comm_ns"]]
-    skew = collective_skew(results)
     compute = per_rank["compute_ns"].astype(float)
+    mean_compute = float(compute.mean()) if len(compute) else float("nan")
+    per_rank["compute_vs_mean"] = compute / mean_compute - 1 if mean_compute > 0 else float("nan")
+
+    rows = matched_collectives(results)
+    skew = collective_skew(rows)
+    per_rank = per_rank.merge(arrival_table(rows, per_rank["rank"].tolist()), on="rank", how="left")
+    stragglers = straggler_table(per_rank, median, threshold)
+    busiest = int(per_rank.loc[compute.idxmax(), "rank"]) if len(compute) and compute.notna().any() else None
     summary = {
         "median_step_time_ns": median,
         "straggler_threshold": threshold,
         "stragglers": stragglers["rank"].tolist(),
-        "load_imbalance": float(compute.max() / compute.mean() - 1) if len(compute) and compute.mean() > 0 else float("nan"),
+        "straggler": _verdict(stragglers, per_rank, busiest) if len(stragglers) else None,
+        "collective_instances": int(len(skew)),
+        "unequal_collective_counts": unequal_counts(matched_collectives(results, shared_only=False)),
+        "most_compute_rank": busiest,
+        "load_imbalance": float(compute.max() / mean_compute - 1) if mean_compute > 0 else float("nan"),
+        "long_step_ranks": per_rank.loc[per_rank["vs_median"] > threshold, "rank"].tolist(),
         "max_collective_skew_ns": float(skew["skew_ns"].max()) if len(skew) else float("nan"),
         "median_collective_skew_ns": float(skew["skew_ns"].median()) if len(skew) else float("nan"),
         "clock": "absolute (per-rank trace base time)" if all(r.origin_abs_ns is not None for r in results) else "unknown: skew not computed",
     }
-    return MultiRank(results, per_rank, blocks, stragglers.reset_index(drop=True), skew, summary)
+    return MultiRank(results, per_rank, blocks, stragglers, skew, summary, busbw=busbw_spread(rows))
+
+
+def straggler_table(per_rank: pd.DataFrame, median_step_ns: float, threshold: float) -> pd.DataFrame:
+    """The ranks the others wait for. At each matched collective instance the ranks wait for
+    the one that arrives last; a rank is a straggler when the waiting it so causes, per other
+    rank, exceeds `threshold` x the median step time. Most waiting caused first, with how
+    late it arrives (vs the median rank) and its compute work beside it."""
+    cols = ["rank", "last_count", "instances", "caused_wait_ns", "others_wait_share", "late_ns", "mean_late_ns",
+            "compute_ns", "compute_vs_mean", "exposed_comm_ns"]
+    caused = per_rank["caused_wait_ns"].astype(float)
+    others = max(len(per_rank) - 1, 1)
+    if not caused.notna().any() or not median_step_ns > 0:
+        return pd.DataFrame(columns=cols)
+    per_rank = per_rank.assign(others_wait_share=caused / others / median_step_ns)
+    chosen = per_rank[per_rank["others_wait_share"] > threshold]
+    return chosen.sort_values(["caused_wait_ns", "rank"], ascending=[False, True])[cols].reset_index(drop=True)
+
+
+def _verdict(stragglers: pd.DataFrame, per_rank: pd.DataFrame, busiest: int | None) -> dict[str, Any]:
+    """The top straggler, what it cost the others, and whether its compute explains it."""
+    top = stragglers.iloc[0]
+    others = per_rank[per_rank["rank"] != top["rank"]]
+    return {
+        "rank": int(top["rank"]), "last_count": int(top["last_count"]), "instances": int(top["instances"]),
+        "late_ns": float(top["late_ns"]), "caused_wait_ns": float(top["caused_wait_ns"]),
+        "others_wait_share": float(top["others_wait_share"]),
+        "others_exposed_comm_ns": float(others["exposed_comm_ns"].sum()),
+        "compute_ns": float(top["compute_ns"]), "compute_vs_mean": float(top["compute_vs_mean"]),
+        "computes_most": busiest is not None and int(top["rank"]) == busiest,
+    }
 
 
 def _rank_row(r: RankResult) -> dict[str, Any]:
     a = r.analysis
     k = a.kernels
     steps = a.steps
-    comm = (k["block"] == "collective").to_numpy()
     step_time = float(steps["duration_ns"].sum()) if len(steps) else float(a.meta.get("span_ns") or 0)
     return {
         "rank": r.rank, "path": r.path, "steps": len(steps), "step_time_ns": step_time,
         "mean_step_ns": float(steps["duration_ns"].mean()) if len(steps) else float("nan"),
-        "busy_ns": int(k["exclusive_ns"].sum()), "compute_ns": int(k.loc[~comm, "exclusive_ns"].sum()),
+        "busy_ns": int(k["exclusive_ns"].sum()), "compute_ns": compute_work_ns(k),
         "comm_ns": int(a.overlap["comm_ns"].sum()) if len(a.overlap) else 0,
         "exposed_comm_ns": int(a.overlap["exposed_ns"].sum()) if len(a.overlap) else 0,
         "modeled_share": a.coverage["modeled_share"], "efficiency": a.coverage["efficiency"],
     }
 
 
-def collective_skew(results: list[RankResult]) -> pd.DataFrame:
-    """The same collective instance on every rank: matched by its order among the collectives
-    of the same type and process group on each rank; skew = spread of their start times on
-    the absolute clock."""
-    cols = ["collective", "group", "instance", "ranks", "skew_ns", "first_rank", "last_rank", "message_bytes"]
-    frames = []
-    for r in results:
-        c = r.analysis.collectives
-        if c.empty or r.origin_abs_ns is None:
-            continue
-        c = c[c["collective"].notna()].sort_values("start")
-        frames.append(pd.DataFrame({
-            "rank": r.rank, "collective": c["collective"].to_numpy(), "group": c["group"].fillna("").to_numpy(),
-            "instance": c.groupby(["collective", c["group"].fillna("")]).cumcount().to_numpy(),
-            "abs_start": c["start"].to_numpy() + r.origin_abs_ns, "message_bytes": c["message_bytes"].to_numpy(),
-        }))
-    if len(frames) < 2:
-        return pd.DataFrame(columns=cols)
-    all_ranks = pd.concat(frames, ignore_index=True)
-    g = all_ranks.groupby(["collective", "group", "instance"])
-    out = g.agg(ranks=("rank", "nunique"), first=("abs_start", "min"), last=("abs_start", "max"), message_bytes=("message_bytes", "max")).reset_index()
-    first_rank = all_ranks.loc[g["abs_start"].idxmin(), ["collective", "group", "instance", "rank"]].rename(columns={"rank": "first_rank"})
-    last_rank = all_ranks.loc[g["abs_start"].idxmax(), ["collective", "group", "instance", "rank"]].rename(columns={"rank": "last_rank"})
-    out = out.merge(first_rank, on=["collective", "group", "instance"]).merge(last_rank, on=["collective", "group", "instance"])
-    out["skew_ns"] = out["last"] - out["first"]
-    out = out[out["ranks"] > 1]
-    return out[cols].sort_values("skew_ns", ascending=False).reset_index(drop=True)
+def compute_work_ns(kernels: pd.DataFrame) -> int:
+    """GPU time with compute running: the union of the intervals of the kernels that are
+    not communication, per device, summed over devices. Overlapping kernels count once,
+    and time a compute kernel shares with a collective still counts (exclusive time would
+    give it to one of them)."""
+    if kernels.empty:
+        return 0
+    compute = (kernels["kind"] == "kernel").to_numpy() & (kernels["block"] != "collective").to_numpy()
+    k = kernels[compute]
+    total = 0
+    for _, part in k.groupby("device"):
+        merged = union_intervals(part[["start", "end"]].to_numpy(dtype=np.int64))
+        total += int((merged[:, 1] - merged[:, 0]).sum())
+    return total

@@ -24,14 +24,25 @@ def exclusive_time(kernels: pd.DataFrame) -> np.ndarray:
     return out
 
 
+DEVICE_COLUMNS = ["device", "active_start_ns", "active_ns", "busy_ns", "idle_ns", "span_ns", "idle_span_ns", "kernel_time_ns",
+                  "overlap_ns"]
+
+
 def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> pd.DataFrame:
-    """Per device: busy (union of activity), idle = span - busy, and the conservation error."""
+    """Per device: busy (union of activity); idle within the GPU-active window (first to last
+    GPU activity on the device: what HTA and TraceLens call idle, and what a user can act on);
+    and idle over the whole capture span, which also counts host time before the first and
+    after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span."""
     if not len(kernels):
-        return pd.DataFrame(columns=["device", "span_ns", "busy_ns", "idle_ns", "kernel_time_ns"])
+        return pd.DataFrame(columns=DEVICE_COLUMNS)
     frame = pd.DataFrame({"device": kernels["device"].to_numpy(), "busy_ns": exclusive,
-                          "kernel_time_ns": (kernels["end"] - kernels["start"]).to_numpy()})
-    per = frame.groupby("device").sum().reset_index()
+                          "kernel_time_ns": (kernels["end"] - kernels["start"]).to_numpy(),
+                          "start": kernels["start"].to_numpy(), "end": kernels["end"].to_numpy()})
+    per = frame.groupby("device").agg(busy_ns=("busy_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"),
+                                      active_start_ns=("start", "min"), active_end=("end", "max")).reset_index()
+    per["active_ns"] = per["active_end"] - per["active_start_ns"]
+    per["idle_ns"] = per["active_ns"] - per["busy_ns"]
     per["span_ns"] = span_ns
-    per["idle_ns"] = span_ns - per["busy_ns"]
+    per["idle_span_ns"] = span_ns - per["busy_ns"]
     per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
-    return per[["device", "span_ns", "busy_ns", "idle_ns", "kernel_time_ns", "overlap_ns"]]
+    return per[DEVICE_COLUMNS]

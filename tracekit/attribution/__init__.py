@@ -11,7 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+<<<<<<< HEAD
 from tracekit.attribution.match import Pattern, at_kernels, name_matches, with_ancestors
+=======
+from tracekit.attribution.inference import infer_missing
+from tracekit.attribution.match import at_kernels, name_matches, with_ancestors
+>>>>>>> main
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
 from tracekit.trace import Trace
 
@@ -82,7 +87,9 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     phase = _first_match(matcher, rules.phase, DEFAULT_PHASE)
     # No launch and no GPU-side range: nothing says which phase it belongs to.
     k = trace.kernels
-    blind = ((k["launch"] < 0) & (k["gpu_range"] < 0)).to_numpy() & (np.asarray(phase) == DEFAULT_PHASE)
-    if blind.any():
-        phase = pd.Categorical(np.where(blind, UNKNOWN_PHASE, np.asarray(phase, dtype=object)))
-    return pd.DataFrame({"phase": phase, "block": _first_match(matcher, rules.block, DEFAULT_BLOCK)}, index=k.index)
+    phase = np.asarray(phase, dtype=object)
+    blind = ((k["launch"] < 0) & (k["gpu_range"] < 0)).to_numpy() & (phase == DEFAULT_PHASE)
+    phase = np.where(blind, UNKNOWN_PHASE, phase)
+    block = np.asarray(_first_match(matcher, rules.block, DEFAULT_BLOCK), dtype=object)
+    phase, block = infer_missing(k, kernel_class, phase, block)
+    return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

@@ -16,7 +16,9 @@ MAX_MATCHED_CHARS = 4096
 
 # Checked in order; the first match wins (an attention kernel may contain "gemm").
 _RULES: list[tuple[str, re.Pattern]] = [
-    ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|sendrecv|cross_device_reduce|custom_ar", re.I)),
+    # DeepEP's dispatch / combine and pplx all-to-all kernels move tokens between GPUs: collectives.
+    ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|all2all|sendrecv|"
+                              r"cross_device_reduce|custom_ar|deep_?ep|internode(_ll)?::|intranode::|nvshmem|pplx", re.I)),
     ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers", re.I)),
     ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
     ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_fw|bn_bw|instance_?norm", re.I)),

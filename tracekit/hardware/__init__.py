@@ -33,6 +33,7 @@ class Device:
     sm_count: int | None = None
     source: str = ""
     match: tuple[str, ...] = field(default=())
+    aliases: tuple[str, ...] = field(default=())
 
     def peak_flops(self, kind: str, dtype: str) -> float | None:
         """FLOP/s for work of `kind` in `dtype`; None when the device has no such unit."""
@@ -59,6 +60,7 @@ def _from_table(key: str, t: dict[str, Any]) -> Device:
         memory_gbps=float(t["memory_gbps"]), interconnect_gbps=float(t.get("interconnect_gbps", 0.0)),
         host_link_gbps=float(t.get("host_link_gbps", 32.0)), memory_gb=t.get("memory_gb"),
         l2_mb=t.get("l2_mb"), sm_count=t.get("sm_count"), source=t.get("source", ""), match=tuple(t.get("match", ())),
+        aliases=tuple(t.get("aliases", ())),
     )
 
 
@@ -78,37 +80,87 @@ def load_device_file(path: str) -> dict[str, Device]:
         raise TraceError(path, f"not a valid device file ({type(exc).__name__}: {exc}); see tracekit/hardware/devices.toml for the format") from None
 
 
+# Vendor words that a trace may or may not put before the model ("NVIDIA H100", "H100").
+_VENDOR_WORDS = re.compile(r"\b(nvidia|amd|tesla)\b", re.I)
+# A GPU's product line: the letters before its model number (H100 -> H, MI300X -> MI,
+# GeForce RTX 4090 -> RTX, RTX A6000 -> RTX A, RTX PRO 6000 -> RTX PRO, GTX 1060 -> GTX).
+_PRODUCT_LINE = re.compile(r"\b(RTX\s*PRO|RTX\s*A(?=\d)|RTX|GTX|MI|GB|GH|[A-Z])\s*-?\d", re.I)
+MAX_NAME = 120  # device names come from the trace: bounded before any regex runs
+
+
+def _normal(name: str) -> str:
+    """Lower case, vendor words and punctuation dropped: "NVIDIA H100" and "h-100" -> "h100"."""
+    return re.sub(r"[^a-z0-9]", "", _VENDOR_WORDS.sub("", name.lower()))
+
+
+def product_line(name: str) -> str | None:
+    match = _PRODUCT_LINE.search(_VENDOR_WORDS.sub("", name[:MAX_NAME]))
+    return re.sub(r"\s+", " ", match.group(1).upper()) if match else None
+
+
 def find_device(name: str, devices: dict[str, Device]) -> Device | None:
-    """The device whose key, name or match patterns fit `name` (case-insensitive)."""
-    wanted = name.strip().lower()
+    """The device `name` means, case-insensitively: its key, name or an alias exactly
+    (punctuation and vendor words aside), else the device whose `match` pattern covers the
+    longest part of the name (the most specific: "H200 NVL" over "H200")."""
+    name = name.strip()[:MAX_NAME]
+    wanted = _normal(name)
+    if not wanted:
+        return None
     for device in devices.values():
-        if wanted in (device.key.lower(), device.name.lower()):
+        if wanted in {_normal(n) for n in (device.key, device.name, *device.aliases)}:
             return device
+    best, best_len = None, 0
     for device in devices.values():
-        if any(re.search(p, name, re.I) for p in device.match):
-            return device
-    return None
+        for pattern in device.match:
+            found = re.search(pattern, name, re.I)
+            if found and len(found.group(0)) > best_len:
+                best, best_len = device, len(found.group(0))
+    return best
 
 
 def closest(name: str, devices: dict[str, Device], n: int = 3) -> list[str]:
-    labels = {d.key: d for d in devices.values()}
-    keys = difflib.get_close_matches(name.upper(), list(labels), n=n, cutoff=0.2)
-    return keys or list(labels)[:n]
+    """Known devices of the same product line as `name`, most similar first; none when no
+    known device shares its line (a GTX 1060 has no close relative among data-center GPUs)."""
+    line = product_line(name)
+    if line is None:
+        return []
+    same_line = [d for d in devices.values() if product_line(d.name) == line or product_line(d.key) == line]
+    wanted = _normal(name)
+    same_line.sort(key=lambda d: -difflib.SequenceMatcher(None, wanted, _normal(d.name)).ratio())
+    return [d.key for d in same_line[:n]]
 
 
-def resolve(trace_device_name: str | None, requested: str | None = None, device_file: str | None = None, *, source: str = "trace") -> Device:
-    """The device to put the trace on: --device / --device-file first, else the trace's own."""
+def _suggestion(name: str, devices: dict[str, Device]) -> str:
+    near = closest(name, devices)
+    return f"closest known: {', '.join(near)}" if near else "no known device of the same product line"
+
+
+ROOFLINE_NEEDS_DEVICE = ("time, blocks, steps and overlap are analysed; roofline figures (t_min, efficiency, bound, "
+                         "% of peak) are left empty: pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
+
+
+def resolve(trace_device_name: str | None, requested: str | None = None, device_file: str | None = None, *,
+            source: str = "trace") -> tuple[Device | None, str | None]:
+    """The device to put the trace on, and a warning when there is none: --device /
+    --device-file first (an unknown --device is an error), else the trace's own GPU. A GPU
+    the trace does not name, or one not in the table, leaves the device None: the analysis
+    goes on without the roofline."""
     devices = builtin_devices()
     if device_file:
         extra = load_device_file(device_file)
         devices.update(extra)
         if requested is None and len(extra) == 1:
-            return next(iter(extra.values()))
-    wanted = requested or trace_device_name
-    if not wanted:
-        raise TraceError(source, "the trace does not name its GPU; pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
-    device = find_device(wanted, devices)
+            return next(iter(extra.values())), None
+    if requested:
+        device = find_device(requested, devices)
+        if device is None:
+            raise TraceError(source, f"unknown device {requested[:MAX_NAME]!r} ({_suggestion(requested, devices)}); "
+                                     "pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
+        return device, None
+    if not trace_device_name or not trace_device_name.strip():
+        return None, f"the trace does not name its GPU: {ROOFLINE_NEEDS_DEVICE}"
+    device = find_device(trace_device_name, devices)
     if device is None:
-        suggestions = ", ".join(closest(wanted, devices))
-        raise TraceError(source, f"unknown device {wanted!r}; closest known: {suggestions}. Pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
-    return device
+        return None, (f"GPU {trace_device_name[:MAX_NAME]!r} is not in the device table "
+                      f"({_suggestion(trace_device_name, devices)}): {ROOFLINE_NEEDS_DEVICE}")
+    return device, None

@@ -40,18 +40,31 @@ def coverage_line(analysis: Analysis) -> str:
             f"above 105% of peak: {percent(c['over_peak_share'])} of modeled time")
 
 
+def device_label(analysis: Analysis) -> str:
+    """The device line's text: the spec used, or why there is none."""
+    if analysis.device is not None:
+        return f"{analysis.device.name} [{analysis.device.key}]"
+    if len(analysis.kernels):
+        return "unknown: roofline figures need --device NAME (see `tracekit devices`)"
+    return "none (CPU-only profile)"
+
+
 def render_console(analysis: Analysis, console: Console, top: int) -> None:
     meta, dev, c = analysis.meta, analysis.device, analysis.coverage
     console.print(f"[bold]{meta.get('path')}[/bold]  ({meta.get('format')}, span {duration(meta.get('span_ns'))})")
-    if dev is None:
+    if dev is None and not len(analysis.kernels):
         console.print("device      none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time")
         _ops(analysis, console, top, title="Top CPU ops by time (outermost op with a cost model), with their FLOPs and bytes")
         return
-    console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
-                  f"(sustained {analysis.sustained:.0%}), source: {dev.source}")
+    if dev is None:  # a GPU trace on an unnamed or unknown GPU: everything but the roofline
+        console.print(f"device      {device_label(analysis)}")
+    else:
+        console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
+                      f"(sustained {analysis.sustained:.0%}), source: {dev.source}")
     console.print(coverage_line(analysis))
-    console.print(f"roofline    kernel time at {percent(c['efficiency'])} of the peak roofline, "
-                  f"{percent(c['efficiency_sustained'])} of the sustained one (sum t_min / sum time over modeled kernels)")
+    if dev is not None:
+        console.print(f"roofline    kernel time at {percent(c['efficiency'])} of the peak roofline, "
+                      f"{percent(c['efficiency_sustained'])} of the sustained one (sum t_min / sum time over modeled kernels)")
     for w in analysis.warnings:
         console.print(f"[yellow]warning[/]     {w}")
     _plain_table(console, "GPU time by phase x block (overlapping streams counted once)", *block_rows(analysis))
@@ -105,10 +118,10 @@ def _plain_table(console: Console, title: str, head: list[str], rows: list[list[
 
 def render_devices(devices: dict, console: Console) -> None:
     table = Table(title="Known devices (dense peaks)", header_style="bold")
-    for col in ("key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "matches"):
+    for col in ("key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"):
         table.add_column(col, overflow="fold")
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
         table.add_row(d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"), _num(d.vector_tflops.get("fp32"), "{:,.1f}"),
-                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.match))
+                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), d.source)
     console.print(table)

@@ -10,7 +10,7 @@ import base64
 from jinja2 import Environment, select_autoescape
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line
+from tracekit.reports.analyze import coverage_line, device_label
 from tracekit.reports.format import duration
 from tracekit.reports.tables import sections
 
@@ -50,7 +50,7 @@ _ENV = Environment(autoescape=select_autoescape(default=True, default_for_string
 def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
     return _ENV.from_string(_TEMPLATE).render(
         path=a.meta.get("path"), fmt=a.meta.get("format"), span=duration(a.meta.get("span_ns")),
-        device=f"{a.device.name} [{a.device.key}]" if a.device else "none (CPU-only profile)",
+        device=device_label(a),
         coverage=coverage_line(a).replace("coverage    ", "coverage: "), warnings=a.warnings,
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],
         sections=sections(a, top),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line
+from tracekit.reports.analyze import coverage_line, device_label
 from tracekit.reports.format import duration
 from tracekit.reports.tables import sections
 
@@ -16,7 +16,7 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     meta = a.meta
     lines = [f"# tracekit report: {meta.get('path')}", ""]
     lines.append(f"- format: {meta.get('format')} ({meta.get('schema')}), span {duration(meta.get('span_ns'))}")
-    lines.append(f"- device: {a.device.name} [{a.device.key}]" if a.device else "- device: none (CPU-only profile)")
+    lines.append(f"- device: {device_label(a)}")
     lines.append(f"- {coverage_line(a).replace('coverage    ', 'coverage: ')}")
     for w in a.warnings:
         lines.append(f"- warning: {w}")

@@ -8,6 +8,7 @@ import io
 import numpy as np
 
 from tracekit.analysis import Analysis
+from tracekit.roofline import roof_flops
 
 
 def _pyplot():
@@ -28,9 +29,10 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
     x = np.logspace(-2, 4, 200)
     if dev is not None:
         bw = dev.bandwidth
-        roof = max(list(dev.matrix_tflops.values()) + list(dev.vector_tflops.values())) * 1e12
+        # The roof of the dtype the work ran in: bf16 work bends at the bf16 peak, not fp8's.
+        roof, roof_label = roof_flops(dev, analysis.kernels)
         # the roofline itself: min(peak, intensity x bandwidth)
-        ax.plot(x, np.minimum(bw * x, roof), color="black", lw=1.5, label=f"HBM {dev.memory_gbps:,.0f} GB/s")
+        ax.plot(x, np.minimum(bw * x, roof), color="black", lw=1.5, label=f"HBM {dev.memory_gbps:,.0f} GB/s, roof {roof_label}")
         ax.plot(x, np.minimum(bw * analysis.sustained * x, roof), color="black", lw=1, ls="--", label=f"sustained {analysis.sustained:.0%}")
         ceilings: dict[float, list[str]] = {}
         for dtype, value in dev.matrix_tflops.items():
@@ -59,9 +61,11 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(f"Roofline on {dev.name}" if dev else "Roofline (no GPU)")
+    ax.set_title(f"Roofline on {dev.name}" if dev else
+                 "Roofline: GPU unknown, no roof (pass --device)" if len(analysis.kernels) else "Roofline (no GPU)")
     ax.grid(True, which="both", alpha=0.2)
-    ax.legend(loc="lower right", fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # nothing labelled (no device, nothing costed): no empty legend
+        ax.legend(loc="lower right", fontsize=8)
     return _png(fig, plt)
 
 

@@ -1,9 +1,11 @@
-"""The cross-rank report: per-rank step time and blocks, stragglers, collective skew."""
+"""The cross-rank report: per-rank step time and compute work, the straggler verdict,
+collective skew and bus bandwidth over ranks."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tracekit.ranks import MultiRank
 from tracekit.reports.format import duration, percent, si
@@ -11,45 +13,111 @@ from tracekit.strict_json import dumps
 
 
 def _rows(m: MultiRank):
-    head = ["rank", "steps", "step time", "vs median", "GPU busy", "compute", "comm", "exposed comm", "modeled", "efficiency"]
-    rows = [[str(r["rank"]), str(r["steps"]), duration(r["step_time_ns"]), f"{r['vs_median']:+.1%}", duration(r["busy_ns"]),
-             duration(r["compute_ns"]), duration(r["comm_ns"]), duration(r["exposed_comm_ns"]), percent(r["modeled_share"]),
-             percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-"] for r in m.per_rank.to_dict(orient="records")]
+    head = ["rank", "steps", "step time", "vs median", "GPU busy", "compute work", "vs mean", "last at", "late (vs median rank)",
+            "waited", "others waited for it", "exposed comm", "modeled", "efficiency"]
+    rows = [[str(r["rank"]), str(r["steps"]), duration(r["step_time_ns"]), _signed(r["vs_median"]), duration(r["busy_ns"]),
+             duration(r["compute_ns"]), _signed(r["compute_vs_mean"]), _count(r.get("last_count"), r.get("instances")),
+             _time(r.get("late_ns")), _time(r.get("wait_ns")), _time(r.get("caused_wait_ns")), duration(r["exposed_comm_ns"]),
+             percent(r["modeled_share"]), _share(r["efficiency"])] for r in m.per_rank.to_dict(orient="records")]
     return head, rows
 
 
 def _skew_rows(m: MultiRank, top: int):
     head = ["collective", "group", "instance", "ranks", "skew", "first rank", "last rank", "message"]
     rows = [[str(r["collective"]), str(r["group"]), str(r["instance"]), str(r["ranks"]), duration(r["skew_ns"]), str(r["first_rank"]),
-             str(r["last_rank"]), si(r["message_bytes"], "B")] for r in m.skew.head(top).to_dict(orient="records")]
+             str(r["last_rank"]), _bytes(r["message_bytes"])] for r in m.skew.head(top).to_dict(orient="records")]
     return head, rows
+
+
+def _busbw_rows(m: MultiRank):
+    head = ["collective", "group", "message", "instances per rank", "ranks", "busbw min GB/s", "at rank", "median", "max", "at rank"]
+    rows = [[str(r["collective"]), str(r["group"]), _bytes(r["message_bytes"]), str(r["instances"]), str(r["ranks"]),
+             _gbps(r["busbw_min_gbps"]), str(r["min_rank"]), _gbps(r["busbw_median_gbps"]), _gbps(r["busbw_max_gbps"]),
+             str(r["max_rank"])] for r in m.busbw.to_dict(orient="records")]
+    return head, rows
+
+
+def _tables(m: MultiRank, top: int):
+    return (("Per rank", _rows(m)), ("Collective skew (largest first)", _skew_rows(m, top)),
+            ("Collective bus bandwidth over ranks (an early rank waits inside the kernel: its busbw reads low)", _busbw_rows(m)))
+
+
+def _known(x) -> bool:
+    return x is not None and x == x
+
+
+def _signed(x) -> str:
+    return f"{x:+.1%}" if _known(x) else "-"
+
+
+def _share(x) -> str:
+    return percent(x) if _known(x) else "-"
+
+
+def _time(x) -> str:
+    return duration(x) if _known(x) else "-"
+
+
+def _bytes(x) -> str:
+    return si(x, "B") if _known(x) else "-"
+
+
+def _gbps(x) -> str:
+    return f"{x:,.4g}" if _known(x) else "-"
+
+
+def _count(n, of) -> str:
+    return f"{int(n)} of {int(of)}" if _known(n) and _known(of) else "-"
+
+
+def straggler_line(m: MultiRank) -> str:
+    s = m.summary
+    v = s.get("straggler")
+    if v is None:
+        if not s.get("collective_instances"):
+            return "straggler   unknown: no collective was matched across ranks (needs collectives and each rank's absolute clock)"
+        return (f"straggler   none: no rank keeps the others waiting more than {s['straggler_threshold']:.0%} "
+                "of the median step time at the collectives")
+    others = [r for r in s["stragglers"] if r != v["rank"]]
+    cause = ("it also has the most compute work" if v["computes_most"] else
+             f"its compute work is {v['compute_vs_mean']:+.1%} vs the mean, so the delay is not its GPU work "
+             "(look at its host side: data loading, launch, synchronisation)")
+    return (f"straggler   rank {v['rank']}: last to reach {v['last_count']} of {v['instances']} collectives, "
+            f"{duration(v['late_ns'])} after the median rank in all; the others waited {duration(v['caused_wait_ns'])} for it "
+            f"({v['others_wait_share']:.0%} of the median step per rank), their exposed communication is its effect; {cause}"
+            + (f"; also late: ranks {others}" if others else ""))
 
 
 def summary_lines(m: MultiRank) -> list[str]:
     s = m.summary
+    imbalance = (f"imbalance   compute work (union of compute kernels): rank {s['most_compute_rank']} has the most, "
+                 f"{s['load_imbalance']:+.1%} over the mean" if _known(s["load_imbalance"]) else "imbalance   -")
     return [
-        f"ranks       {len(m.ranks)}; median step time {duration(s['median_step_time_ns'])}",
-        f"stragglers  {s['stragglers'] or 'none'} (more than {s['straggler_threshold']:.0%} over the median step time)",
-        f"imbalance   busiest rank's compute is {s['load_imbalance']:+.1%} over the mean" if s["load_imbalance"] == s["load_imbalance"] else "imbalance   -",
-        f"skew        collective start spread: max {duration(s['max_collective_skew_ns'])}, median {duration(s['median_collective_skew_ns'])} ({s['clock']})",
-    ]
+        f"ranks       {len(m.ranks)}; median step time {duration(s['median_step_time_ns'])}"
+        + (f"; steps longer than {s['straggler_threshold']:.0%} over it on ranks {s['long_step_ranks']}" if s["long_step_ranks"] else ""),
+        straggler_line(m),
+        imbalance,
+        f"skew        collective start spread: max {_time(s['max_collective_skew_ns'])}, median {_time(s['median_collective_skew_ns'])} ({s['clock']})",
+    ] + ([f"matching    collectives are matched across ranks by their order; the ranks hold different numbers of "
+          f"{'; '.join(s['unequal_collective_counts'])}, so later instances may pair different calls"]
+         if s.get("unequal_collective_counts") else [])
 
 
 def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
     for line in summary_lines(m):
-        console.print(line)
-    for title, (head, rows) in (("Per rank", _rows(m)), ("Collective skew (largest first)", _skew_rows(m, top))):
+        console.print(line, markup=False, highlight=False)
+    for title, (head, rows) in _tables(m, top):
         table = Table(title=title, header_style="bold")
         for col in head:
             table.add_column(col, justify="right")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))  # group names come from the trace: never markup
         console.print(table)
 
 
 def to_markdown(m: MultiRank, top: int = 15) -> str:
     lines = ["# tracekit cross-rank report", ""] + [f"- {line}" for line in summary_lines(m)]
-    for title, (head, rows) in (("Per rank", _rows(m)), ("Collective skew", _skew_rows(m, top))):
+    for title, (head, rows) in _tables(m, top):
         lines += ["", f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     lines += ["", "Per-rank reports: `rank<N>/report.md`."]

@@ -25,8 +25,9 @@ def block_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
 
 
 def device_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
-    head = ["device", "span", "busy", "idle", "kernel time", "overlap"]
-    rows = [[str(r["device"]), duration(r["span_ns"]), duration(r["busy_ns"]), duration(r["idle_ns"]), duration(r["kernel_time_ns"]), duration(r["overlap_ns"])]
+    head = ["device", "GPU-active window", "busy", "idle (in window)", "capture span", "idle (in span)", "kernel time", "streams overlap"]
+    rows = [[str(r["device"]), duration(r["active_ns"]), duration(r["busy_ns"]), duration(r["idle_ns"]), duration(r["span_ns"]),
+             duration(r["idle_span_ns"]), duration(r["kernel_time_ns"]), duration(r["overlap_ns"])]
             for r in a.devices.to_dict(orient="records")]
     return head, rows
 

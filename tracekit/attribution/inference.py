@@ -1,0 +1,117 @@
+"""Labels for kernels that no rule could see: from identical kernels, and from the layer
+pattern around a GEMM.
+
+Compiled graphs (torch.compile's `## Call CompiledFxGraph` regions), CUDA / HIP graph
+replays and kernels launched before the capture carry no module frames and often no op,
+so the context rules leave them in block `other` or phase `unknown`. Two general facts
+still place them:
+
+- Identical kernels (same name, grid and block) launched inside the capture run the same
+  code for the same layer: a kernel with no context takes their phase or block, but only
+  when all of them agree.
+- A transformer layer repeats one pattern on each stream: the FFN's up (and gate)
+  projection GEMMs are followed by the activation (GELU, SiLU, SwiGLU, ...), its down
+  projection follows the activation; the attention projections sit next to the attention
+  kernel. A GEMM with no other label takes the block its neighbours say, looking past the
+  GEMMs of its own run (gate and up projections back to back) but not past another GEMM.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
+
+ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
+WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
+
+
+def identical_signatures(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(name + launch configuration, name alone) codes per kernel."""
+    name = pd.factorize(k["name"].astype(str))[0]
+    full = pd.MultiIndex.from_arrays([name, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"], k["block_y"]])
+    return pd.factorize(full)[0], name
+
+
+def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tuple[np.ndarray, np.ndarray],
+                           grid_known: np.ndarray, unset: str) -> np.ndarray:
+    """`blind` kernels whose label is `unset` take the label that every identical kernel
+    with context has, when they all have the same one. Identical means same name and
+    launch configuration; a kernel whose configuration was not recorded (Kineto leaves it
+    out for kernels launched before the capture) is compared by name."""
+    todo = blind & (labels == unset)
+    donors = ~blind & (labels != unset)
+    if not todo.any() or not donors.any():
+        return labels
+    out = labels.copy()
+    for sig, rows in ((signatures[0], todo & grid_known), (signatures[1], todo & ~grid_known)):
+        if not rows.any():
+            continue
+        frame = pd.DataFrame({"sig": sig[donors], "label": labels[donors]})
+        per_sig = frame.groupby("sig")["label"].agg(["nunique", "first"])
+        unanimous = per_sig.loc[per_sig["nunique"] == 1, "first"]
+        found = pd.Series(sig[rows]).map(unanimous).to_numpy()
+        has = pd.notna(found)
+        out[np.flatnonzero(rows)[has]] = found[has]
+    return out
+
+
+def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """Block of GEMMs left in `other`, from the activation / attention kernels next to them."""
+    is_gemm = kernel_class == "gemm"
+    todo = is_gemm & (block == DEFAULT_BLOCK)
+    if not todo.any():
+        return block
+    names = k["name"].astype(str)
+    codes, uniques = pd.factorize(names)
+    act_by_code = np.array([bool(ACTIVATION.search(u[:512])) for u in uniques], dtype=bool)
+    activation = act_by_code[codes] & ~is_gemm
+    attention = kernel_class == "attention"
+    out = block.copy()
+    order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
+    lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    for lane_rows in np.split(order, np.flatnonzero(np.diff(lane)) + 1):
+        gemm = is_gemm[lane_rows]
+        for pos in np.flatnonzero(todo[lane_rows]):
+            after = _signal(lane_rows, gemm, activation, attention, pos, +1)
+            before = _signal(lane_rows, gemm, activation, attention, pos, -1)
+            if "activation" in (after, before):
+                out[lane_rows[pos]] = "ffn"
+            elif "attention" in (after, before):
+                out[lane_rows[pos]] = "attention"
+    return out
+
+
+def _signal(rows: np.ndarray, gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, pos: int, step: int) -> str | None:
+    """The first activation or attention kernel within WINDOW non-GEMM kernels of `pos`,
+    skipping the GEMMs directly next to it but stopping at a GEMM further away."""
+    i, seen, in_run = pos + step, 0, True
+    while 0 <= i < len(rows) and seen < WINDOW:
+        if gemm[i]:
+            if not in_run:
+                return None
+        else:
+            in_run = False
+            seen += 1
+            if activation[rows[i]]:
+                return "activation"
+            if attention[rows[i]]:
+                return "attention"
+        i += step
+    return None
+
+
+def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Phase and block for kernels the rules left without one (see the module docstring)."""
+    if not len(k):
+        return phase, block
+    signatures = identical_signatures(k)
+    blind = (k["launch"] < 0).to_numpy()
+    grid_known = (k["grid_x"] >= 0).to_numpy()
+    phase = from_identical_kernels(phase, blind, signatures, grid_known, UNKNOWN_PHASE)
+    block = from_identical_kernels(block, blind, signatures, grid_known, DEFAULT_BLOCK)
+    block = layer_pattern(k, np.asarray(kernel_class, dtype=object), block)
+    return phase, block
