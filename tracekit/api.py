@@ -7,7 +7,6 @@ import gc
 import os
 
 from tracekit.analysis import Analysis, build
-from tracekit.errors import TraceError
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.link import link
 from tracekit.parsers import parse
@@ -61,23 +60,11 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
     trace = load(path, progress)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
-<<<<<<< HEAD
-    try:
-        spec = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else None
-    except TraceError as exc:
-        if not trace.meta.get("truncated"):
-            raise
-        # The header (deviceProperties) of a Kineto trace follows its events: a trace cut
-        # short lost it, and the user must hear about the cut, not only about --device.
-        cut = "; ".join(w for w in trace.warnings if "cut short" in w)
-        raise TraceError(exc.path, f"{exc.reason} (the trace is cut short, which lost its header: {cut})") from None
-=======
     spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
     if gpu_work:
         # The device question is settled here: one warning when no device was found, none
         # when one was. The parser's note that the export names no GPU (pointing at
         # --device) would repeat the first and be stale after the second.
         trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
->>>>>>> main
     with _gc_paused():
         return build(trace, spec, sustained, rule_set)

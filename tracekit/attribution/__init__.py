@@ -11,12 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-<<<<<<< HEAD
-from tracekit.attribution.match import Pattern, at_kernels, name_matches, with_ancestors
-=======
 from tracekit.attribution.inference import infer_missing
-from tracekit.attribution.match import at_kernels, name_matches, with_ancestors
->>>>>>> main
+from tracekit.attribution.match import Pattern, at_kernels, name_matches, with_ancestors
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
 from tracekit.trace import Trace
 

@@ -293,7 +293,6 @@ class _Tables:
         ops = self._op_table(clock)
         ranges = self._range_table(clock)
         meta = _meta(path, source, _checked_header(document.header, self.checks), self.legacy, clock)
-        meta["truncated"] = any("cut short" in w for w in source.warnings + document.warnings)
         if meta.get("rank") is not None:
             kernels["rank"] = np.int32(meta["rank"])
         warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
