@@ -503,3 +503,33 @@ def test_trace_error_survives_pickling():
 
     err = pickle.loads(pickle.dumps(tracekit.TraceError("/x/rank3.json", "not valid JSON")))
     assert (err.path, err.reason, str(err)) == ("/x/rank3.json", "not valid JSON", "/x/rank3.json: not valid JSON")
+
+
+def test_out_through_a_symlink_keeps_the_link(tmp_path):
+    from tracekit.reports.bundle import write_bundle
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    write_bundle(tracekit.analyze(SGLANG), str(tmp_path / "link"))
+    assert (tmp_path / "link").is_symlink() and set(os.listdir(real)) == BUNDLE
+
+
+def test_out_in_a_directory_whose_parent_is_read_only(tmp_path, monkeypatch):
+    import tempfile
+
+    from tracekit.reports.bundle import write_bundle
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep")
+    real_mkdtemp = tempfile.mkdtemp
+
+    def no_writes_in_parent(prefix=None, dir=None, **kw):  # as if tmp_path were not writable
+        if os.path.realpath(dir) == os.path.realpath(tmp_path):
+            raise PermissionError(13, "Permission denied")
+        return real_mkdtemp(prefix=prefix, dir=dir, **kw)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", no_writes_in_parent)
+    write_bundle(tracekit.analyze(SGLANG), str(out))
+    assert set(os.listdir(out)) == BUNDLE | {"notes.txt"} and (out / "notes.txt").read_text() == "keep"

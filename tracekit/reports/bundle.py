@@ -41,6 +41,10 @@ def check_out_dir(path: str) -> str:
         raise TraceError(os.fsencode(path).decode("utf-8", "backslashreplace"), "output path is not valid UTF-8; choose a plain name") from None
     if os.path.exists(path) and not os.path.isdir(path):
         raise TraceError(path, "exists and is not a directory; --out names a directory for the report bundle")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise TraceError(path, "permission denied: cannot write files in it")
+        return path
     ancestor = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
@@ -55,12 +59,12 @@ def check_out_dir(path: str) -> str:
 def atomic_dir(out_dir: str) -> Iterator[str]:
     """Yields a temporary directory to write the bundle into; on success its content
     takes the place of `out_dir`, on any error or interrupt it is removed."""
-    target = os.path.abspath(out_dir)
+    target = os.path.realpath(out_dir)  # through a symlink: the directory it names is written, the link kept
     tmp = None
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
-            tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+            tmp = _make_temporary(target)
         yield tmp
         with _interrupts_deferred():  # the renames are not torn apart halfway
             _install(tmp, target)
@@ -86,7 +90,21 @@ def _interrupts_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _make_temporary(target: str) -> str:
+    """Beside the target (one rename puts it in place); inside it when only the target
+    itself is writable (then its entries are moved in one by one)."""
+    try:
+        return tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+    except PermissionError:
+        if not os.path.isdir(target):
+            raise
+        return tempfile.mkdtemp(prefix=".tracekit-", dir=target)
+
+
 def _install(tmp: str, target: str) -> None:
+    if os.path.dirname(tmp) == target:
+        _install_entries(tmp, target)
+        return
     if not os.path.exists(target):
         os.rename(tmp, target)
         return
@@ -101,8 +119,12 @@ def _install(tmp: str, target: str) -> None:
         os.rename(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
         return
-    # DIR holds files of its own (the traces of `analyze DIR --out DIR`): replace our
-    # entries one by one, the completeness marker removed first and renamed in last.
+    _install_entries(tmp, target)
+
+
+def _install_entries(tmp: str, target: str) -> None:
+    """DIR holds files of its own (the traces of `analyze DIR --out DIR`): our entries are
+    replaced one by one, the completeness marker removed first and renamed in last."""
     for name in MARKERS:
         with contextlib.suppress(FileNotFoundError):
             os.remove(os.path.join(target, name))
