@@ -533,3 +533,26 @@ def test_out_in_a_directory_whose_parent_is_read_only(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkdtemp", no_writes_in_parent)
     write_bundle(tracekit.analyze(SGLANG), str(out))
     assert set(os.listdir(out)) == BUNDLE | {"notes.txt"} and (out / "notes.txt").read_text() == "keep"
+
+
+def test_fuzz_seed_2165_damaged_schema_page_is_one_line(tmp_path):
+    # found by benchmarks/fuzz_inputs.py: SQLite's error quoted the damaged bytes, and
+    # decoding that message failed before the error could be reported
+    from fuzz_cases import make_case
+
+    case = make_case(2165, str(tmp_path))
+    assert "corrupted pages" in case.mutations
+    one_line_error(run_cli(["info", case.path]), case.path, "not a readable SQLite database")
+
+
+def test_events_that_are_not_utf8_in_a_chunk_with_a_type_error(tmp_path):
+    doc_text = json.dumps(bert_doc())
+    kernel = '"cat": "kernel", "name": "'
+    at = doc_text.index(kernel) + len(kernel)
+    data = doc_text[:at].encode() + b"\xee\x80bad " + doc_text[at:].encode()
+    data = data.replace(b'"ph": "X"', b'"ph": 5', 1)  # the chunk fails its types first
+    path = tmp_path / "mixed.json"
+    path.write_bytes(data)
+    trace = tracekit.load(path)
+    assert any("not UTF-8 were replaced" in w for w in trace.warnings), trace.warnings
+    assert trace.kernels["name"].astype(str).str.contains("\ufffd").sum() == 1

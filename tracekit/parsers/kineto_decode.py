@@ -162,7 +162,11 @@ class EventDecoder:
         events = []
         for raw in raws:
             try:
-                events.append(self._decode_one(raw))
+                try:
+                    events.append(self._decode_one(raw))
+                except UnicodeDecodeError:  # this chunk failed for a type error first: repair here
+                    raw = self._repaired(raw)
+                    events.append(self._decode_one(raw))
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                 # A phase tracekit does not read is no error; a broken "X" event is.
                 try:

@@ -64,6 +64,8 @@ def _connect(path: str) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise TraceError(path, f"not a readable SQLite database ({exc})") from None
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged schema's bytes, which are not text
+        raise TraceError(path, "not a readable SQLite database (its schema is damaged)") from None
     return conn
 
 
