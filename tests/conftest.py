@@ -35,3 +35,15 @@ def load_cached():
         return cache[key]
 
     return load
+
+
+def _plugin_installed() -> bool:
+    """Whether tracekit's pytest plugin is already active through its entry point (an
+    install that predates the entry point, or PYTHONPATH onto a checkout, has none)."""
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "tracekit.integrations.pytest_plugin" for ep in entry_points(group="pytest11"))
+
+
+# tracekit's own golden tests run through its pytest plugin; registering it twice is an error.
+pytest_plugins = [] if _plugin_installed() else ["tracekit.integrations.pytest_plugin"]

@@ -2,7 +2,7 @@
 
 Regenerate after an intended change (and review the diff before committing):
 
-    python tests/golden.py
+    python tests/golden.py      # = python -m pytest tests/test_golden.py --tracekit-update-goldens
 """
 
 from __future__ import annotations
@@ -49,14 +49,12 @@ def _rounded(value):
     return value
 
 
-def main() -> None:
-    sys.path.insert(0, str(HERE.parent))
-    GOLDEN.mkdir(exist_ok=True)
-    for path in fixtures():
-        target = GOLDEN / golden_name(path)
-        target.write_text(json.dumps(summary(path), indent=1, sort_keys=True) + "\n")
-        print(target.relative_to(HERE.parent))
+def main() -> int:
+    """Rewrite the goldens through the test itself, so the files are exactly what it compares."""
+    import pytest
+
+    return pytest.main(["-q", str(HERE / "test_golden.py"), "--tracekit-update-goldens"])
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

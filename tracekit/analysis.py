@@ -36,6 +36,7 @@ class Analysis:
     trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per collective kernel
     overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm hidden by compute, per device
+    findings: Any = None  # tracekit.findings.Findings: the headline and what to fix first
 
     def to_json(self, top: int = 15) -> str:
         from tracekit.strict_json import dumps
@@ -45,6 +46,7 @@ class Analysis:
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
+            "headline": list(self.findings.headline) if self.findings else [],
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
@@ -56,6 +58,10 @@ class Analysis:
             "collectives": _collective_summary(self.collectives),
             "top_kernels": _records(top_kernels(self, top)),
             "top_ops": _records(self.ops.head(top)),
+            # How long the full lists are, so a reader (tracekit diff) knows whether an item
+            # missing from a top list is absent or only below the cut.
+            "listed_of": {"top_kernels": int(self.kernels["name"].nunique()) if len(self.kernels) else 0, "top_ops": len(self.ops)},
+            "what_to_fix_first": self.findings.to_dict(top) if self.findings else None,
             "warnings": self.warnings,
         }
 
@@ -81,6 +87,9 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
     analysis.collectives = collective_table(analysis)
     analysis.overlap = overlap_table(kernels)
+    from tracekit.findings import compute
+
+    analysis.findings = compute(analysis)
     return analysis
 
 

@@ -19,14 +19,21 @@ def _load(path: str):
 
     trace = load(path)
     for warning in trace.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace
 
 
 def _console():
-    from rich.console import Console
+    from tracekit.reports.terminal import console
 
-    return Console(width=max(150, Console().width))
+    return console()
+
+
+def _safe(text) -> str:
+    """A trace string (a path, a name inside a warning) for a line written to the terminal."""
+    from tracekit.reports.text import plain_terminal
+
+    return plain_terminal(text)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -63,8 +70,11 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.option("--workers", type=click.IntRange(1, 256), help="Worker processes for several ranks (default: one per core).")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
+@click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
+@click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
-            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float) -> None:
+            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
+            to_mlflow: bool = False, mlflow_run: str | None = None) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -75,6 +85,9 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         from tracekit.reports.bundle import check_out_dir
 
         check_out_dir(out_dir)  # before the work: a bad --out should not cost a whole analysis
+    to_mlflow = to_mlflow or bool(mlflow_run)
+    if to_mlflow:
+        _check_mlflow(paths)
     if len(paths) > 1 or os.path.isdir(paths[0]):
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
@@ -88,7 +101,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
             written = write_bundle(analysis, out_dir, top)
     for warning in analysis.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(analysis.to_json(top))
     elif fmt == "markdown":
@@ -101,7 +114,33 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         analysis.warnings = []  # already on stderr
         render.render_console(analysis, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
+    if to_mlflow:
+        _log_to_mlflow(analysis, mlflow_run, top)
+
+
+def _check_mlflow(paths: tuple[str, ...]) -> None:
+    """Before any work: --mlflow needs MLflow installed and logs one trace's analysis."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise click.UsageError("--mlflow needs MLflow: pip install 'tracekit[mlflow]'")
+    if len(paths) > 1 or os.path.isdir(paths[0]):
+        raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
+
+
+def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
+    from tracekit.integrations.mlflow import log_analysis
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with _status("logging to MLflow"):
+            run_id = log_analysis(analysis, run_id=run_id, top=top)
+    except MlflowException as exc:  # a run that does not exist, a store that cannot be reached
+        raise TraceError(f"MLflow run {run_id}" if run_id else "MLflow", str(exc.message).splitlines()[0]) from None
+    click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
 
 
 def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
@@ -114,7 +153,7 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
         written = render.write_bundle(multi, out_dir, top) if out_dir else []
     for r in multi.ranks:
         for warning in r.analysis.warnings:
-            click.echo(f"tracekit: warning: {r.path}: {warning}", err=True)
+            click.echo(f"tracekit: warning: {_safe(r.path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(render.to_json(multi))
     elif fmt == "markdown":
@@ -122,7 +161,7 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
     else:
         render.render_console(multi, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
 
 
 @cli.command()
@@ -139,7 +178,76 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
     with _status(f"analysing {path}"):
         analysis = run(path, device=device, device_file=device_file, rules=rules)
         n = write_perfetto(analysis, out)
-    click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
+    click.echo(f"tracekit: wrote {n:,} events to {_safe(out)}", err=True)
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("new")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
+@click.option("--top", default=15, show_default=True, help="How many ops and kernels to list.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
+def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None) -> None:
+    """What changed between two runs: steps, phase x block, ops, kernels, collectives.
+
+    BASE and NEW are traces (any format, any GPU) or stored summary.json files."""
+    from tracekit.compare import diff as compare
+    from tracekit.reports import diff as render
+
+    with _status("analysing both runs"):
+        result = compare(base, new, rules=rules)
+    for warning in result["warnings"]:
+        click.echo(f"tracekit: warning: {warning}", err=True)
+    if out_dir:
+        written = render.write(result, out_dir, top)
+    if fmt == "json":
+        click.echo(render.to_json(result))
+    elif fmt == "markdown":
+        click.echo(render.to_markdown(result, top), nl=False)
+    else:
+        render.render_console(result, _console(), top)
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--expect", "expect_path", required=True, type=click.Path(dir_okay=False), help="TOML file of [[expect]] tables.")
+@click.option("--baseline", help="A summary.json (or trace) to measure max_regression against.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Also write the verdicts as JUnit XML here.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--device", help="GPU to put a trace on; default: the trace's own.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules.")
+def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None, rules: str | None) -> None:
+    """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails."""
+    from tracekit.compare import as_summary, check as run_check, load_expectations
+    from tracekit.reports import check as render
+
+    expectations = load_expectations(expect_path)
+    with _status(f"analysing {path}"):
+        summary = as_summary(path, device=device, rules=rules)
+        base = as_summary(baseline, device=device, rules=rules) if baseline else None
+    for warning in summary.get("warnings") or []:
+        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+    verdicts = run_check(summary, expectations, base)
+    if junit_path:
+        from tracekit.compare.check import junit_xml
+        from tracekit.reports.atomic import write_file
+
+        write_file(junit_path, junit_xml(verdicts, path))
+    if fmt == "json":
+        click.echo(render.to_json(verdicts, path))
+    elif fmt == "markdown":
+        click.echo(render.to_markdown(verdicts, path), nl=False)
+    else:
+        render.render_console(verdicts, _console(), path)
+    if not all(v.ok for v in verdicts):
+        sys.exit(CHECK_FAILED)
+
+
+# `tracekit check`: an expectation failed (2 stays bad input, 1 a bug in tracekit).
+CHECK_FAILED = 3
 
 
 @contextlib.contextmanager
@@ -193,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TraceError as exc:
-        click.echo(f"tracekit: error: {exc.path}: {exc.reason}", err=True)
+        click.echo(f"tracekit: error: {_safe(exc.path)}: {_safe(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

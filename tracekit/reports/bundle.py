@@ -137,6 +137,18 @@ def _install_entries(tmp: str, target: str) -> None:
     os.rmdir(tmp)
 
 
+def _with_names(k):
+    """The kernels table with, beside the raw name, its demangled name and its report label."""
+    from tracekit.names import labels, readable
+
+    k = k.copy()
+    names = k["name"].astype(str)
+    label = labels(names.unique())
+    k["demangled"] = names.map({n: readable(n) for n in label}).astype("category")
+    k["label"] = names.map(label).astype("category")
+    return k
+
+
 def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     with atomic_dir(out_dir) as tmp:
         names = write_files(a, tmp, top)
@@ -161,7 +173,7 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     save("report.html", html.render(a, images, top))
     save("roofline.png", images["roofline"])
     save("breakdown.png", images["breakdown"])
-    kernels = a.kernels.copy()
+    kernels = _with_names(a.kernels)
     for col in kernels.columns:  # parquet wants one type per column; categories of str
         if kernels[col].dtype == object:
             kernels[col] = kernels[col].astype("string")

@@ -1,0 +1,181 @@
+"""torch.profiler handler, MLflow logging and the pytest plugin, each through the real thing:
+a torch.profiler capture, a local MLflow tracking store read back with MLflow's own client,
+and an inner pytest run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, shared
+
+QWEN = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
+
+
+def raw_step_ns(path, name):
+    with gzip.open(path) as f:
+        (dur,) = [e["dur"] for e in json.load(f)["traceEvents"] if e.get("name") == name and e.get("cat") == "user_annotation"]
+    return dur * 1000
+
+
+def test_on_trace_ready_writes_the_trace_and_its_bundle(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch records the capture (pip install -e '.[test]')")
+    import tracekit.profiler
+
+    handler = tracekit.profiler.on_trace_ready(tmp_path, worker_name="w")
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    schedule = torch.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule,
+                                on_trace_ready=handler, record_shapes=True) as prof:
+        for _ in range(5):
+            for _ in range(3):
+                torch.mm(a, b)
+            prof.step()
+    (capture,) = handler.wait(timeout=300)
+    assert capture.returncode == 0, capture.log
+    assert capture.trace == str(tmp_path / "w.step4.pt.trace.json.gz") and os.path.isdir(capture.bundle)
+    with gzip.open(capture.trace) as f:
+        recorded = [e for e in json.load(f)["traceEvents"] if e.get("name") == "aten::mm"]
+    summary = json.loads((tmp_path / "w.step4" / "summary.json").read_text())
+    (mm,) = [r for r in summary["top_ops"] if r["op"] == "aten::mm"]
+    # 2 active steps x 3 matmuls of (64x32)(32x16): 2*M*N*K FLOPs each.
+    assert len(recorded) == mm["calls"] == 6
+    assert mm["flops"] == 6 * 2 * 64 * 16 * 32
+    assert {"report.html", "summary.json", "kernels.parquet"} <= set(os.listdir(capture.bundle))
+    assert not [n for n in os.listdir(tmp_path) if "partial" in n]
+
+
+def test_on_trace_ready_keeps_a_failed_analysis_reason(tmp_path):
+    import tracekit.profiler
+
+    class Broken:  # a profiler whose export writes a file that is no trace
+        step_num = 7
+
+        def export_chrome_trace(self, path):
+            with gzip.open(path, "wb") as f:
+                f.write(b"{not json")
+
+    handler = tracekit.profiler.on_trace_ready(tmp_path, worker_name="w")
+    handler(Broken())
+    (capture,) = handler.wait(timeout=120)
+    assert capture.returncode == 2 and not os.path.exists(capture.bundle)
+    assert (tmp_path / "w.step7.log").read_text().startswith("tracekit: error: ")
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch):
+    mlflow = pytest.importorskip("mlflow", reason="MLflow is optional: pip install 'tracekit[mlflow]'")
+    # MLflow 3 keeps the file store for existing users behind this switch; it needs no
+    # database driver (mlflow-skinny has none).
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    yield uri
+    mlflow.set_tracking_uri(None)
+
+
+def test_log_analysis_to_a_local_mlflow_store(mlflow_store, tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    import tracekit
+    import tracekit.mlflow
+
+    analysis = tracekit.analyze(QWEN)
+    with mlflow.start_run() as run:
+        assert tracekit.mlflow.log_analysis(analysis) == run.info.run_id
+    client = MlflowClient(mlflow_store)
+    metrics = client.get_run(run.info.run_id).data.metrics
+    assert metrics["tracekit.step_time_ms"] == pytest.approx(raw_step_ns(QWEN, "ProfilerStep#6") / 1e6)
+    block = analysis.blocks.set_index(["phase", "block"]).loc[("forward", "attention")]
+    assert metrics["tracekit.block.forward.attention.time_ms"] == pytest.approx(block["gpu_time_ns"] / 1e6)
+    assert metrics["tracekit.block.forward.attention.efficiency"] == pytest.approx(block["efficiency"])
+    assert metrics["tracekit.coverage"] == pytest.approx(analysis.coverage["modeled_share"])
+    assert metrics["tracekit.exposed_comm_share"] == 0.0  # one GPU, no collectives
+    html = client.download_artifacts(run.info.run_id, "tracekit/report.html", str(tmp_path))
+    text = open(html, encoding="utf-8").read()
+    assert text.lstrip().lower().startswith("<!doctype html") and "h100_qwen1.5-0.5b_hf_inference" in text
+    summary = json.loads(open(client.download_artifacts(run.info.run_id, "tracekit/summary.json", str(tmp_path))).read())
+    assert summary["steps"][0]["duration_ns"] == raw_step_ns(QWEN, "ProfilerStep#6")
+
+
+def test_log_analysis_leaves_unknown_metrics_out(mlflow_store):
+    from mlflow.tracking import MlflowClient
+
+    import tracekit
+    import tracekit.mlflow
+
+    # hipGraph decode: almost no kernel has a cost, so no efficiency is logged at all.
+    run_id = tracekit.mlflow.log_analysis(tracekit.analyze(shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")), artifacts=False)
+    metrics = MlflowClient(mlflow_store).get_run(run_id).data.metrics
+    assert metrics["tracekit.coverage"] < 0.5 and "tracekit.efficiency" not in metrics
+    assert "tracekit.block.decode.attention.time_ms" in metrics and "tracekit.block.decode.attention.efficiency" not in metrics
+
+
+def test_analyze_cli_logs_into_a_named_run(mlflow_store, tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    with mlflow.start_run() as run:
+        pass
+    done = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
+                           "--mlflow-run", run.info.run_id, "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)
+    client = MlflowClient(mlflow_store)
+    assert client.get_run(run.info.run_id).data.metrics["tracekit.coverage"] == pytest.approx(printed["coverage"]["modeled_share"])
+    assert "tracekit/report.html" in [a.path for a in client.list_artifacts(run.info.run_id, "tracekit")]
+    missing = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
+                              "--mlflow-run", "0123456789abcdef"], capture_output=True, text=True, cwd=REPO)
+    assert missing.returncode == 2 and missing.stderr == "tracekit: error: MLflow run 0123456789abcdef: Run '0123456789abcdef' not found\n"
+
+
+INNER_TEST = '''
+import json, pathlib
+SUMMARY = {summary!r}
+
+def test_replay(tracekit_summary, tracekit_expect, tracekit_golden):
+    summary = tracekit_summary(SUMMARY)
+    assert tracekit_summary(SUMMARY) is summary  # loaded once per session
+    tracekit_expect(summary, [{{"block": "forward/attention", "max_time_ms": {limit}}}])
+    tracekit_golden(summary, pathlib.Path(__file__).parent / "golden.json")
+'''
+
+
+def _inner_pytest(tmp_path, limit, *args):
+    from conftest import _plugin_installed
+
+    (tmp_path / "test_inner.py").write_text(INNER_TEST.format(summary=str(REPO / "tests" / "golden" / "torch__h100_qwen1.5-0.5b_hf_inference.json.gz.summary.json"), limit=limit))
+    plugin = [] if _plugin_installed() else ["-p", "tracekit.integrations.pytest_plugin"]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, *args, str(tmp_path)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env)
+
+
+def test_pytest_plugin_expectations_and_goldens(tmp_path):
+    golden = tmp_path / "golden.json"
+    # No golden yet: the test fails and says how to make one.
+    first = _inner_pytest(tmp_path, 1000)
+    assert first.returncode == 1 and "--tracekit-update-goldens" in first.stdout
+    update = _inner_pytest(tmp_path, 1000, "--tracekit-update-goldens")
+    assert update.returncode == 0 and "rewrote 1 golden summaries" in update.stdout
+    original = golden.read_text()
+    stored = json.loads(original)
+    assert stored["blocks"] == json.loads((REPO / "tests" / "golden" / "torch__h100_qwen1.5-0.5b_hf_inference.json.gz.summary.json").read_text())["blocks"]
+    assert _inner_pytest(tmp_path, 1000).returncode == 0
+    # A changed number beyond the tolerance fails, naming the field.
+    stored["steps"][0]["duration_ns"] += 1
+    golden.write_text(json.dumps(stored))
+    changed = _inner_pytest(tmp_path, 1000)
+    assert changed.returncode == 1 and "$.steps[0].duration_ns: golden" in changed.stdout
+    # A violated expectation fails with its measured value.
+    golden.write_text(original)
+    failed = _inner_pytest(tmp_path, 1.0)
+    attention = next(b for b in stored["blocks"] if (b["phase"], b["block"]) == ("forward", "attention"))
+    assert failed.returncode == 1 and f"forward/attention time | <= 1 ms | {attention['gpu_time_ns'] / 1e6:,.3f} ms | FAIL" in failed.stdout

@@ -1,0 +1,224 @@
+"""Check a run against expectations written as data (TOML), and against a baseline run.
+
+    [[expect]]                       # a block: "phase/block", or "block" over every phase
+    block = "decode/attention"
+    min_efficiency = 0.5             # also: min_coverage, max_time_ms, max_share
+    max_regression = 0.05            # vs --baseline: time may grow at most 5%
+                                     # (metric = "efficiency": may drop at most 5%)
+    [[expect]]                       # the run as a whole
+    max_step_time_ms = 30            # median step
+    max_exposed_comm_share = 0.1     # exposed communication / capture span
+    min_coverage = 0.9               # share of kernel time with a cost
+
+Each limit gives one Verdict. A value that cannot be measured fails its limit with the
+reason (an efficiency over less than half of the block's time is unknown, not a pass)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
+from tracekit.errors import TraceError
+
+
+# limit key -> (what it measures, direction, unit); direction "min": measured >= limit
+RUN_LIMITS = {
+    "max_step_time_ms": ("step_time", "max", "ms"),
+    "max_exposed_comm_share": ("exposed_comm_share", "max", "share"),
+    "min_coverage": ("coverage", "min", "share"),
+    "min_efficiency": ("efficiency", "min", "share"),
+    "max_regression": ("regression", "max", "share"),
+}
+BLOCK_LIMITS = {
+    "min_efficiency": ("efficiency", "min", "share"),
+    "min_coverage": ("coverage", "min", "share"),
+    "max_time_ms": ("time", "max", "ms"),
+    "max_share": ("share", "max", "share"),
+    "max_regression": ("regression", "max", "share"),
+}
+# What max_regression compares, and which way is worse: +1 when a larger value is worse.
+REGRESSION_METRICS = {"run": {"step_time": +1, "efficiency": -1, "exposed_comm_share": +1},
+                      "block": {"time": +1, "efficiency": -1, "share": +1}}
+OTHER_KEYS = {"block", "name", "metric"}
+
+
+@dataclass
+class Verdict:
+    expectation: str  # "decode/attention efficiency", "run step_time"
+    limit: str  # ">= 0.5", "<= 30 ms"
+    measured: float | None
+    unit: str  # "share" or "ms"
+    ok: bool
+    reason: str  # why it failed (or "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_expectations(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The [[expect]] tables of a TOML file, validated (unknown keys are errors: a typo
+    must not turn a limit into a silent pass)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceError(path, f"not valid TOML: {exc}") from None
+    items = data.get("expect")
+    if not isinstance(items, list) or not items:
+        raise TraceError(path, "no [[expect]] tables")
+    for i, item in enumerate(items):
+        validate(item, f"{path}: expect[{i}]")
+    return items
+
+
+def validate(item: Any, where: str) -> None:
+    path, _, prefix = where.partition(": ")
+    def bad(reason: str):
+        return TraceError(path, f"{prefix}: {reason}" if prefix else reason)
+
+    if not isinstance(item, dict):
+        raise bad("an expectation must be a table")
+    scope = "block" if "block" in item else "run"
+    limits = BLOCK_LIMITS if scope == "block" else RUN_LIMITS
+    unknown = set(item) - set(limits) - OTHER_KEYS
+    if unknown:
+        raise bad(f"unknown key {sorted(unknown)[0]!r} for a {scope} expectation (known: {', '.join(sorted(limits))})")
+    if scope == "block" and (not isinstance(item["block"], str) or not item["block"].strip("/")):
+        raise bad("block must be a name: \"phase/block\" or \"block\"")
+    if not any(k in limits for k in item):
+        raise bad(f"no limit given (one of: {', '.join(sorted(limits))})")
+    for key in limits:
+        if key in item and number(item[key]) is None:
+            raise bad(f"{key} must be a number")
+    metric = item.get("metric")
+    if metric is not None and metric not in REGRESSION_METRICS[scope]:
+        raise bad(f"metric must be one of {', '.join(REGRESSION_METRICS[scope])}")
+
+
+def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> list[Verdict]:
+    """One Verdict per limit (in a fixed order per expectation), expectations in the order written."""
+    verdicts = []
+    for i, item in enumerate(expectations):
+        validate(item, f"<expectations>: expect[{i}]")
+        if "max_regression" in item and baseline is None:
+            raise TraceError("<expectations>", f"expect[{i}]: max_regression needs a baseline summary (--baseline)")
+        scope = "block" if "block" in item else "run"
+        limits = BLOCK_LIMITS if scope == "block" else RUN_LIMITS
+        subject = item.get("name") or (item["block"] if scope == "block" else "run")
+        for key, (metric, direction, unit) in limits.items():
+            if key not in item:
+                continue
+            limit = float(item[key])
+            if metric == "regression":
+                compared = item.get("metric") or ("time" if scope == "block" else "step_time")
+                measured, reason = _regression(summary, baseline, item, scope, compared)
+                name = f"{subject} {compared} regression"
+            else:
+                measured, reason = _measure(summary, item, scope, metric)
+                name = f"{subject} {metric}"
+            verdicts.append(_verdict(name, direction, limit, measured, unit, reason))
+    return verdicts
+
+
+def _verdict(name: str, direction: str, limit: float, measured: float | None, unit: str, unknown_reason: str) -> Verdict:
+    shown = f"{limit:g} ms" if unit == "ms" else f"{limit:g}"
+    text = (">= " if direction == "min" else "<= ") + shown
+    if measured is None:
+        return Verdict(name, text, None, unit, False, unknown_reason or "unknown")
+    ok = measured >= limit if direction == "min" else measured <= limit
+    return Verdict(name, text, measured, unit, ok, "" if ok else ("below the minimum" if direction == "min" else "above the maximum"))
+
+
+def _measure(summary: dict[str, Any], item: dict[str, Any], scope: str, metric: str) -> tuple[float | None, str]:
+    """The measured value (None when unknown) and, if unknown, why."""
+    if scope == "run":
+        if metric == "step_time":
+            t = step_time_ns(summary)
+            return (t / 1e6, "") if t is not None else (None, "unknown (the trace marks no steps)")
+        if metric == "exposed_comm_share":
+            share = exposed_comm_share(summary)
+            return (share, "") if share is not None else (None, "unknown (no per-device span in the summary)")
+        coverage = coverage_share(summary)
+        if metric == "coverage":
+            return (coverage, "") if coverage is not None else (None, "unknown (no coverage in the summary)")
+        efficiency = number((summary.get("coverage") or {}).get("efficiency"))
+        return _efficiency(efficiency, coverage)
+    block = select_block(summary, item["block"])
+    if block is None:
+        return None, f"no block {item['block']!r} in this run"
+    if metric == "time":
+        return block["time_ns"] / 1e6, ""
+    if metric == "efficiency":
+        return _efficiency(block["efficiency"], block["coverage"])
+    value = block[metric]
+    return (value, "") if value is not None else (None, f"unknown ({metric} not in the summary)")
+
+
+def _efficiency(value: float | None, coverage: float | None) -> tuple[float | None, str]:
+    if coverage is None or coverage < MIN_COVERAGE or value is None:
+        shown = "unknown" if coverage is None else f"{100 * coverage:.1f}%"
+        return None, f"unknown (coverage {shown})"
+    return value, ""
+
+
+def select_block(summary: dict[str, Any], selector: str) -> dict[str, float | None] | None:
+    """The phase x block rows `selector` names ("phase/block", or "block" in any phase),
+    merged: time and share add up; coverage and efficiency are time-weighted as the
+    analysis builds them (efficiency = Σ t_min / Σ modeled time). None when no row matches."""
+    phase, _, block = selector.rpartition("/")
+    rows = [r for r in records(summary, "blocks") if r.get("block") == block and (not phase or r.get("phase") == phase)]
+    if not rows:
+        return None
+    kernel_ns = [number(r.get("kernel_time_ns")) or 0.0 for r in rows]
+    coverage = [number(r.get("coverage")) for r in rows]
+    modeled = [k * (c or 0.0) for k, c in zip(kernel_ns, coverage)]
+    t_min = [m * number(r.get("efficiency")) for m, r in zip(modeled, rows) if m and number(r.get("efficiency")) is not None]
+    modeled_with_eff = sum(m for m, r in zip(modeled, rows) if m and number(r.get("efficiency")) is not None)
+    shares = [number(r.get("share")) for r in rows]
+    return {
+        "time_ns": sum(number(r.get("gpu_time_ns")) or 0.0 for r in rows),
+        "share": sum(shares) if None not in shares else None,
+        "coverage": sum(modeled) / sum(kernel_ns) if sum(kernel_ns) and None not in coverage else None,
+        "efficiency": sum(t_min) / modeled_with_eff if modeled_with_eff else None,
+    }
+
+
+def _regression(summary, baseline, item, scope, metric) -> tuple[float | None, str]:
+    """How much worse the run is than the baseline, as a share of the baseline (positive =
+    worse): time growth, or efficiency drop."""
+    worse = REGRESSION_METRICS[scope][metric]
+    now, why_now = _measure(summary, item, scope, metric)
+    then, why_then = _measure(baseline, item, scope, metric)
+    if now is None:
+        return None, why_now
+    if then is None:
+        return None, f"baseline {why_then}"
+    if then == 0:
+        return None, "unknown (baseline value is 0)"
+    return worse * (now - then) / then, ""
+
+
+def junit_xml(verdicts: list[Verdict], source: str) -> bytes:
+    """JUnit XML (one testcase per limit) for CI systems."""
+    import xml.etree.ElementTree as ET
+
+    failures = sum(not v.ok for v in verdicts)
+    suites = ET.Element("testsuites", tests=str(len(verdicts)), failures=str(failures))
+    suite = ET.SubElement(suites, "testsuite", name=f"tracekit check {source}", tests=str(len(verdicts)), failures=str(failures), errors="0")
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname="tracekit.check", name=f"{v.expectation} {v.limit}")
+        if not v.ok:
+            measured = "unknown" if v.measured is None else f"{v.measured:.6g}"
+            failure = ET.SubElement(case, "failure", message=f"measured {measured}: {v.reason}")
+            failure.text = f"{v.expectation}: expected {v.limit}, measured {measured} ({v.reason})"
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)

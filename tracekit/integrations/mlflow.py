@@ -1,0 +1,94 @@
+"""Log an analysis to MLflow: headline metrics, and the report bundle as artifacts.
+
+    import tracekit, tracekit.mlflow
+    with mlflow.start_run():
+        tracekit.mlflow.log_analysis(tracekit.analyze("trace.json.gz"))
+
+Metrics (unknown figures are not logged at all: an absent metric is not a 0):
+    tracekit.step_time_ms               median step
+    tracekit.coverage                   share of kernel time with a cost
+    tracekit.efficiency                 Σ t_min / Σ time over modeled kernels
+    tracekit.exposed_comm_share         exposed communication / capture span
+    tracekit.gpu_busy_ms
+    tracekit.block.<phase>.<block>.time_ms / .share / .efficiency
+Artifacts under `tracekit/`: summary.json, report.md, report.html, parquet, csv, png.
+Needs `pip install 'tracekit[mlflow]'`; the tracking store is MLflow's own setting
+(MLFLOW_TRACKING_URI or mlflow.set_tracking_uri)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from typing import Any
+
+from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
+
+PREFIX = "tracekit"
+# MLflow metric keys allow alphanumerics, _ - . space and /; phase and block names come
+# from the trace and user rules, so anything else becomes "_".
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. ]")
+
+
+def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """The metrics logged for a summary dict (`Analysis.to_dict()` or a summary.json)."""
+    out: dict[str, float | None] = {
+        "step_time_ms": _scaled(step_time_ns(summary), 1e-6),
+        "coverage": coverage_share(summary),
+        "exposed_comm_share": exposed_comm_share(summary),
+        "gpu_busy_ms": _scaled(_sum(number(r.get("busy_ns")) for r in records(summary, "devices")), 1e-6),
+    }
+    if (coverage_share(summary) or 0.0) >= MIN_COVERAGE:
+        out["efficiency"] = number((summary.get("coverage") or {}).get("efficiency"))
+    for r in records(summary, "blocks"):
+        key = f"block.{_key(r.get('phase'))}.{_key(r.get('block'))}"
+        out[f"{key}.time_ms"] = _scaled(number(r.get("gpu_time_ns")), 1e-6)
+        out[f"{key}.share"] = number(r.get("share"))
+        coverage = number(r.get("coverage"))
+        if coverage is not None and coverage >= MIN_COVERAGE:
+            out[f"{key}.efficiency"] = number(r.get("efficiency"))
+    return {f"{PREFIX}.{k}": v for k, v in out.items() if v is not None}
+
+
+def log_analysis(analysis, run_id: str | None = None, top: int = 15, artifact_path: str = PREFIX, artifacts: bool = True) -> str:
+    """Log `analysis` (an Analysis) to the MLflow run `run_id`, else the active run, else a
+    new run. Returns the run id."""
+    try:
+        import mlflow
+        from mlflow.entities import Metric, RunTag
+        from mlflow.tracking import MlflowClient
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError("tracekit's MLflow logging needs MLflow: pip install 'tracekit[mlflow]'") from exc
+    import time
+
+    summary = analysis.to_dict(top)
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, 0) for k, v in headline_metrics(summary).items()]
+    device = (summary.get("device") or {}).get("name")
+    tags = [RunTag(f"{PREFIX}.trace", str((summary.get("trace") or {}).get("path"))), RunTag(f"{PREFIX}.device", str(device))]
+    own_run = run_id is None and mlflow.active_run() is None
+    with (mlflow.start_run() if own_run else contextlib.nullcontext()):
+        run_id = run_id or mlflow.active_run().info.run_id
+        client = MlflowClient()
+        client.log_batch(run_id, metrics=metrics, tags=tags)
+        if artifacts:
+            from tracekit.reports.bundle import write_bundle
+
+            with tempfile.TemporaryDirectory(prefix="tracekit-bundle-") as bundle:
+                write_bundle(analysis, bundle, top)
+                client.log_artifacts(run_id, bundle, artifact_path)
+    return run_id
+
+
+def _key(name: Any) -> str:
+    return _KEY_UNSAFE.sub("_", str(name))[:100] or "_"
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _sum(values) -> float | None:
+    values = list(values)
+    return sum(values) if values and None not in values else None

@@ -1,0 +1,99 @@
+"""pytest plugin (registered through the `pytest11` entry point, so it is active wherever
+tracekit is installed): replay stored traces in tests.
+
+    def test_decode_attention(tracekit_summary, tracekit_expect, tracekit_golden):
+        summary = tracekit_summary("traces/decode.json.gz")          # analysed once per session
+        tracekit_expect(summary, [{"block": "decode/attention", "min_efficiency": 0.5}])
+        tracekit_golden(summary, "tests/golden/decode.summary.json", rel=1e-6)
+
+`pytest --tracekit-update-goldens` rewrites the golden files instead of comparing.
+Importing this module costs only pytest: tracekit itself loads when a fixture is used."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+import pytest
+
+_UPDATED = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("tracekit")
+    group.addoption("--tracekit-update-goldens", action="store_true", default=False,
+                    help="tracekit: rewrite golden summaries with the values measured now, instead of comparing.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_UPDATED] = []
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    updated = config.stash.get(_UPDATED, [])
+    if updated:
+        terminalreporter.write_line(f"tracekit: rewrote {len(updated)} golden summaries (review the diff before committing)")
+
+
+@pytest.fixture(scope="session")
+def tracekit_summary():
+    """`load(path, device=None, rules=None, top=None)` -> the summary dict of a trace or a
+    stored summary.json; each (path, options) is analysed once per test session."""
+    from tracekit.compare.summary import as_summary
+
+    cache: dict[tuple, dict[str, Any]] = {}
+
+    def load(path: str | os.PathLike, device: str | None = None, rules: str | None = None, top: int | None = None) -> dict[str, Any]:
+        key = (os.fspath(path), device, rules, top)
+        if key not in cache:
+            cache[key] = as_summary(path, device=device, rules=rules, top=top)
+        return cache[key]
+
+    return load
+
+
+@pytest.fixture
+def tracekit_expect():
+    """`expect(summary, expectations, baseline=None)`: fail the test unless every expectation
+    holds. `expectations` is a list of [[expect]] tables as dicts, or a TOML file path."""
+    from tracekit.compare.check import check, load_expectations
+    from tracekit.reports.check import rows
+
+    def expect(summary: dict[str, Any], expectations, baseline: dict[str, Any] | None = None) -> list:
+        items = expectations if isinstance(expectations, list) else load_expectations(expectations)
+        verdicts = check(summary, items, baseline)
+        failed = [v for v in verdicts if not v.ok]
+        if failed:
+            head, body = rows(failed)
+            lines = [" | ".join(head)] + [" | ".join(row) for row in body]
+            pytest.fail(f"{len(failed)} of {len(verdicts)} tracekit expectations failed:\n" + "\n".join(lines), pytrace=False)
+        return verdicts
+
+    return expect
+
+
+@pytest.fixture
+def tracekit_golden(request: pytest.FixtureRequest):
+    """`golden(summary, path, rel=1e-6, abs=1e-12)`: fail on the first difference from the
+    golden file at `path` (floats within `rel`, everything else exact); with
+    --tracekit-update-goldens, write `summary` there instead."""
+    from tracekit.compare.golden import first_difference, write_golden
+
+    update = request.config.getoption("tracekit_update_goldens")
+
+    def golden(summary: dict[str, Any], path: str | os.PathLike, rel: float = 1e-6, abs: float = 1e-12) -> None:  # noqa: A002
+        path = pathlib.Path(path)
+        if update:
+            write_golden(path, summary)
+            request.config.stash[_UPDATED].append(str(path))
+            return
+        if not path.exists():
+            pytest.fail(f"no golden summary at {path}: run pytest with --tracekit-update-goldens", pytrace=False)
+        difference = first_difference(json.loads(path.read_text()), summary, rel, abs)
+        if difference:
+            pytest.fail(f"{path.name}: {difference} (after an intended change: pytest --tracekit-update-goldens, then review the diff)",
+                        pytrace=False)
+
+    return golden

@@ -1,0 +1,48 @@
+"""`tracekit check`: each expectation, its limit, the measured value and the verdict."""
+
+from __future__ import annotations
+
+from tracekit.compare.check import Verdict
+from tracekit.strict_json import dumps
+
+UNKNOWN = "—"
+
+
+def _measured(v: Verdict) -> str:
+    if v.measured is None:
+        return UNKNOWN
+    return f"{v.measured:,.3f} ms" if v.unit == "ms" else f"{v.measured:.4g}"
+
+
+def rows(verdicts: list[Verdict]) -> tuple[list[str], list[list[str]]]:
+    head = ["expectation", "limit", "measured", "verdict", "why"]
+    return head, [[v.expectation, v.limit, _measured(v), "PASS" if v.ok else "FAIL", v.reason] for v in verdicts]
+
+
+def summary_line(verdicts: list[Verdict]) -> str:
+    failed = sum(not v.ok for v in verdicts)
+    return f"{len(verdicts) - failed} of {len(verdicts)} expectations hold" + (f"; {failed} failed" if failed else "")
+
+
+def to_json(verdicts: list[Verdict], source: str) -> str:
+    return dumps({"source": source, "ok": all(v.ok for v in verdicts), "verdicts": [v.to_dict() for v in verdicts]})
+
+
+def to_markdown(verdicts: list[Verdict], source: str) -> str:
+    from tracekit.reports.text import markdown as esc
+    head, body = rows(verdicts)
+    lines = [f"# tracekit check: {esc(source)}", "", summary_line(verdicts), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def render_console(verdicts: list[Verdict], console, source: str) -> None:
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
+    head, body = rows(verdicts)
+    body = [[*row[:3], "PASS" if v.ok else "FAIL", *row[4:]] for row, v in zip(body, verdicts)]
+    measured = tuple(i for i, h in enumerate(head) if h != "measured")
+    print_section(Section(f"tracekit check: {source}", head, body, [0] * len(head), flex=len(head) - 1, left=measured), console)
+    console.print(terminal(summary_line(verdicts)))
