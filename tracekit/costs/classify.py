@@ -54,7 +54,7 @@ AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC
 def is_auxiliary(names: pd.Series) -> np.ndarray:
     """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
     cat = names.astype("category")
-    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n))[:4096])) for n in cat.cat.categories] + [False])
+    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n)[:MAX_MATCHED_CHARS]))) for n in cat.cat.categories] + [False])
     return flags[cat.cat.codes.to_numpy()]
 
 
