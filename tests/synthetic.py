@@ -16,20 +16,20 @@ class KinetoBuilder:
     def range(self, name: str, ts: float, dur: float, tid: int = 1) -> None:
         self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur})
 
-    def op(self, name: str, ts: float, dur: float, tid: int = 1, dims=None, types=None) -> None:
-        args = {"Input Dims": dims or [], "Input type": types or []}
+    def op(self, name: str, ts: float, dur: float, tid: int = 1, dims=None, types=None, **extra) -> None:
+        args = {"Input Dims": dims or [], "Input type": types or [], **extra}
         self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args})
 
-    def kernel(self, name: str, launch_ts: float, gpu_ts: float, dur: float, tid: int = 1, stream: int = 7) -> None:
+    def kernel(self, name: str, launch_ts: float, gpu_ts: float, dur: float, tid: int = 1, stream: int = 7, **extra) -> None:
         self.corr += 1
         self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
                             "ts": launch_ts, "dur": 1.0, "args": {"correlation": self.corr}})
         self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": gpu_ts, "dur": dur,
                             "args": {"correlation": self.corr, "device": 0, "stream": stream,
-                                     "grid": [132, 1, 1], "block": [128, 1, 1]}})
+                                     "grid": [132, 1, 1], "block": [128, 1, 1], **extra}})
 
     def write(self, path) -> str:
         doc = {"traceEvents": self.events,
-               "deviceProperties": [{"id": 0, "name": self.device_name, "totalGlobalMem": 85e9}]}
+               "deviceProperties": [{"id": 0, "name": self.device_name, "totalGlobalMem": 85899345920}]}
         path.write_text(json.dumps(doc))
         return str(path)

@@ -199,3 +199,47 @@ def test_convolution_flops_go_to_the_compute_kernel_not_its_transposes():
     # and the per-kernel FLOPs of each call add up to the op's, on its compute kernels only
     conv_calls = k[(k["op_name"].astype(str) == "aten::cudnn_convolution") & k["flops"].notna()]
     assert (conv_calls["kernel_class"].astype(str) != "copy").all()
+
+
+def test_inductor_kernel_flop_and_num_gb_cost_compiled_kernels(tmp_path):
+    # torch.compile: Inductor's record_function around a Triton launch carries kernel_flop /
+    # kernel_num_gb; profile_analysis.augment_trace writes them on the kernel itself.
+    import tracekit
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder()
+    b.op("aten::mm", 0, 20, dims=[[256, 512], [512, 128]], types=[BF16, BF16])
+    b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_kernel", 1, 100, 10)
+    b.op("triton_tem_fused_mm_0", 30, 10, kernel_flop=2 * 64 * 64 * 64, kernel_num_gb=3 * 64 * 64 * 2 / 1e9)
+    b.kernel("triton_tem_fused_mm_0", 31, 120, 4)
+    b.op("triton_poi_fused_add_1", 50, 10, kernel_num_gb=0.000524288)
+    b.kernel("triton_poi_fused_add_1", 51, 130, 2)
+    b.kernel("triton_red_fused_sum_2", 60, 140, 2, kernel_flop=0, kernel_num_gb=0.001)  # augmented trace
+    b.kernel("triton_red_fused_norm_3", 70, 150, 2, kernel_flop="bad", kernel_num_gb=-1)  # unreadable: unknown
+    a = tracekit.analyze(b.write(tmp_path / "compiled.json"))
+    k = a.kernels.set_index(a.kernels["name"].astype(str))
+    assert k.loc["sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_kernel", "cost_source"] == "op shapes"  # shapes first
+    tem = k.loc["triton_tem_fused_mm_0"]
+    assert tem["cost_source"] == "trace metadata (Inductor)"
+    assert tem["flops"] == 2 * 64 ** 3 and tem["bytes_read"] + tem["bytes_written"] == pytest.approx(3 * 64 * 64 * 2)
+    assert tem["dtype"] == "bf16"  # the trace's matrix dtype, from the shaped GEMM
+    assert k.loc["triton_poi_fused_add_1", "bytes_read"] == pytest.approx(524288) and k.loc["triton_poi_fused_add_1", "flops"] == 0
+    assert k.loc["triton_red_fused_sum_2", "bytes_read"] == pytest.approx(1e6)
+    assert pd_isna(k.loc["triton_red_fused_norm_3", "flops"])
+    assert a.coverage["modeled_share_by_source"]["trace metadata (Inductor)"] > 0
+
+
+def pd_isna(v) -> bool:
+    return v != v or v is None
+
+
+def test_a_bad_inductor_figure_leaves_the_kernel_linked(tmp_path):
+    import tracekit
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder()
+    b.op("triton_red_fused_norm_3", 0, 10)
+    b.kernel("triton_red_fused_norm_3", 1, 150, 2, kernel_flop="bad", kernel_num_gb=-1)
+    a = tracekit.analyze(b.write(tmp_path / "bad_meta.json"))
+    assert a.kernels["launch"].iat[0] >= 0 and a.kernels["op"].iat[0] >= 0  # the other args still read
+    assert pd_isna(a.kernels["flops"].iat[0]) and not a.warnings

@@ -44,6 +44,9 @@ KERNEL_COLUMNS: dict[str, str] = {
     "coll_group_size": "int32",
     "coll_dtype": "category",
     "coll_group": "category",
+    # a cost the trace itself states (Inductor's kernel_flop / kernel_num_gb), NaN when absent
+    "meta_flops": "float64",
+    "meta_bytes": "float64",
 }
 
 LAUNCH_COLUMNS: dict[str, str] = {
@@ -66,6 +69,8 @@ OP_COLUMNS: dict[str, str] = {
     "input_dims": "object",  # list per input: list[int] for tensors, [] for scalars / None
     "input_types": "object",  # list[str]: "float", "c10::BFloat16", "Scalar", ...
     "concrete_inputs": "object",  # list[str]: values of scalar inputs, "" for tensors
+    "meta_flops": "float64",  # Inductor's kernel_flop on its launch wrapper, NaN when absent
+    "meta_bytes": "float64",  # Inductor's kernel_num_gb x 1e9, NaN when absent
 }
 
 RANGE_COLUMNS: dict[str, str] = {
@@ -109,12 +114,16 @@ def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: i
                 values = np.full(n, None, dtype=object)
             elif dtype == "bool":
                 values = np.zeros(n, dtype=bool)
+            elif dtype == "float64":
+                values = np.full(n, np.nan)
             else:
                 values = np.full(n, -1, dtype=dtype)
         if dtype == "object":
             series = pd.Series(values, dtype=object)
         elif dtype in ("category", "bool"):
             series = pd.Series(values).astype(dtype)
+        elif dtype == "float64":
+            series = pd.Series(values, dtype=np.float64)
         else:  # integers: rows a source lacks a value for (NaN after a concat) get -1
             series = pd.Series(values)
             if series.hasnans:

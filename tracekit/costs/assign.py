@@ -43,6 +43,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
+    _from_metadata(trace, kind, duration, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
@@ -141,6 +142,51 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
         total = duration[kernel_rows].sum()
         share = duration[kernel_rows] / total if total > 0 else np.full(len(kernel_rows), 1.0 / len(kernel_rows))
         _set(out, kernel_rows, cost, share, "op shapes")
+
+
+METADATA = "trace metadata (Inductor)"
+
+
+def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> None:
+    """torch.compile's kernels: Inductor states each kernel's FLOPs and GB, on the kernel
+    (augment_trace) or on the record_function around its launch. Used where op shapes gave
+    nothing; the op-level figure is split over the op's kernels by time. Inductor gives one
+    byte total, so it is all counted as read. FLOPs need a dtype for their peak: the
+    trace's dominant matrix dtype (a compiled model runs in one), noted."""
+    k = trace.kernels
+    if "meta_flops" not in k:
+        return
+    todo = (kind == "kernel") & np.isnan(out["flops"])
+    flops, nbytes = k["meta_flops"].to_numpy(dtype=np.float64).copy(), k["meta_bytes"].to_numpy(dtype=np.float64).copy()
+    op = k["op"].to_numpy()
+    from_op = todo & np.isnan(flops) & np.isnan(nbytes) & (op >= 0)
+    if from_op.any() and "meta_flops" in trace.ops:
+        op_flops, op_bytes = trace.ops["meta_flops"].to_numpy(dtype=np.float64), trace.ops["meta_bytes"].to_numpy(dtype=np.float64)
+        rows = np.flatnonzero(from_op)
+        total = pd.Series(duration[rows]).groupby(op[rows]).transform("sum").to_numpy()
+        share = np.where(total > 0, duration[rows] / np.where(total > 0, total, 1.0), 1.0)
+        flops[rows], nbytes[rows] = op_flops[op[rows]] * share, op_bytes[op[rows]] * share
+    has = todo & ~(np.isnan(flops) & np.isnan(nbytes))
+    if not has.any():
+        return
+    matrix_dtype = _dominant_matrix_dtype(out, duration)
+    for row in np.flatnonzero(has):
+        f = flops[row] if not np.isnan(flops[row]) else 0.0
+        b = nbytes[row] if not np.isnan(nbytes[row]) else np.nan
+        if np.isnan(b):
+            out["unknown_reason"][row] = "Inductor states FLOPs but not bytes for this kernel"
+            continue
+        computes = f > 0
+        cost = Cost(f, b, 0.0, "matrix" if computes else "memory", (matrix_dtype or "unknown") if computes else "b8",
+                    "Inductor kernel_flop / kernel_num_gb" + ("; dtype: the trace's dominant matrix dtype" if computes else ""))
+        _set(out, np.array([row]), cost, 1.0, METADATA)
+
+
+def _dominant_matrix_dtype(out: dict, duration: np.ndarray) -> str | None:
+    matrix = out["cost_kind"] == "matrix"
+    if not matrix.any():
+        return None
+    return str(pd.Series(duration[matrix]).groupby(out["dtype"][matrix].astype(str)).sum().idxmax())
 
 
 def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:

@@ -42,6 +42,7 @@ _LEGACY_USER_RANGE = re.compile(r"^ProfilerStep#\d+$|#|^## .* ##$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _TRAILING_INT = re.compile(r"(-?\d+)\s*$")
 _NULL = msgspec.Raw(b"null")
+_NAN = float("nan")
 _ARG_LABEL = {"correlation": "correlation", "external_id": "External id", "sequence": "Sequence number", "registers": "registers per thread",
               "shared_memory": "shared memory", "in_elems": "In msg nelems", "out_elems": "Out msg nelems", "group_size": "Group size"}
 
@@ -62,6 +63,9 @@ class _KernelArgs(msgspec.Struct):
     group_size: int = msgspec.field(name="Group size", default=-1)
     dtype: str | None = None
     group: str | None = msgspec.field(name="Process Group Name", default=None)
+    # torch.compile: Inductor's own count for the kernel (also what profile_analysis.augment_trace writes)
+    kernel_flop: Any = None  # any JSON value: a bad one makes this figure unknown, not the event
+    kernel_num_gb: Any = None
 
 
 class _LaunchArgs(msgspec.Struct):
@@ -76,6 +80,24 @@ class _OpArgs(msgspec.Struct):
     concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NULL)
     external_id: int = msgspec.field(name="External id", default=-1)
     sequence: int = msgspec.field(name="Sequence number", default=-1)
+    # Inductor's record_function around each Triton launch carries its FLOPs and GB
+    kernel_flop: Any = None  # any JSON value: a bad one makes this figure unknown, not the event
+    kernel_num_gb: Any = None
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 1e30 else _NAN
+
+
+def _metadata_costs(args: list[Any]) -> dict[str, np.ndarray]:
+    """Inductor's `kernel_flop` / `kernel_num_gb` (GB = 1e9 bytes) as FLOPs and bytes; a value
+    that is not a finite, non-negative number is unknown (NaN), not zero."""
+    flops = np.array([_number(a.kernel_flop) for a in args], dtype=np.float64)
+    nbytes = np.array([_number(a.kernel_num_gb) for a in args], dtype=np.float64) * 1e9
+    with np.errstate(invalid="ignore"):
+        flops[~(np.isfinite(flops) & (flops >= 0))] = np.nan
+        nbytes[~(np.isfinite(nbytes) & (nbytes >= 0))] = np.nan
+    return {"meta_flops": flops, "meta_bytes": nbytes}
 
 
 def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None) -> Trace:
@@ -252,6 +274,7 @@ class _Tables:
             collective=self.strings["collective"].codes(list(map(attrgetter("collective"), args))),
             coll_dtype=self.strings["coll_dtype"].codes([a.dtype if a.collective is not None else None for a in args]),
             coll_group=self.strings["coll_group"].codes(list(map(attrgetter("group"), args))),
+            **_metadata_costs(args),
         )
 
     def _add_launches(self, events: list[Event]) -> None:
@@ -265,6 +288,7 @@ class _Tables:
             external_id=self._column(args, "external_id"),
             sequence=self._column(args, "sequence"),
             **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
+            **_metadata_costs(args),
         )
 
     def _column(self, args: list[Any], field: str) -> np.ndarray:
@@ -323,6 +347,7 @@ class _Tables:
             "coll_in_elems": c.array("in_elems"),
             "coll_out_elems": c.array("out_elems"),
             "coll_group_size": self.checks.ints(c.array("group_size"), "Group size", np.int32),
+            "meta_flops": c.array("meta_flops", np.float64), "meta_bytes": c.array("meta_bytes", np.float64),
         }
         for col, interner in self.strings.items():
             data[col] = interner.categorical(c.array(col, np.int32))
@@ -352,6 +377,7 @@ class _Tables:
             "name": self.names["op"].categorical(c.array("name", np.int32)),
             "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
             "external_id": c.array("external_id"), "sequence": c.array("sequence"),
+            "meta_flops": c.array("meta_flops", np.float64), "meta_bytes": c.array("meta_bytes", np.float64),
         }
         for col, interner in self.inputs.items():
             decoded = np.array([_decode_json(v) for v in interner.values] + [None], dtype=object)
