@@ -83,6 +83,13 @@ def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
             ax.annotate(f"O{i + 1}", (x0, y0), xytext=(dx, dy), textcoords="offset points", fontsize=7, color="darkgreen",
                         arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "darkgreen"})
             key.append(f"O{i + 1} {_short(r['op'], 24)} {_short(r['shapes'], 22)}")
+    if not len(pts) and not len(ops):  # say why the plot is empty rather than show empty axes
+        cov = analysis.coverage.get("modeled_share")
+        ax.text(0.5, 0.5, "nothing to place on the roofline:\n"
+                f"{'no' if not cov else f'only {cov:.1%} of'} GPU kernel time has a FLOP and byte count\n"
+                "(record with record_shapes=True / emit_nvtx(record_shapes=True), or pass --model)",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="dimgray",
+                bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "none"})
     if key:  # the key sits right of the axes, one line per numbered point
         fig.text(0.735, 0.95, "\n".join(_short(line, 50) for line in key[:30]), fontsize=6.5, va="top", family="monospace")
         fig.subplots_adjust(left=0.07, right=0.72)
