@@ -1,0 +1,312 @@
+"""tracekit side by side with its peers on every shared trace.
+
+    PYTHONPATH=. python benchmarks/compare_peers.py [--hta-python PATH] [--out FILE] [TRACE ...]
+
+Peers:
+  - HolisticTraceAnalysis 0.5.0 (busy, idle, compute, communication, overlap, kernel-type
+    breakdown, idle breakdown), run in its own virtual environment (--hta-python, default
+    /work/hta-venv/bin/python) through benchmarks/peers/hta_probe.py. It runs twice: as users
+    get it by default (timestamps rounded to whole microseconds inward, the last ProfilerStep
+    and kernels with no CPU launch dropped) and with those two switched off
+    (HTA_DISABLE_NS_ROUNDING=1, include_last_profiler_step=True). The diff column is against
+    the second: the same kernels, the same clock.
+  - torch._inductor.analysis.profile_analysis (the torch of the test extra): per-op FLOPs and
+    GB from its augment_trace, matched with tracekit's costs of the same kernels.
+
+tracekit's time figures are computed with HTA's definitions from tracekit's kernel table and
+tracekit's labels (benchmarks/peers/timeline_side.py), except the rows marked "reported",
+which are tracekit's own headline numbers. Nsight Systems exports: HTA and profile_analysis
+read only Kineto JSON; tracekit's figures are listed alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from typing import Any
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+
+from peers import inductor_side, timeline_side  # noqa: E402
+
+HERE = pathlib.Path(__file__).resolve().parent
+SHARED = HERE.parents[1] / "shared" / "fixtures"
+HTA_PYTHON = "/work/hta-venv/bin/python"
+# HTA 0.5.0 asks for pandas>=1.5.2 with no upper bound; under pandas 3 it stops on
+# mi300x_resnet (transform_correlation_to_index writes row numbers into an int16 column, which
+# pandas 3 refuses). A pandas 2.2 put first on its path (pip install --target DIR pandas==2.2.3
+# pytz tzdata) runs it as its authors ran it.
+HTA_PANDAS2 = "/work/hta-pandas2"
+THRESHOLD = 2.0  # percent: every difference above it needs a reason
+
+
+def default_jobs() -> list[tuple[str, dict[int, pathlib.Path]]]:
+    """Every shared trace: each Kineto file alone, the 8 DLRM ranks as one job, each nsys export."""
+    torch_dir = SHARED / "torch"
+    jobs = [(p.name, {0: p}) for p in sorted(torch_dir.glob("*.json.gz"))]
+    dlrm = sorted((torch_dir / "v100_dlrm_8ranks").glob("rank*.json.gz"))
+    if dlrm:
+        jobs.append(("v100_dlrm_8ranks", {int(p.name[4:].split(".")[0]): p for p in dlrm}))
+    jobs += [(p.name, {0: p}) for p in sorted((SHARED / "nsys").glob("*.sqlite"))]
+    return jobs
+
+
+# -- peers ----------------------------------------------------------------------------------
+
+def run_hta(hta_python: str, files: dict[int, pathlib.Path], exact: bool, hta_path: str = "") -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if hta_path:
+        env["PYTHONPATH"] = hta_path
+    if exact:
+        env["HTA_DISABLE_NS_ROUNDING"] = "1"
+    cmd = [hta_python, str(HERE / "peers" / "hta_probe.py")] + (["--include-last-step"] if exact else [])
+    cmd += [f"{r}={p}" for r, p in sorted(files.items())]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"HTA exited {proc.returncode}: {tail[0][:200]}"}
+    return json.loads(proc.stdout)
+
+
+def hta_rank(h: dict[str, Any], rank: int) -> dict[str, Any]:
+    """One rank's figures from HTA's JSON, in ns (HTA reports microseconds)."""
+    if "error" in h:
+        return {}
+    out: dict[str, Any] = {"events": (h.get("gpu_events") or {}).get(str(rank))}
+    for row in h.get("temporal") or []:
+        if row["rank"] == rank:
+            window, idle = row["kernel_time(us)"] * 1e3, row["idle_time(us)"] * 1e3
+            out.update(window_ns=window, idle_in_window_ns=idle, busy_ns=window - idle,
+                       compute_ns=row["compute_time(us)"] * 1e3, non_compute_ns=row["non_compute_time(us)"] * 1e3)
+    for row in h.get("overlap") or []:
+        if row["rank"] == rank and row.get("comp_comm_overlap_pctg") is not None:
+            out["overlap_share"] = row["comp_comm_overlap_pctg"] / 100  # HTA rounds it to 0.01%
+    for key, name in (("kernel_types_by_rank_untruncated", "types"), ("kernel_types_by_rank", "types_truncated")):
+        per_rank = (h.get(key) or {}).get(str(rank))
+        if per_rank is not None:
+            out[name] = {k: v * 1e3 for k, v in per_rank.items()}
+    out["non_kernel_gpu_events"] = (h.get("non_kernel_gpu_events") or {}).get(str(rank))
+    idle = [r for r in h.get("idle_breakdown") or [] if r["rank"] == rank]
+    if idle:
+        cats: dict[str, float] = {}
+        for r in idle:
+            cats[r["idle_category"]] = cats.get(r["idle_category"], 0.0) + r["idle_time"] * 1e3
+        out["idle_categories"] = cats
+    return out
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+def _us(ns: Any) -> str:
+    return "—" if ns is None else f"{ns / 1e3:,.1f}"
+
+
+def _pct(x: Any) -> str:
+    return "—" if x is None else f"{100 * x:.2f}%"
+
+
+def _diff(ours: Any, theirs: Any) -> tuple[str, bool]:
+    if ours is None or theirs is None:
+        return "", False
+    if theirs == 0:
+        return ("0" if ours == 0 else "∞"), ours != 0
+    d = 100 * (ours - theirs) / abs(theirs)
+    return f"{d:+.2f}", abs(d) > THRESHOLD
+
+
+def _cell(text: str, limit: int = 120) -> str:
+    """Trace strings are hostile: keep table cells single-line and pipe-free."""
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")[:limit]
+
+
+class Table:
+    def __init__(self, title: str, peer: str):
+        self.title, self.peer, self.rows, self.flagged = title, peer, [], []
+
+    def add(self, metric: str, ours: Any, theirs: Any, fmt=_us, default: Any = "", note: str = "", diff: bool = True):
+        d, over = _diff(ours, theirs) if diff else ("", False)
+        self.rows.append((metric, fmt(ours) if ours is not None or diff else "—", fmt(theirs), d, default, note))
+        if over:
+            self.flagged.append(metric)
+
+    def render(self) -> str:
+        lines = [f"### {_cell(self.title)}", "", f"| metric | tracekit | {self.peer} | diff % | HTA default | note |",
+                 "|---|---:|---:|---:|---:|---|"]
+        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
+        return "\n".join(lines) + "\n"
+
+
+def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, Any], hta_exact, hta_default) -> list[Table]:
+    tables = []
+    for rank, a in sorted(analyses.items()):
+        t = Table(f"{label} rank {rank} — HTA", "HTA (exact)")
+        if isinstance(a, str):
+            t.add("tracekit", None, None, note=a, diff=False)
+            tables.append(t)
+            continue
+        ex, df = hta_rank(hta_exact, rank), hta_rank(hta_default, rank)
+        ours = timeline_side.device_figures(a.kernels)
+        devices = a.kernels["device"].nunique()
+        reported = a.devices
+        t.add("GPU activities (count)", ours["events"], ex.get("events"), fmt=lambda x: "—" if x is None else f"{x:,}",
+              default=df.get("events", ""), note=f"{devices} device(s)")
+        t.add("GPU-active window (us)", ours["window_ns"], ex.get("window_ns"), default=_us(df.get("window_ns")))
+        t.add("busy, reported (us)", int(reported["busy_ns"].sum()), ex.get("busy_ns"), default=_us(df.get("busy_ns")))
+        for col, name in (("idle_ns", "idle, reported"), ("active_idle_ns", "idle in active window, reported"),
+                          ("idle_active_ns", "idle in active window, reported")):
+            if col in reported.columns:
+                t.add(f"{name} (us)", int(reported[col].sum()), ex.get("idle_in_window_ns"), default=_us(df.get("idle_in_window_ns")),
+                      note="capture span" if col == "idle_ns" else "")
+        t.add("idle in active window (us)", ours["idle_in_window_ns"], ex.get("idle_in_window_ns"), default=_us(df.get("idle_in_window_ns")))
+        t.add("compute, union (us)", ours["compute_ns"], ex.get("compute_ns"), default=_us(df.get("compute_ns")))
+        t.add("compute, union, HTA's name rules on tracekit's kernels (us)", ours["compute_hta_rules_ns"], ex.get("compute_ns"),
+              default=_us(df.get("compute_ns")))
+        t.add("non-compute (us)", ours["non_compute_ns"], ex.get("non_compute_ns"), default=_us(df.get("non_compute_ns")))
+        ov = a.overlap
+        comm = int(ov["comm_ns"].sum()) if len(ov) else 0
+        share = None if not comm else float(ov["overlapped_ns"].sum()) / comm
+        hta_comm = None
+        if "types" in ex:
+            hta_comm = sum(v for k, v in ex["types"].items() if "COMMUNICATION" in k)
+        if ex.get("non_kernel_gpu_events"):
+            t.add("HTA takes for GPU work", None, None, diff=False,
+                  note="events with a 'stream' arg that are not GPU activity: " + ", ".join(ex["non_kernel_gpu_events"]))
+        t.add("communication, union, reported (us)", comm, hta_comm)
+        t.add("comm overlapped by compute, reported", share, ex.get("overlap_share"), fmt=_pct,
+              default=_pct(df.get("overlap_share")))
+        if "types" in ex or ours["types"]:
+            theirs_types, default_types = ex.get("types", {}), df.get("types_truncated", {})
+            truncated = ex.get("types_truncated", {})
+            for k in sorted(set(ours["types"]) | set(theirs_types)):
+                cut = truncated.get(k)
+                note = f"HTA as-is {_us(cut)} (each segment cast to whole us)" if cut is not None and theirs_types.get(k) and \
+                    abs(cut - theirs_types[k]) > 0.005 * theirs_types[k] else ""
+                t.add(f"type: {k} (us)", ours["types"].get(k, 0), theirs_types.get(k), default=_us(default_types.get(k)), note=note)
+        for cat, ns in sorted((ex.get("idle_categories") or {}).items()):
+            t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us((df.get("idle_categories") or {}).get(cat)),
+                  note="per stream, summed over streams; no tracekit counterpart", diff=False)
+        tables.append(t)
+    return tables
+
+
+def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
+    t = Table(f"{label} — torch profile_analysis", "profile_analysis")
+    with gzip.open(path, "rt") if path.suffix == ".gz" else open(path) as f:
+        data = json.load(f)
+    raw, notes = inductor_side.augment(data)
+    if raw.empty:
+        t.add("kernels augmented", None, 0, fmt=lambda x: "—" if x is None else str(x), diff=False, note="; ".join(notes))
+        return t, None
+    matched = inductor_side.match(raw, a.kernels)
+    ops = inductor_side.per_op(matched)
+    t.add("kernels augmented / matched", int(matched["start"].count()), len(raw), fmt=lambda x: f"{x:,}", note="; ".join(notes))
+    for row in inductor_side.summary_rows(ops):
+        unit = row["unit"]
+        fmt = (lambda x: "—" if x is None else f"{x / 1e9:,.4f} G") if unit == "flop" else (lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB")
+        t.add(row["metric"], row["tracekit"], row["peer"], fmt=fmt)
+    return t, inductor_side.mismatches(ops)
+
+
+def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
+    if bad is None or bad.empty:
+        return ""
+    lines = [f"#### {_cell(label)}: op groups over {THRESHOLD:.0f}% (tracekit vs profile_analysis)", "",
+             "| op | shapes | types | n | FLOPs tk | FLOPs pa | diff % | bytes tk (their def) | bytes pa | diff % | reason |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    bad = bad.assign(weight=bad["count"] * bad["inductor_flops"].fillna(0) + bad["count"] * bad["inductor_bytes"].fillna(0))
+    for r in bad.sort_values("weight", ascending=False).head(limit).itertuples():
+        f = lambda x: "—" if x != x or x is None else f"{x:,.0f}"  # noqa: E731
+        p = lambda x: "" if x != x or x is None else f"{100 * x:+.1f}"  # noqa: E731
+        lines.append("| " + " | ".join(_cell(c, 240) for c in (r.op, r.shapes, r.types, r.count, f(r.tk_flops), f(r.inductor_flops),
+                                                            p(r.flop_diff), f(r.tk_bytes), f(r.inductor_bytes), p(r.byte_diff),
+                                                            r.reason)) + " |")
+    if len(bad) > limit:
+        rest = bad.sort_values("weight", ascending=False).iloc[limit:]
+        lines.append(f"| … {len(rest)} more groups | | | | | | | | | | " + "; ".join(
+            f"{n}: {c}" for n, c in rest["reason"].str.split(":").str[0].value_counts().items()) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def tracekit_only(label: str, a: Any) -> Table:
+    t = Table(f"{label} — nsys export", "HTA / profile_analysis")
+    if isinstance(a, str):
+        t.add("tracekit", None, None, note=a, diff=False)
+        return t
+    ours = timeline_side.device_figures(a.kernels) if len(a.kernels) else None
+    note = "HTA and profile_analysis read only Kineto JSON; no peer figure"
+    if ours:
+        for key, name in (("window_ns", "GPU-active window (us)"), ("busy_ns", "busy (us)"), ("idle_in_window_ns", "idle in active window (us)"),
+                          ("compute_ns", "compute, union (us)"), ("comm_ns", "communication, union (us)")):
+            t.add(name, ours[key], None, fmt=lambda x: "cannot read" if x is None else _us(x), diff=False, note=note)
+        t.add("comm overlapped by compute", ours["overlap_share"], None, fmt=lambda x: "cannot read" if x is None else _pct(x), diff=False)
+    return t
+
+
+def analyze_or_reason(path: pathlib.Path) -> Any:
+    import tracekit
+
+    try:
+        return tracekit.analyze(path)
+    except Exception as exc:  # shown in the table: tracekit failing is a finding too
+        return f"tracekit failed: {type(exc).__name__}: {exc}"[:200]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="*", help="trace files (default: every shared fixture)")
+    ap.add_argument("--hta-python", default=HTA_PYTHON)
+    ap.add_argument("--hta-pythonpath", default=HTA_PANDAS2 if os.path.isdir(HTA_PANDAS2) else "",
+                    help="put first on HTA's path (a pandas 2.2; '' for the venv as installed)")
+    ap.add_argument("--out", help="also write the Markdown here")
+    ap.add_argument("--no-inductor", action="store_true")
+    args = ap.parse_args(argv)
+    jobs = [(pathlib.Path(p).name, {0: pathlib.Path(p)}) for p in args.traces] if args.traces else default_jobs()
+    import tracekit
+
+    import torch
+
+    parts = [f"# tracekit vs HTA and torch profile_analysis\n\ntracekit from `{pathlib.Path(tracekit.__file__).parent}`; "
+             f"torch {torch.__version__}; HTA from `{args.hta_python}`"
+             + (f" with `{args.hta_pythonpath}` first on its path" if args.hta_pythonpath else "")
+             + f". Differences over {THRESHOLD:.0f}% are listed at the end.\n"]
+    flagged: list[str] = []
+    for label, files in jobs:
+        print(f"[compare_peers] {label}", file=sys.stderr, flush=True)
+        analyses = {r: analyze_or_reason(p) for r, p in files.items()}
+        if next(iter(files.values())).suffix == ".sqlite":
+            t = tracekit_only(label, analyses[0])
+            parts.append(t.render())
+            continue
+        exact = run_hta(args.hta_python, files, exact=True, hta_path=args.hta_pythonpath)
+        default = run_hta(args.hta_python, files, exact=False, hta_path=args.hta_pythonpath)
+        notes = [f"{n}: {m}" for h, n in ((exact, "HTA exact"), (default, "HTA default")) for m in
+                 ([h["error"]] if "error" in h else [f"{k}: {v}" for k, v in h.get("errors", {}).items()])]
+        for t in hta_tables(label, files, analyses, exact, default):
+            parts.append(t.render())
+            flagged += [f"{t.title}: {m}" for m in t.flagged]
+        if notes:
+            parts.append("HTA errors: " + "; ".join(_cell(n) for n in notes) + "\n")
+        if args.no_inductor:
+            continue
+        for rank, path in sorted(files.items()):
+            if isinstance(analyses[rank], str):
+                continue
+            t, bad = inductor_table(f"{label} rank {rank}" if len(files) > 1 else label, path, analyses[rank])
+            parts.append(t.render())
+            parts.append(render_mismatches(label, bad))
+            flagged += [f"{t.title}: {m}" for m in t.flagged]
+    parts.append("## Differences over 2%\n\n" + "\n".join(f"- {_cell(f)}" for f in flagged) + "\n")
+    text = "\n".join(parts)
+    print(text)
+    if args.out:
+        pathlib.Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
