@@ -7,9 +7,9 @@ Peers:
     breakdown, idle breakdown), run in its own virtual environment (--hta-python, default
     /work/hta-venv/bin/python) through benchmarks/peers/hta_probe.py. It runs twice: as users
     get it by default (timestamps rounded to whole microseconds inward, the last ProfilerStep
-    and kernels with no CPU launch dropped) and with those two switched off
-    (HTA_DISABLE_NS_ROUNDING=1, include_last_profiler_step=True). The diff column is against
-    the second: the same kernels, the same clock.
+    and every kernel not launched before it dropped) and with those two switched off
+    (HTA_DISABLE_NS_ROUNDING=1, HTA's kernel filter off: see peers/hta_probe.py). The diff
+    column is against the second: the same kernels, the same clock, HTA's own analyzers.
   - torch._inductor.analysis.profile_analysis (the torch of the test extra): per-op FLOPs and
     GB from its augment_trace, matched with tracekit's costs of the same kernels.
 
@@ -65,7 +65,7 @@ def run_hta(hta_python: str, files: dict[int, pathlib.Path], exact: bool, hta_pa
         env["PYTHONPATH"] = hta_path
     if exact:
         env["HTA_DISABLE_NS_ROUNDING"] = "1"
-    cmd = [hta_python, str(HERE / "peers" / "hta_probe.py")] + (["--include-last-step"] if exact else [])
+    cmd = [hta_python, str(HERE / "peers" / "hta_probe.py")] + (["--whole-trace"] if exact else [])
     cmd += [f"{r}={p}" for r, p in sorted(files.items())]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode != 0:
@@ -158,12 +158,18 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
               default=df.get("events", ""), note=f"{devices} device(s)")
         t.add("GPU-active window (us)", ours["window_ns"], ex.get("window_ns"), default=_us(df.get("window_ns")))
         t.add("busy, reported (us)", int(reported["busy_ns"].sum()), ex.get("busy_ns"), default=_us(df.get("busy_ns")))
-        for col, name in (("idle_ns", "idle, reported"), ("active_idle_ns", "idle in active window, reported"),
-                          ("idle_active_ns", "idle in active window, reported")):
-            if col in reported.columns:
-                t.add(f"{name} (us)", int(reported[col].sum()), ex.get("idle_in_window_ns"), default=_us(df.get("idle_in_window_ns")),
-                      note="capture span" if col == "idle_ns" else "")
-        t.add("idle in active window (us)", ours["idle_in_window_ns"], ex.get("idle_in_window_ns"), default=_us(df.get("idle_in_window_ns")))
+        if "active_ns" in reported.columns:
+            t.add("GPU-active window, reported (us)", int(reported["active_ns"].sum()), ex.get("window_ns"),
+                  default=_us(df.get("window_ns")))
+            t.add("idle in active window, reported (us)", int(reported["idle_ns"].sum()), ex.get("idle_in_window_ns"),
+                  default=_us(df.get("idle_in_window_ns")))
+            if "idle_span_ns" in reported.columns:
+                t.add("idle over the capture span, reported (us)", int(reported["idle_span_ns"].sum()), None, diff=False,
+                      note="capture span (host time before the first and after the last GPU activity); HTA has no such figure")
+        else:  # tracekit before the GPU-active window: idle = capture span - busy
+            t.add("idle, reported (us)", int(reported["idle_ns"].sum()), ex.get("idle_in_window_ns"),
+                  default=_us(df.get("idle_in_window_ns")), note="tracekit: capture span - busy")
+        t.add("idle in active window, from tracekit's kernels (us)", ours["idle_in_window_ns"], ex.get("idle_in_window_ns"), default=_us(df.get("idle_in_window_ns")))
         t.add("compute, union (us)", ours["compute_ns"], ex.get("compute_ns"), default=_us(df.get("compute_ns")))
         t.add("compute, union, HTA's name rules on tracekit's kernels (us)", ours["compute_hta_rules_ns"], ex.get("compute_ns"),
               default=_us(df.get("compute_ns")))
@@ -217,18 +223,18 @@ def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
     if bad is None or bad.empty:
         return ""
     lines = [f"#### {_cell(label)}: op groups over {THRESHOLD:.0f}% (tracekit vs profile_analysis)", "",
-             "| op | shapes | types | n | FLOPs tk | FLOPs pa | diff % | bytes tk (their def) | bytes pa | diff % | reason |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    bad = bad.assign(weight=bad["count"] * bad["inductor_flops"].fillna(0) + bad["count"] * bad["inductor_bytes"].fillna(0))
+             "| op | shapes | types | n | FLOPs tk | FLOPs pa | diff % | bytes tk (their def) | bytes pa | bytes pa, true sizes | diff % | reason |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    bad = bad.assign(weight=bad["count"] * bad["inductor_flops"].fillna(0) + bad["count"] * bad["pa_true_bytes"].fillna(0))
     for r in bad.sort_values("weight", ascending=False).head(limit).itertuples():
         f = lambda x: "—" if x != x or x is None else f"{x:,.0f}"  # noqa: E731
         p = lambda x: "" if x != x or x is None else f"{100 * x:+.1f}"  # noqa: E731
         lines.append("| " + " | ".join(_cell(c, 240) for c in (r.op, r.shapes, r.types, r.count, f(r.tk_flops), f(r.inductor_flops),
-                                                            p(r.flop_diff), f(r.tk_bytes), f(r.inductor_bytes), p(r.byte_diff),
+                                                            p(r.flop_diff), f(r.tk_bytes), f(r.inductor_bytes), f(r.pa_true_bytes), p(r.byte_diff),
                                                             r.reason)) + " |")
     if len(bad) > limit:
         rest = bad.sort_values("weight", ascending=False).iloc[limit:]
-        lines.append(f"| … {len(rest)} more groups | | | | | | | | | | " + "; ".join(
+        lines.append(f"| … {len(rest)} more groups | | | | | | | | | | | " + "; ".join(
             f"{n}: {c}" for n, c in rest["reason"].str.split(":").str[0].value_counts().items()) + " |")
     return "\n".join(lines) + "\n"
 

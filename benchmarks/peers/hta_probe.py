@@ -1,6 +1,11 @@
 """Run HolisticTraceAnalysis on the traces of one job and print its figures as JSON.
 
-    /path/to/hta-venv/bin/python benchmarks/peers/hta_probe.py [--include-last-step] RANK=TRACE ...
+    /path/to/hta-venv/bin/python benchmarks/peers/hta_probe.py [--whole-trace] RANK=TRACE ...
+
+--whole-trace: HTA's analyzers on every GPU event of the trace. By default HTA keeps only the
+kernels whose launch it can correlate with a CPU event before the start of the last
+ProfilerStep (Trace._filter_irrelevant_gpu_kernels); this switches that filter off, so that
+HTA and tracekit look at the same kernels.
 
 This runs in HTA's own virtual environment (HTA 0.5.0 pins its own pandas), so it imports
 nothing from tracekit. HTA reads a directory of per-rank traces: the traces are linked into a
@@ -39,10 +44,14 @@ def _safe(what: str, errors: dict, fn):
 
 
 def main(argv: list[str]) -> None:
-    include_last = "--include-last-step" in argv
+    whole = "--whole-trace" in argv
     pairs = [a.split("=", 1) for a in argv if not a.startswith("--")]
     logging.disable(logging.WARNING)
+    from hta.common.trace import Trace
     from hta.trace_analysis import TraceAnalysis
+
+    if whole:
+        Trace._filter_irrelevant_gpu_kernels = lambda self, include_last_profiler_step=False: None
 
     errors: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="hta_probe_") as tmp:
@@ -51,10 +60,10 @@ def main(argv: list[str]) -> None:
             link = os.path.join(tmp, f"rank{rank}_" + os.path.basename(path))
             os.symlink(os.path.abspath(path), link)
             files[int(rank)] = link
-        ta = TraceAnalysis(trace_files=files, trace_dir=tmp, include_last_profiler_step=include_last)
+        ta = TraceAnalysis(trace_files=files, trace_dir=tmp, include_last_profiler_step=whole)
         import pandas
 
-        out: dict = {"hta_version": _hta_version(), "pandas_version": pandas.__version__, "include_last_profiler_step": include_last, "ranks": sorted(files)}
+        out: dict = {"hta_version": _hta_version(), "pandas_version": pandas.__version__, "whole_trace": whole, "ranks": sorted(files)}
         # What HTA kept after its filter (kernels launched before the last profiler step).
         out["gpu_events"] = {str(r): int((df["stream"] >= 0).sum()) for r, df in ta.t.traces.items()}
         out["non_kernel_gpu_events"] = _non_kernel_gpu_events(ta)

@@ -7,17 +7,21 @@ launch): the op's whole count on each of its kernels. tracekit shares an op's co
 kernels it launched, so the two are compared per op (per External id): tracekit's sum over the
 op's kernels against profile_analysis's value for the op.
 
-Bytes are compared under profile_analysis's own definitions, computed from tracekit's parts:
-  - mm, addmm, bmm, baddbmm: `2*(M*K + N*K + M*N)*itemsize` (+ the addend, and for bmm the first
-    input again): twice tracekit's read+written bytes of the GEMM operands;
-  - every other op (its `_default_estimate_gb`): the inputs only, so tracekit's `bytes_read`;
-  - convolution: input elements read per output element plus weights, in elements not bytes:
-    not comparable, shown but not diffed.
+Bytes are compared under profile_analysis's own definitions, with one of its bugs taken out:
+`_get_size_from_string` looks the Kineto type string up as a torch attribute, so only "float",
+"int", "double" and "bool" get their size; "c10::BFloat16", "c10::Half" and "long int" count
+1 byte. "pa bytes, true sizes" is its count with each element at its real size:
+  - mm, addmm, bmm, baddbmm: `2*(M*K + N*K + M*N)*itemsize` (+ the addend; bmm adds its first
+    input again): compared with twice tracekit's read+written bytes;
+  - every other op (`_default_estimate_gb`): every tensor argument counted as read (scalars are
+    not memory): compared with tracekit's bytes_read;
+  - convolution: input elements read per output element plus weights, in elements: not compared.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -68,7 +72,8 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
         rows.append({
             "name": e["name"], "ts": float(e["ts"]), "correlation": args.get("correlation"), "device": args.get("device"),
             "external_id": args["External id"], "op": op["name"], "shapes": str(op["args"].get("Input Dims")),
-            "types": op["args"].get("Input type"), "their_size_factor": _their_size_factor(pa, op["args"].get("Input type")),
+            "types": op["args"].get("Input type"),
+            "pa_true_bytes": _true_size_bytes(pa, op, float(args["kernel_num_gb"]) * 1e9),
             "inductor_flops": float(args["kernel_flop"]),
             "inductor_gb": float(args["kernel_num_gb"]),
         })
@@ -83,13 +88,26 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
     return pd.DataFrame(rows), notes
 
 
-def _their_size_factor(pa, types: Any) -> float:
-    """profile_analysis's element size over the true one, for the op's first tensor type."""
-    for t in types or ():
+def _true_size_bytes(pa, op: dict, their_bytes: float) -> float:
+    """profile_analysis's byte count for the op with every element at its real size; NaN
+    where it has no byte definition (convolution) or the sizes are not recorded (tensor lists)."""
+    family = op["name"].split("::")[-1]
+    dims, types = op["args"].get("Input Dims") or [], op["args"].get("Input type") or []
+    if family in CONV_FAMILY:
+        return float("nan")
+    if family in MM_FAMILY:  # one element size throughout: rescale their count
+        t = types[1] if family in ("addmm", "baddbmm", "bmm") and len(types) > 1 else (types[0] if types else "")
+        dtype = pa._dtype_map.get(t)
+        return their_bytes * dtype.itemsize / pa._get_size_from_string(t) if dtype is not None else float("nan")
+    total = 0.0
+    for d, t in zip(dims, types):
+        if t == "TensorList":
+            return float("nan")
         dtype = pa._dtype_map.get(t) if isinstance(t, str) else None
-        if dtype is not None:
-            return pa._get_size_from_string(t) / dtype.itemsize
-    return 1.0
+        if dtype is None or not isinstance(d, list) or not d:  # scalars, lists of scalars, None
+            continue
+        total += math.prod(d) * dtype.itemsize
+    return total
 
 
 def match(inductor: pd.DataFrame, tk: pd.DataFrame) -> pd.DataFrame:
@@ -119,17 +137,20 @@ def per_op(matched: pd.DataFrame) -> pd.DataFrame:
     g = matched.groupby("external_id", sort=False).agg(
         op=("op", "first"), shapes=("shapes", "first"), types=("types", "first"), kernels=("name", "size"),
         matched=("start", "count"), inductor_flops=("inductor_flops", "first"), inductor_gb=("inductor_gb", "first"),
-        size_factor=("their_size_factor", "first"),
+        pa_true_bytes=("pa_true_bytes", "first"),
         tk_flops=("flops", lambda s: s.sum(min_count=1)), tk_read=("bytes_read", lambda s: s.sum(min_count=1)),
         tk_written=("bytes_written", lambda s: s.sum(min_count=1)), tk_source=("cost_source", "first"),
     ).reset_index()
     g["family"] = g["op"].str.replace("aten::", "", regex=False)
-    g["tk_bytes_their_def"] = np.where(g["family"].isin(MM_FAMILY), 2 * (g["tk_read"] + g["tk_written"]),
-                                       np.where(g["family"].isin(CONV_FAMILY), np.nan, g["tk_read"])) * g["size_factor"]
+    mm = g["family"].isin(MM_FAMILY)
+    g["tk_bytes_their_def"] = np.where(mm, 2 * (g["tk_read"] + g["tk_written"]), g["tk_read"])
     g["inductor_bytes"] = g["inductor_gb"] * 1e9
     g["flop_diff"] = _rel(g["tk_flops"], g["inductor_flops"].where(g["inductor_flops"] > 0))
-    g["byte_diff"] = _rel(g["tk_bytes_their_def"], g["inductor_bytes"].where(g["inductor_bytes"] > 0))
-    g["reason"] = [reason(o, t, f, b) for o, t, f, b in zip(g["op"], g["types"], g["flop_diff"], g["byte_diff"])]
+    g["byte_diff"] = _rel(g["tk_bytes_their_def"], g["pa_true_bytes"].where(g["pa_true_bytes"] > 0))
+    # Their default counts every tensor argument as read: outputs passed in (copy_'s
+    # destination, fill_, out=, vLLM's out-first ops) included. tracekit's read+written then matches.
+    g["all_args_match"] = ~mm & (_rel(g["tk_read"] + g["tk_written"], g["pa_true_bytes"]).abs() <= 0.02)
+    g["reason"] = [reason(o, t, f, b, m) for o, t, f, b, m in zip(g["op"], g["types"], g["flop_diff"], g["byte_diff"], g["all_args_match"])]
     return g
 
 
@@ -144,12 +165,17 @@ def summary_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
         rows.append({"metric": f"FLOPs {name} ({len(g)} ops, {len(both)} costed by tracekit)",
                      "tracekit": both["tk_flops"].sum() if len(both) else None,
                      "peer": both["inductor_flops"].sum() if len(both) else g["inductor_flops"].sum(), "unit": "flop"})
-    byte_ops = ops[ops["tk_bytes_their_def"].notna() & (ops["inductor_bytes"] > 0)]
-    for kind, mask in (("GEMM 2x(A+B+C)", byte_ops["family"].isin(MM_FAMILY)), ("other ops, inputs only", ~byte_ops["family"].isin(MM_FAMILY))):
-        g = byte_ops[mask]
-        if len(g):
-            rows.append({"metric": f"bytes, {kind} ({len(g)} ops)", "tracekit": g["tk_bytes_their_def"].sum(),
-                         "peer": g["inductor_bytes"].sum(), "unit": "B"})
+    byte_ops = ops[ops["tk_bytes_their_def"].notna() & (ops["pa_true_bytes"] > 0)]
+    mm = byte_ops["family"].isin(MM_FAMILY)
+    for kind, g in (("GEMM 2x(A+B+C)", byte_ops[mm]), ("other ops, tensor args as read", byte_ops[~mm])):
+        if not len(g):
+            continue
+        rows.append({"metric": f"bytes, {kind}, true sizes ({len(g)} ops)", "tracekit": g["tk_bytes_their_def"].sum(),
+                     "peer": g["pa_true_bytes"].sum(), "unit": "B"})
+        plain = g[g["reason"].isin(["agree", "unexplained"])]
+        if 0 < len(plain) < len(g):
+            rows.append({"metric": f"bytes, {kind}, true sizes, ops no checked rule explains ({len(plain)} ops)",
+                         "tracekit": plain["tk_bytes_their_def"].sum(), "peer": plain["pa_true_bytes"].sum(), "unit": "B"})
     return rows
 
 
@@ -163,40 +189,39 @@ def mismatches(ops: pd.DataFrame, threshold: float = 0.02) -> pd.DataFrame:
     return bad.groupby(["op", "shapes", "types"], sort=False).agg(
         count=("external_id", "size"), tk_flops=("tk_flops", "first"), inductor_flops=("inductor_flops", "first"),
         flop_diff=("flop_diff", "first"), tk_bytes=("tk_bytes_their_def", "first"), inductor_bytes=("inductor_bytes", "first"),
+        pa_true_bytes=("pa_true_bytes", "first"),
         byte_diff=("byte_diff", "first"), tk_source=("tk_source", "first"), reason=("reason", "first"),
     ).reset_index()
 
 
-GATHERS = {"index_select", "gather", "embedding", "index"}
-DEST_READ = {"copy_", "fill_", "zero_", "_foreach_copy_"}
+GATHERS = {"index_select", "gather", "embedding"}
 CACHE_WRITES = {"reshape_and_cache_flash", "reshape_and_cache"}
-INT_TYPES = {"long int", "int", "bool", "unsigned char", "signed char", "short int"}
+COLLECTIVES = {"record_param_comms", "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "multimem_all_reduce_"}
 
 
-def reason(op: str, types: Any, flop_diff: float, byte_diff: float) -> str:
-    """Why tracekit and profile_analysis differ on one op group, where a rule of theirs
-    explains it; "unexplained" sends a person to read the trace."""
+def reason(op: str, types: Any, flop_diff: float, byte_diff: float, all_args_match: bool = False) -> str:
+    """Why tracekit and profile_analysis differ on one op group, where a checked rule explains
+    it; "unexplained" sends a person to read the trace."""
     family = op.split("::")[-1]
     types = list(types) if isinstance(types, (list, tuple)) else []
-    tensor_types = {t for t in types if t and t not in ("Scalar", "ScalarList", "TensorList", "")}
     flop_off = flop_diff == flop_diff and abs(flop_diff) > 0.02
     byte_off = byte_diff == byte_diff and abs(byte_diff) > 0.02
     if flop_off:
         return "unexplained FLOPs"
-    if not byte_off:
-        return "agree"
     if "TensorList" in types:
         return ("their bug: _default_estimate_gb flattens a tensor list's shapes and multiplies all the dims "
                 "together (two [a,b] tensors count a*b*a*b elements)")
+    if not byte_off:
+        return "agree"
+    if all_args_match:
+        return ("definition: their default counts every tensor argument as read, outputs passed in included "
+                "(copy_ destination, fill_, out=, out-first custom ops); tracekit's read+written equals it")
     if family in GATHERS:
-        return "definition: their default reads every input whole; a gather reads the rows it picks"
+        return "definition: their default reads the whole table; a gather reads the rows it picks"
     if family in CACHE_WRITES:
         return "definition: their default reads the whole KV cache; the op writes the new tokens' slots"
-    if family in DEST_READ:
-        return "definition: their default counts the destination as read; a copy/fill only writes it"
-    if len(tensor_types) > 1 and tensor_types & INT_TYPES or len(tensor_types - INT_TYPES) > 1:
-        return ("their element sizes: 'long int' and 'c10::BFloat16'/'c10::Half' count 1 byte "
-                "(_get_size_from_string), so mixed-dtype ops cannot be rescaled by one factor")
+    if family in COLLECTIVES:
+        return "definition: tracekit's collective bytes are the link traffic (ring algorithm), theirs the input tensor"
     return "unexplained"
 
 
