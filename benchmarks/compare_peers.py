@@ -127,13 +127,25 @@ def _cell(text: str, limit: int = 120) -> str:
 
 class Table:
     def __init__(self, title: str, peer: str):
-        self.title, self.peer, self.rows, self.flagged = title, peer, [], []
+        self.title, self.peer, self.rows = title, peer, []
+        self.flagged: dict[str, list[str]] = {}  # metric -> [diff %, reason]
 
     def add(self, metric: str, ours: Any, theirs: Any, fmt=_us, default: Any = "", note: str = "", diff: bool = True):
         d, over = _diff(ours, theirs) if diff else ("", False)
         self.rows.append((metric, fmt(ours) if ours is not None or diff else "—", fmt(theirs), d, default, note))
         if over:
-            self.flagged.append(metric)
+            self.flagged[metric] = [d, "unexplained"]
+
+    def explain(self, metric_prefix: str, reason: str) -> None:
+        for metric, entry in self.flagged.items():
+            if metric.startswith(metric_prefix) and entry[1] == "unexplained":
+                entry[1] = reason
+
+    def diff_of(self, metric_prefix: str) -> float | None:
+        for metric, _o, _t, d, _df, _n in self.rows:
+            if metric.startswith(metric_prefix) and d not in ("", "∞"):
+                return float(d)
+        return None
 
     def render(self) -> str:
         lines = [f"### {_cell(self.title)}", "", f"| metric | tracekit | {self.peer} | diff % | HTA default | note |",
@@ -197,8 +209,35 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
         for cat, ns in sorted((ex.get("idle_categories") or {}).items()):
             t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us((df.get("idle_categories") or {}).get(cat)),
                   note="per stream, summed over streams; no tracekit counterpart", diff=False)
+        explain_hta(t, a.kernels, ex)
         tables.append(t)
     return tables
+
+
+def explain_hta(t: Table, kernels: Any, ex: dict[str, Any]) -> None:
+    """Reasons for the differences over the threshold that a check on the data can give."""
+    mine = timeline_side.kernel_types(kernels)
+    theirs = timeline_side.hta_types(kernels["name"])
+    differ = mine != theirs
+    odd = ex.get("non_kernel_gpu_events")
+    rules_diff = t.diff_of("compute, union, HTA's name rules")
+    if differ.any() and (rules_diff is None or abs(rules_diff) <= THRESHOLD or odd):
+        frame = kernels.loc[differ, ["name"]].assign(mine=mine[differ], theirs=theirs[differ])
+        parts = []
+        for (a, b), g in frame.groupby(["mine", "theirs"]):
+            top = g["name"].astype(str).value_counts().index[0]
+            parts.append(f"{len(g)} kernels tracekit {a}, HTA {b} (e.g. {top[:60]})")
+        why = ("definition: kernel classification (HTA: communication is only ^nccl.*Kernel; tracekit's collective "
+               "block also takes other collectives): " + "; ".join(parts) + ". With HTA's name rules on tracekit's "
+               "kernels the compute union agrees")
+        for m in ("compute, union (us)", "non-compute", "communication", "type:", "comm overlapped"):
+            t.explain(m, why)
+    if odd:
+        bug = ("their bug: HTA takes every event with a 'stream' arg for GPU work, so a CPU op carrying one "
+               f"(Triton's launcher: {', '.join(odd)[:80]}) counts as a kernel")
+        for m in ("GPU activities", "busy", "idle in active window", "compute, union, HTA's", "type: COMPUTATION"):
+            t.explain(m, bug)
+
 
 
 def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
@@ -216,7 +255,19 @@ def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
         unit = row["unit"]
         fmt = (lambda x: "—" if x is None else f"{x / 1e9:,.4f} G") if unit == "flop" else (lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB")
         t.add(row["metric"], row["tracekit"], row["peer"], fmt=fmt)
+    explain_inductor(t)
     return t, inductor_side.mismatches(ops)
+
+
+def explain_inductor(t: Table) -> None:
+    causal = t.diff_of("FLOPs attention, causal ops")
+    if causal is not None and abs(causal) <= THRESHOLD:
+        t.explain("FLOPs attention, torch sdpa_flop_count", "definition: causal masking; the next row (torch x (S+1)/2S) agrees")
+    for kind in ("GEMM 2x(A+B+C)", "other ops, tensor args as read"):
+        rest = t.diff_of(f"bytes, {kind}, true sizes, ops no rule explains")
+        if rest is not None and abs(rest) <= THRESHOLD:
+            t.explain(f"bytes, {kind}, true sizes (", "every op group over 2% has a reason in the table below; "
+                      "the ops no rule explains agree")
 
 
 def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
@@ -225,11 +276,12 @@ def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
     lines = [f"#### {_cell(label)}: op groups over {THRESHOLD:.0f}% (tracekit vs profile_analysis)", "",
              "| op | shapes | types | n | FLOPs tk | FLOPs pa | diff % | bytes tk (their def) | bytes pa | bytes pa, true sizes | diff % | reason |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    bad = bad.assign(weight=bad["count"] * bad["inductor_flops"].fillna(0) + bad["count"] * bad["pa_true_bytes"].fillna(0))
+    flops = bad["inductor_flops"].fillna(bad["torch_attention_flops"] if "torch_attention_flops" in bad.columns else 0).fillna(0)
+    bad = bad.assign(weight=bad["count"] * (flops + bad["pa_true_bytes"].fillna(0)))
     for r in bad.sort_values("weight", ascending=False).head(limit).itertuples():
         f = lambda x: "—" if x != x or x is None else f"{x:,.0f}"  # noqa: E731
         p = lambda x: "" if x != x or x is None else f"{100 * x:+.1f}"  # noqa: E731
-        lines.append("| " + " | ".join(_cell(c, 240) for c in (r.op, r.shapes, r.types, r.count, f(r.tk_flops), f(r.inductor_flops),
+        lines.append("| " + " | ".join(_cell(c, 240) for c in (r.op, r.shapes, r.types, r.count, f(r.tk_flops), _pa_flops(r),
                                                             p(r.flop_diff), f(r.tk_bytes), f(r.inductor_bytes), f(r.pa_true_bytes), p(r.byte_diff),
                                                             r.reason)) + " |")
     if len(bad) > limit:
@@ -237,6 +289,14 @@ def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
         lines.append(f"| … {len(rest)} more groups | | | | | | | | | | | " + "; ".join(
             f"{n}: {c}" for n, c in rest["reason"].str.split(":").str[0].value_counts().items()) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _pa_flops(r: Any) -> str:
+    """profile_analysis's FLOPs, or torch's sdpa_flop_count where profile_analysis crashed."""
+    if r.inductor_flops == r.inductor_flops:
+        return f"{r.inductor_flops:,.0f}"
+    torch_flops = getattr(r, "torch_attention_flops", float("nan"))
+    return f"torch {torch_flops:,.0f}" if torch_flops == torch_flops else "—"
 
 
 def tracekit_only(label: str, a: Any) -> Table:
@@ -295,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
                  ([h["error"]] if "error" in h else [f"{k}: {v}" for k, v in h.get("errors", {}).items()])]
         for t in hta_tables(label, files, analyses, exact, default):
             parts.append(t.render())
-            flagged += [f"{t.title}: {m}" for m in t.flagged]
+            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
         if notes:
             parts.append("HTA errors: " + "; ".join(_cell(n) for n in notes) + "\n")
         if args.no_inductor:
@@ -306,8 +366,8 @@ def main(argv: list[str] | None = None) -> None:
             t, bad = inductor_table(f"{label} rank {rank}" if len(files) > 1 else label, path, analyses[rank])
             parts.append(t.render())
             parts.append(render_mismatches(label, bad))
-            flagged += [f"{t.title}: {m}" for m in t.flagged]
-    parts.append("## Differences over 2%\n\n" + "\n".join(f"- {_cell(f)}" for f in flagged) + "\n")
+            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
+    parts.append("## Differences over 2%\n\n" + "\n".join(f"- {_cell(f, 600)}" for f in flagged) + "\n")
     text = "\n".join(parts)
     print(text)
     if args.out:

@@ -61,14 +61,18 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
         op = ops.get(args.get("External id"))
         if op is None:
             continue
+        failed = False
         if "kernel_flop" not in args:  # their helper stopped before this kernel
             try:
                 flops = pa._calculate_flops(op) or pa._calculate_flops(e)
                 gb = pa._estimate_gb(op)
             except Exception as exc:
                 failures[f"{op['name']}: {type(exc).__name__}"] += 1
-                continue
+                failed = True
+                flops, gb = float("nan"), float("nan")
             args["kernel_flop"], args["kernel_num_gb"] = flops, gb
+        if failed and op["name"] not in ATTENTION:
+            continue
         rows.append({
             "name": e["name"], "ts": float(e["ts"]), "correlation": args.get("correlation"), "device": args.get("device"),
             "external_id": args["External id"], "op": op["name"], "shapes": str(op["args"].get("Input Dims")),
@@ -76,16 +80,64 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
             "pa_true_bytes": _true_size_bytes(pa, op, float(args["kernel_num_gb"]) * 1e9),
             "inductor_flops": float(args["kernel_flop"]),
             "inductor_gb": float(args["kernel_num_gb"]),
+            **attention_reference(op),
         })
     if failures:
         notes.append("per-kernel failures: " + ", ".join(f"{k} x{v}" for k, v in sorted(failures.items())))
-    kernels_seen = sum(1 for e in events if e.get("cat") == "kernel")
+    kernels = [e for e in events if e.get("cat") == "kernel" and isinstance(e.get("args"), dict)]
+    unlinked = sum(1 for e in kernels if e["args"].get("External id") not in ops)
+    if unlinked:
+        same = sum(1 for e in kernels if e["args"].get("External id") not in ops
+                   and e["args"].get("External id") == e["args"].get("correlation"))
+        notes.append(f"{unlinked} of {len(kernels)} kernels carry an External id no cpu_op has"
+                     + (f" ({same} equal to their correlation id)" if same else "")
+                     + "; profile_analysis links a kernel to its op only by External id (extern_mapping[id][0] "
+                       "on an empty list is its IndexError)")
+    kernels_seen = len(kernels)
     if kernels_seen == 0:
         cats = {e.get("cat") for e in events}
         if "Kernel" in cats:
             notes.append("no event with cat 'kernel': the 2021 schema says 'Kernel'/'Operator' and 'external id', "
                          "which profile_analysis does not read")
     return pd.DataFrame(rows), notes
+
+
+# Attention ops whose recorded shapes torch's own sdpa_flop_count can take. profile_analysis
+# hands flop_registry the recorded dims as lists where its attention formulas want tensors
+# (AttributeError: 'list' object has no attribute 'shape'); and _flash_attention_forward's
+# formula reads q as (batch, heads, seq, dim) while the op's recorded q is (batch, seq, heads,
+# dim). So the reference here is sdpa_flop_count on (batch, heads, seq, dim) shapes.
+ATTENTION = {
+    # name: (layout of q/k/v, index of is_causal in Concrete Inputs, index of cum_seq_q)
+    "aten::_flash_attention_forward": ("BSHD", 8, 3),
+    "aten::_scaled_dot_product_flash_attention": ("BHSD", 4, None),
+    "aten::_scaled_dot_product_efficient_attention": ("BHSD", 5, None),
+    "aten::_scaled_dot_product_cudnn_attention": ("BHSD", 6, None),
+}
+
+
+def attention_reference(op: dict) -> dict[str, Any]:
+    """torch.utils.flop_counter.sdpa_flop_count on the op's recorded shapes (every (query, key)
+    pair: it does not count causal masking), with the causal flag and sequence lengths."""
+    spec = ATTENTION.get(op["name"])
+    if spec is None:
+        return {}
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    layout, causal_at, cum_at = spec
+    dims = op["args"].get("Input Dims") or []
+    concrete = op["args"].get("Concrete Inputs") or []
+    if len(dims) < 3 or any(not isinstance(d, list) or len(d) != 4 for d in dims[:3]):
+        return {}
+    if cum_at is not None and cum_at < len(dims) and dims[cum_at]:  # varlen: lengths not recorded
+        return {}
+    q, k, v = ([d[0], d[2], d[1], d[3]] if layout == "BSHD" else list(d) for d in dims[:3])
+    try:
+        flops = float(sdpa_flop_count(q, k, v))
+    except Exception:
+        return {}
+    causal = concrete[causal_at] == "True" if causal_at < len(concrete) else None
+    return {"torch_attention_flops": flops, "causal": causal, "sq": q[2], "sk": k[2]}
 
 
 def _true_size_bytes(pa, op: dict, their_bytes: float) -> float:
@@ -138,6 +190,8 @@ def per_op(matched: pd.DataFrame) -> pd.DataFrame:
         op=("op", "first"), shapes=("shapes", "first"), types=("types", "first"), kernels=("name", "size"),
         matched=("start", "count"), inductor_flops=("inductor_flops", "first"), inductor_gb=("inductor_gb", "first"),
         pa_true_bytes=("pa_true_bytes", "first"),
+        **({"torch_attention_flops": ("torch_attention_flops", "first"), "causal": ("causal", "first"), "sq": ("sq", "first"),
+            "sk": ("sk", "first")} if "torch_attention_flops" in matched.columns else {}),
         tk_flops=("flops", lambda s: s.sum(min_count=1)), tk_read=("bytes_read", lambda s: s.sum(min_count=1)),
         tk_written=("bytes_written", lambda s: s.sum(min_count=1)), tk_source=("cost_source", "first"),
     ).reset_index()
@@ -151,7 +205,27 @@ def per_op(matched: pd.DataFrame) -> pd.DataFrame:
     # destination, fill_, out=, vLLM's out-first ops) included. tracekit's read+written then matches.
     g["all_args_match"] = ~mm & (_rel(g["tk_read"] + g["tk_written"], g["pa_true_bytes"]).abs() <= 0.02)
     g["reason"] = [reason(o, t, f, b, m) for o, t, f, b, m in zip(g["op"], g["types"], g["flop_diff"], g["byte_diff"], g["all_args_match"])]
+    if "torch_attention_flops" in g.columns:
+        attn = g["torch_attention_flops"].notna()
+        g.loc[attn, "flop_diff"] = _rel(g.loc[attn, "tk_flops"], g.loc[attn, "torch_attention_flops"])
+        g.loc[attn, "reason"] = [attention_reason(d, c, sq, sk) for d, c, sq, sk in
+                                 zip(g.loc[attn, "flop_diff"], g.loc[attn, "causal"], g.loc[attn, "sq"], g.loc[attn, "sk"])]
     return g
+
+
+def attention_reason(diff: float, causal: Any, sq: Any, sk: Any) -> str:
+    """tracekit counts the (query, key) pairs a causal mask keeps; torch's formula every pair.
+    For Sq = Sk = S the expected ratio is (S + 1) / (2 S): checked, not assumed."""
+    if diff != diff:
+        return "unexplained FLOPs (tracekit has no cost)"
+    if abs(diff) <= 0.02:
+        return "agree"
+    if causal and sq == sk and sq:
+        expected = (sq + 1) / (2 * sq) - 1
+        if abs(diff - expected) <= 0.005:
+            return (f"definition: causal: tracekit counts S(S+1)/2 of the S^2 (query, key) pairs (S={int(sq)}); "
+                    "torch's sdpa_flop_count counts all")
+    return "unexplained FLOPs"
 
 
 def summary_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
@@ -165,6 +239,16 @@ def summary_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
         rows.append({"metric": f"FLOPs {name} ({len(g)} ops, {len(both)} costed by tracekit)",
                      "tracekit": both["tk_flops"].sum() if len(both) else None,
                      "peer": both["inductor_flops"].sum() if len(both) else g["inductor_flops"].sum(), "unit": "flop"})
+    if "torch_attention_flops" in ops.columns:
+        attn = ops[ops["torch_attention_flops"].notna()]
+        if len(attn):
+            rows.append({"metric": f"FLOPs attention, torch sdpa_flop_count (no causal) on the recorded shapes ({len(attn)} ops)",
+                         "tracekit": attn["tk_flops"].sum(min_count=1), "peer": attn["torch_attention_flops"].sum(), "unit": "flop"})
+            causal = attn[attn["causal"] == True]  # noqa: E712 (object column)
+            if len(causal) and len(causal) < len(attn) or len(causal) and causal["sq"].eq(causal["sk"]).all():
+                expected = (causal["torch_attention_flops"] * (causal["sq"] + 1) / (2 * causal["sq"])).where(causal["sq"] == causal["sk"])
+                rows.append({"metric": f"FLOPs attention, causal ops, torch x (S+1)/2S ({len(causal)} ops)",
+                             "tracekit": causal["tk_flops"].sum(min_count=1), "peer": expected.sum(min_count=1), "unit": "flop"})
     byte_ops = ops[ops["tk_bytes_their_def"].notna() & (ops["pa_true_bytes"] > 0)]
     mm = byte_ops["family"].isin(MM_FAMILY)
     for kind, g in (("GEMM 2x(A+B+C)", byte_ops[mm]), ("other ops, tensor args as read", byte_ops[~mm])):
@@ -174,7 +258,7 @@ def summary_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
                      "peer": g["pa_true_bytes"].sum(), "unit": "B"})
         plain = g[g["reason"].isin(["agree", "unexplained"])]
         if 0 < len(plain) < len(g):
-            rows.append({"metric": f"bytes, {kind}, true sizes, ops no checked rule explains ({len(plain)} ops)",
+            rows.append({"metric": f"bytes, {kind}, true sizes, ops no rule explains ({len(plain)} ops)",
                          "tracekit": plain["tk_bytes_their_def"].sum(), "peer": plain["pa_true_bytes"].sum(), "unit": "B"})
     return rows
 
@@ -220,6 +304,8 @@ def reason(op: str, types: Any, flop_diff: float, byte_diff: float, all_args_mat
         return "definition: their default reads the whole table; a gather reads the rows it picks"
     if family in CACHE_WRITES:
         return "definition: their default reads the whole KV cache; the op writes the new tokens' slots"
+    if family == "rotary_embedding":
+        return "definition: their default reads the whole cos/sin cache; the op reads the rows of its positions"
     if family in COLLECTIVES:
         return "definition: tracekit's collective bytes are the link traffic (ring algorithm), theirs the input tensor"
     return "unexplained"
