@@ -260,6 +260,11 @@ def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
 
 
 def explain_inductor(t: Table) -> None:
+    conv = t.diff_of("FLOPs convolution, torch conv_flop_count")
+    if conv is not None and abs(conv) <= THRESHOLD:
+        t.explain("FLOPs convolution, profile_analysis's conv_adapter",
+                  "their bug: conv_adapter sizes the output as (x - k) // stride + 1, ignoring padding and dilation; "
+                  "torch's conv_flop_count with the real output size agrees with tracekit (row above)")
     causal = t.diff_of("FLOPs attention, causal ops")
     if causal is not None and abs(causal) <= THRESHOLD:
         t.explain("FLOPs attention, torch sdpa_flop_count", "definition: causal masking; the next row (torch x (S+1)/2S) agrees")
@@ -276,7 +281,7 @@ def render_mismatches(label: str, bad: Any, limit: int = 12) -> str:
     lines = [f"#### {_cell(label)}: op groups over {THRESHOLD:.0f}% (tracekit vs profile_analysis)", "",
              "| op | shapes | types | n | FLOPs tk | FLOPs pa | diff % | bytes tk (their def) | bytes pa | bytes pa, true sizes | diff % | reason |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    flops = bad["inductor_flops"].fillna(bad["torch_attention_flops"] if "torch_attention_flops" in bad.columns else 0).fillna(0)
+    flops = bad["inductor_flops"].fillna(bad["ref_flops"] if "ref_flops" in bad.columns else 0).fillna(0)
     bad = bad.assign(weight=bad["count"] * (flops + bad["pa_true_bytes"].fillna(0)))
     for r in bad.sort_values("weight", ascending=False).head(limit).itertuples():
         f = lambda x: "—" if x != x or x is None else f"{x:,.0f}"  # noqa: E731
@@ -295,7 +300,7 @@ def _pa_flops(r: Any) -> str:
     """profile_analysis's FLOPs, or torch's sdpa_flop_count where profile_analysis crashed."""
     if r.inductor_flops == r.inductor_flops:
         return f"{r.inductor_flops:,.0f}"
-    torch_flops = getattr(r, "torch_attention_flops", float("nan"))
+    torch_flops = getattr(r, "ref_flops", float("nan"))
     return f"torch {torch_flops:,.0f}" if torch_flops == torch_flops else "—"
 
 

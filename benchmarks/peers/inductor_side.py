@@ -71,7 +71,7 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
                 failed = True
                 flops, gb = float("nan"), float("nan")
             args["kernel_flop"], args["kernel_num_gb"] = flops, gb
-        if failed and op["name"] not in ATTENTION:
+        if failed and op["name"] not in ATTENTION and op["name"] != CONV_BACKWARD:
             continue
         rows.append({
             "name": e["name"], "ts": float(e["ts"]), "correlation": args.get("correlation"), "device": args.get("device"),
@@ -80,7 +80,7 @@ def augment(data: dict[str, Any]) -> tuple[pd.DataFrame, list[str]]:
             "pa_true_bytes": _true_size_bytes(pa, op, float(args["kernel_num_gb"]) * 1e9),
             "inductor_flops": float(args["kernel_flop"]),
             "inductor_gb": float(args["kernel_num_gb"]),
-            **attention_reference(op),
+            **attention_reference(op), **conv_reference(pa, op),
         })
     if failures:
         notes.append("per-kernel failures: " + ", ".join(f"{k} x{v}" for k, v in sorted(failures.items())))
@@ -137,7 +137,69 @@ def attention_reference(op: dict) -> dict[str, Any]:
     except Exception:
         return {}
     causal = concrete[causal_at] == "True" if causal_at < len(concrete) else None
-    return {"torch_attention_flops": flops, "causal": causal, "sq": q[2], "sk": k[2]}
+    return {"ref_flops": flops, "ref_name": "sdpa_flop_count", "causal": causal, "sq": q[2], "sk": k[2]}
+
+
+# Convolution ops: (index of stride, padding, dilation, groups in the op's arguments)
+CONVOLUTIONS = {
+    "aten::miopen_convolution": (4, 3, 5, 6),  # (self, weight, bias, padding, stride, dilation, groups, ...)
+    "aten::cudnn_convolution": (3, 2, 4, 5),  # (self, weight, padding, stride, dilation, groups, ...)
+    "aten::convolution": (3, 4, 5, 8),  # (input, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
+    "aten::_convolution": (3, 4, 5, 8),
+}
+CONV_BACKWARD = "aten::convolution_backward"  # (grad_out, input, weight, bias_sizes, stride, padding, dilation,
+#                                                transposed, output_padding, groups, output_mask)
+
+
+def _ints(text: Any) -> list[int] | None:
+    try:
+        return [int(v) for v in str(text).strip("[]").split(",") if v.strip()]
+    except ValueError:
+        return None
+
+
+def conv_reference(pa, op: dict) -> dict[str, Any]:
+    """torch.utils.flop_counter's convolution formulas on the op's recorded shapes, the output
+    size from stride, padding and dilation; and what profile_analysis's conv_adapter makes of
+    the same convolution (its output size ignores padding and dilation)."""
+    from torch.utils import flop_counter as fc
+
+    name = op["name"]
+    dims = op["args"].get("Input Dims") or []
+    concrete = op["args"].get("Concrete Inputs") or []
+    if name == CONV_BACKWARD and len(dims) >= 3 and len(concrete) >= 11:
+        stride, pad, dil, mask = _ints(concrete[4]), _ints(concrete[5]), _ints(concrete[6]), concrete[10]
+        if concrete[7] == "True" or None in (stride, pad, dil):
+            return {}
+        output_mask = [m.strip() == "True" for m in str(mask).strip("[]").split(",")]
+        try:
+            flops = fc.conv_backward_flop(dims[0], dims[1], dims[2], None, stride, pad, dil, False, [0] * len(stride), 1,
+                                          output_mask, out_val=(dims[1], dims[2], None))
+        except Exception:
+            return {}
+        return {"ref_flops": float(flops), "ref_name": "torch conv_backward_flop"}
+    spec = CONVOLUTIONS.get(name)
+    if spec is None or len(dims) < 2 or len(concrete) <= max(spec):
+        return {}
+    x, w = dims[0], dims[1]
+    stride, pad, dil = (_ints(concrete[i]) for i in spec[:3])
+    if name in ("aten::convolution", "aten::_convolution") and concrete[6] == "True":
+        return {}  # transposed
+    if None in (stride, pad, dil) or not isinstance(x, list) or not isinstance(w, list) or len(x) != len(w):
+        return {}
+    spatial = [(xi + 2 * p - d * (k - 1) - 1) // s + 1 for xi, k, s, p, d in zip(x[2:], w[2:], stride, pad, dil)]
+    out = [x[0], w[0]] + spatial
+    ref = float(fc.conv_flop_count(x, w, out, transposed=False))
+    # profile_analysis's path for aten::convolution: conv_adapter + flop_registry[aten.convolution]
+    as_convolution = ["", "", "", str(stride), str(pad), str(dil), "False", "[0]", str(spec and concrete[spec[3]])]
+    try:
+        import torch
+
+        args, kwargs = pa.conv_adapter(tuple([x, w, None, stride, pad, dil, False]), tuple(as_convolution))
+        theirs = float(pa.flop_registry[torch.ops.aten.convolution](*args, **kwargs))
+    except Exception:
+        theirs = float("nan")
+    return {"ref_flops": ref, "ref_name": "torch conv_flop_count", "pa_conv_adapter_flops": theirs}
 
 
 def _true_size_bytes(pa, op: dict, their_bytes: float) -> float:
@@ -190,8 +252,7 @@ def per_op(matched: pd.DataFrame) -> pd.DataFrame:
         op=("op", "first"), shapes=("shapes", "first"), types=("types", "first"), kernels=("name", "size"),
         matched=("start", "count"), inductor_flops=("inductor_flops", "first"), inductor_gb=("inductor_gb", "first"),
         pa_true_bytes=("pa_true_bytes", "first"),
-        **({"torch_attention_flops": ("torch_attention_flops", "first"), "causal": ("causal", "first"), "sq": ("sq", "first"),
-            "sk": ("sk", "first")} if "torch_attention_flops" in matched.columns else {}),
+        **{c: (c, "first") for c in ("ref_flops", "ref_name", "causal", "sq", "sk", "pa_conv_adapter_flops") if c in matched.columns},
         tk_flops=("flops", lambda s: s.sum(min_count=1)), tk_read=("bytes_read", lambda s: s.sum(min_count=1)),
         tk_written=("bytes_written", lambda s: s.sum(min_count=1)), tk_source=("cost_source", "first"),
     ).reset_index()
@@ -205,15 +266,15 @@ def per_op(matched: pd.DataFrame) -> pd.DataFrame:
     # destination, fill_, out=, vLLM's out-first ops) included. tracekit's read+written then matches.
     g["all_args_match"] = ~mm & (_rel(g["tk_read"] + g["tk_written"], g["pa_true_bytes"]).abs() <= 0.02)
     g["reason"] = [reason(o, t, f, b, m) for o, t, f, b, m in zip(g["op"], g["types"], g["flop_diff"], g["byte_diff"], g["all_args_match"])]
-    if "torch_attention_flops" in g.columns:
-        attn = g["torch_attention_flops"].notna()
-        g.loc[attn, "flop_diff"] = _rel(g.loc[attn, "tk_flops"], g.loc[attn, "torch_attention_flops"])
-        g.loc[attn, "reason"] = [attention_reason(d, c, sq, sk) for d, c, sq, sk in
-                                 zip(g.loc[attn, "flop_diff"], g.loc[attn, "causal"], g.loc[attn, "sq"], g.loc[attn, "sk"])]
+    if "ref_flops" in g.columns:
+        attn = g["ref_flops"].notna()
+        g.loc[attn, "flop_diff"] = _rel(g.loc[attn, "tk_flops"], g.loc[attn, "ref_flops"])
+        g.loc[attn, "reason"] = [reference_reason(d, g_.get("causal"), g_.get("sq"), g_.get("sk"), g_.get("ref_name"))
+                                 for d, (_, g_) in zip(g.loc[attn, "flop_diff"], g[attn].iterrows())]
     return g
 
 
-def attention_reason(diff: float, causal: Any, sq: Any, sk: Any) -> str:
+def reference_reason(diff: float, causal: Any, sq: Any, sk: Any, ref_name: Any = None) -> str:
     """tracekit counts the (query, key) pairs a causal mask keeps; torch's formula every pair.
     For Sq = Sk = S the expected ratio is (S + 1) / (2 S): checked, not assumed."""
     if diff != diff:
@@ -239,14 +300,26 @@ def summary_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
         rows.append({"metric": f"FLOPs {name} ({len(g)} ops, {len(both)} costed by tracekit)",
                      "tracekit": both["tk_flops"].sum() if len(both) else None,
                      "peer": both["inductor_flops"].sum() if len(both) else g["inductor_flops"].sum(), "unit": "flop"})
-    if "torch_attention_flops" in ops.columns:
-        attn = ops[ops["torch_attention_flops"].notna()]
+    if "ref_flops" in ops.columns:
+        for ref_name, ref in ops[ops["ref_flops"].notna()].groupby("ref_name"):
+            if ref_name == "sdpa_flop_count":
+                continue
+            costed = ref[ref["tk_flops"].notna()]
+            rows.append({"metric": f"FLOPs convolution, {ref_name} on the recorded shapes ({len(ref)} ops, {len(costed)} costed "
+                                   "by tracekit)", "tracekit": costed["tk_flops"].sum(min_count=1),
+                         "peer": costed["ref_flops"].sum(), "unit": "flop"})
+        if "pa_conv_adapter_flops" in ops.columns:
+            conv = ops[ops["pa_conv_adapter_flops"].notna() & ops["tk_flops"].notna()]
+            if len(conv):
+                rows.append({"metric": f"FLOPs convolution, profile_analysis's conv_adapter (as on aten::convolution) ({len(conv)} ops)",
+                             "tracekit": conv["tk_flops"].sum(), "peer": conv["pa_conv_adapter_flops"].sum(), "unit": "flop"})
+        attn = ops[ops["ref_flops"].notna() & (ops.get("ref_name") == "sdpa_flop_count")]
         if len(attn):
             rows.append({"metric": f"FLOPs attention, torch sdpa_flop_count (no causal) on the recorded shapes ({len(attn)} ops)",
-                         "tracekit": attn["tk_flops"].sum(min_count=1), "peer": attn["torch_attention_flops"].sum(), "unit": "flop"})
+                         "tracekit": attn["tk_flops"].sum(min_count=1), "peer": attn["ref_flops"].sum(), "unit": "flop"})
             causal = attn[attn["causal"] == True]  # noqa: E712 (object column)
             if len(causal) and len(causal) < len(attn) or len(causal) and causal["sq"].eq(causal["sk"]).all():
-                expected = (causal["torch_attention_flops"] * (causal["sq"] + 1) / (2 * causal["sq"])).where(causal["sq"] == causal["sk"])
+                expected = (causal["ref_flops"] * (causal["sq"] + 1) / (2 * causal["sq"])).where(causal["sq"] == causal["sk"])
                 rows.append({"metric": f"FLOPs attention, causal ops, torch x (S+1)/2S ({len(causal)} ops)",
                              "tracekit": causal["tk_flops"].sum(min_count=1), "peer": expected.sum(min_count=1), "unit": "flop"})
     byte_ops = ops[ops["tk_bytes_their_def"].notna() & (ops["pa_true_bytes"] > 0)]
