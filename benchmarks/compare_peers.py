@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from peers import inductor_side, timeline_side  # noqa: E402
+from peers import inductor_side, nsys_raw, timeline_side  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "fixtures"
@@ -304,18 +304,32 @@ def _pa_flops(r: Any) -> str:
     return f"torch {torch_flops:,.0f}" if torch_flops == torch_flops else "—"
 
 
-def tracekit_only(label: str, a: Any) -> Table:
-    t = Table(f"{label} — nsys export", "HTA / profile_analysis")
+def tracekit_only(label: str, path: pathlib.Path, a: Any) -> Table:
+    """Nsight exports: HTA and profile_analysis read only Kineto JSON. The reference column is
+    the export's own activity tables read with plain SQL (peers/nsys_raw.py)."""
+    t = Table(f"{label} — nsys export (HTA and profile_analysis cannot read it)", "SQLite tables, plain SQL")
     if isinstance(a, str):
         t.add("tracekit", None, None, note=a, diff=False)
         return t
-    ours = timeline_side.device_figures(a.kernels) if len(a.kernels) else None
-    note = "HTA and profile_analysis read only Kineto JSON; no peer figure"
-    if ours:
-        for key, name in (("window_ns", "GPU-active window (us)"), ("busy_ns", "busy (us)"), ("idle_in_window_ns", "idle in active window (us)"),
-                          ("compute_ns", "compute, union (us)"), ("comm_ns", "communication, union (us)")):
-            t.add(name, ours[key], None, fmt=lambda x: "cannot read" if x is None else _us(x), diff=False, note=note)
-        t.add("comm overlapped by compute", ours["overlap_share"], None, fmt=lambda x: "cannot read" if x is None else _pct(x), diff=False)
+    raw = nsys_raw.device_figures(str(path))
+    count = lambda x: "—" if x is None else f"{x:,}"  # noqa: E731
+    for device in sorted(set(raw) | set(int(d) for d in a.kernels["device"].unique())):
+        k = a.kernels[a.kernels["device"] == device]
+        ours = timeline_side.device_figures(k) if len(k) else {}
+        ref = raw.get(device, {})
+        reported = a.devices[a.devices["device"] == device]
+        t.add(f"device {device}: GPU activities (count)", ours.get("events"), ref.get("events"), fmt=count)
+        t.add(f"device {device}: GPU-active window (us)", ours.get("window_ns"), ref.get("window_ns"))
+        t.add(f"device {device}: busy, reported (us)", int(reported["busy_ns"].sum()) if len(reported) else None, ref.get("busy_ns"))
+        if "idle_ns" in reported.columns and "active_ns" in reported.columns and len(reported):
+            theirs_idle = ref["window_ns"] - ref["busy_ns"] if ref else None
+            t.add(f"device {device}: idle in active window, reported (us)", int(reported["idle_ns"].sum()), theirs_idle)
+        if ours:
+            t.add(f"device {device}: compute, union (us)", ours["compute_ns"], None, diff=False, note="tracekit only")
+            t.add(f"device {device}: communication, union (us)", ours["comm_ns"], None, diff=False, note="tracekit only")
+            t.add(f"device {device}: comm overlapped by compute", ours["overlap_share"], None, fmt=_pct, diff=False, note="tracekit only")
+    if a.warnings:
+        t.add("tracekit warnings", None, None, diff=False, note="; ".join(a.warnings)[:300])
     return t
 
 
@@ -351,8 +365,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[compare_peers] {label}", file=sys.stderr, flush=True)
         analyses = {r: analyze_or_reason(p) for r, p in files.items()}
         if next(iter(files.values())).suffix == ".sqlite":
-            t = tracekit_only(label, analyses[0])
+            t = tracekit_only(label, next(iter(files.values())), analyses[0])
             parts.append(t.render())
+            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
             continue
         exact = run_hta(args.hta_python, files, exact=True, hta_path=args.hta_pythonpath)
         default = run_hta(args.hta_python, files, exact=False, hta_path=args.hta_pythonpath)
