@@ -92,6 +92,7 @@ def hta_rank(h: dict[str, Any], rank: int) -> dict[str, Any]:
         if per_rank is not None:
             out[name] = {k: v * 1e3 for k, v in per_rank.items()}
     out["non_kernel_gpu_events"] = (h.get("non_kernel_gpu_events") or {}).get(str(rank))
+    out["steps"] = {r["iteration"]: r for r in (h.get("steps") or {}).get(str(rank), [])}
     idle = [r for r in h.get("idle_breakdown") or [] if r["rank"] == rank]
     if idle:
         cats: dict[str, float] = {}
@@ -209,9 +210,34 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
         for cat, ns in sorted((ex.get("idle_categories") or {}).items()):
             t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us((df.get("idle_categories") or {}).get(cat)),
                   note="per stream, summed over streams; no tracekit counterpart", diff=False)
+        add_steps(t, a, ex.get("steps") or {}, df.get("steps") or {})
         explain_hta(t, a.kernels, ex)
         tables.append(t)
     return tables
+
+
+def add_steps(t: Table, a: Any, theirs: dict[int, dict], default: dict[int, dict]) -> None:
+    """Per ProfilerStep#N: kernels and busy time against HTA's iteration of each GPU event."""
+    import re
+
+    steps = a.steps
+    if steps is None or steps.empty:
+        return
+    for row in steps.itertuples():
+        m = re.match(r"ProfilerStep#(\d+)$", str(row.step))
+        if not m:
+            continue
+        h, hd = theirs.get(int(m.group(1)), {}), default.get(int(m.group(1)), {})
+        t.add(f"{row.step}: GPU activities", int(row.kernels), h.get("events"), fmt=lambda x: "—" if x is None else f"{x:,}",
+              default=hd.get("events", "—"))
+        busy = getattr(row, "busy_ns", None)
+        t.add(f"{row.step}: busy (us)", None if busy is None or busy != busy else int(busy),
+              None if "busy_us" not in h else h["busy_us"] * 1e3, default=_us(hd["busy_us"] * 1e3) if "busy_us" in hd else "—",
+              note="HTA: merged intervals of the iteration's GPU events")
+    on_stream0 = int((a.kernels["stream"] == 0).sum())
+    if on_stream0:
+        t.explain("ProfilerStep#", f"their bug: HTA's add_iteration gives an iteration only to GPU events on streams > 0 "
+                                   f"(df['stream'].gt(0)); {on_stream0} of {len(a.kernels)} GPU events here run on stream 0")
 
 
 def explain_hta(t: Table, kernels: Any, ex: dict[str, Any]) -> None:

@@ -80,6 +80,7 @@ def main(argv: list[str]) -> None:
         idle = _safe("idle_time_breakdown", errors,
                      lambda: ta.get_idle_time_breakdown(ranks=sorted(files), visualize=False)[0])
         out["idle_breakdown"] = _records(idle) if idle is not None else None
+        out["steps"] = _safe("steps", errors, lambda: _steps(ta))
         out["errors"] = errors
     json.dump(out, sys.stdout)
 
@@ -113,6 +114,23 @@ def _non_kernel_gpu_events(ta) -> dict[str, list[str]]:
         odd = [f"{names[n]} ({c})" for n, c in zip(gpu["name"], cats) if c not in ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")]
         if odd:
             out[str(rank)] = odd[:5]
+    return out
+
+
+def _steps(ta) -> dict[str, list[dict]]:
+    """Per rank and ProfilerStep: the GPU events HTA gives that iteration (the step whose
+    window holds the launching CPU event, on any thread), their summed and merged time (us)."""
+    from hta.utils.utils import merge_kernel_intervals
+
+    out = {}
+    for rank, df in ta.t.traces.items():
+        gpu = df[df["stream"].ge(0) & df["iteration"].ge(0)] if "iteration" in df.columns else df.iloc[0:0]
+        rows = []
+        for it, g in gpu.groupby("iteration"):
+            merged = merge_kernel_intervals(g[["ts", "dur"]].copy())
+            rows.append({"iteration": int(it), "events": int(len(g)), "kernel_time_us": float(g["dur"].sum()),
+                         "busy_us": float((merged["end"] - merged["ts"]).sum())})
+        out[str(rank)] = rows
     return out
 
 
