@@ -32,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from peers import inductor_side, nsys_raw, timeline_side  # noqa: E402
+from peers import inductor_side, nsys_raw, raw_steps, timeline_side  # noqa: E402
 
 HERE = pathlib.Path(__file__).resolve().parent
 SHARED = HERE.parents[1] / "shared" / "fixtures"
@@ -223,13 +223,14 @@ def add_steps(t: Table, a: Any, theirs: dict[int, dict], default: dict[int, dict
     steps = a.steps
     if steps is None or steps.empty:
         return
+    raw = raw_steps.step_counts(str(a.meta.get("path")))
     for row in steps.itertuples():
         m = re.match(r"ProfilerStep#(\d+)$", str(row.step))
         if not m:
             continue
         h, hd = theirs.get(int(m.group(1)), {}), default.get(int(m.group(1)), {})
         t.add(f"{row.step}: GPU activities", int(row.kernels), h.get("events"), fmt=lambda x: "—" if x is None else f"{x:,}",
-              default=hd.get("events", "—"))
+              default=hd.get("events", "—"), note=f"raw JSON (launch inside the step window): {raw.get(str(row.step), 0):,}")
         busy = getattr(row, "busy_ns", None)
         t.add(f"{row.step}: busy (us)", None if busy is None or busy != busy else int(busy),
               None if "busy_us" not in h else h["busy_us"] * 1e3, default=_us(hd["busy_us"] * 1e3) if "busy_us" in hd else "—",
