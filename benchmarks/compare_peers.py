@@ -92,6 +92,7 @@ def hta_rank(h: dict[str, Any], rank: int) -> dict[str, Any]:
         if per_rank is not None:
             out[name] = {k: v * 1e3 for k, v in per_rank.items()}
     out["non_kernel_gpu_events"] = (h.get("non_kernel_gpu_events") or {}).get(str(rank))
+    out["copy_bytes"] = (h.get("copy_bytes") or {}).get(str(rank)) or {}
     out["steps"] = {r["iteration"]: r for r in (h.get("steps") or {}).get(str(rank), [])}
     idle = [r for r in h.get("idle_breakdown") or [] if r["rank"] == rank]
     if idle:
@@ -210,6 +211,15 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
         for cat, ns in sorted((ex.get("idle_categories") or {}).items()):
             t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us((df.get("idle_categories") or {}).get(cat)),
                   note="per stream, summed over streams; no tracekit counterpart", diff=False)
+        mb = lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB"  # noqa: E731
+        for kind, cats in (("memcpy", ("gpu_memcpy", "Memcpy")), ("memset", ("gpu_memset", "Memset"))):
+            rows = a.kernels[a.kernels["kind"] == kind]
+            theirs = [ex["copy_bytes"][c] for c in cats if c in ex.get("copy_bytes", {})]
+            if len(rows) or theirs:
+                unknown = int((rows["bytes"] < 0).sum())
+                t.add(f"{kind} bytes", float(rows["bytes"].clip(lower=0).sum()), sum(theirs) if theirs else None, fmt=mb,
+                      default=mb(sum(df["copy_bytes"][c] for c in cats if c in df.get("copy_bytes", {}))) if df.get("copy_bytes") else "",
+                      note=f"{unknown} {kind}s without a byte count in the trace (tracekit's kernels.bytes holds -1 for them)" if unknown else "")
         add_steps(t, a, ex.get("steps") or {}, df.get("steps") or {})
         explain_hta(t, a.kernels, ex)
         tables.append(t)

@@ -81,6 +81,7 @@ def main(argv: list[str]) -> None:
                      lambda: ta.get_idle_time_breakdown(ranks=sorted(files), visualize=False)[0])
         out["idle_breakdown"] = _records(idle) if idle is not None else None
         out["steps"] = _safe("steps", errors, lambda: _steps(ta))
+        out["copy_bytes"] = _safe("copy_bytes", errors, lambda: _copy_bytes(ta))
         out["errors"] = errors
     json.dump(out, sys.stdout)
 
@@ -131,6 +132,18 @@ def _steps(ta) -> dict[str, list[dict]]:
             rows.append({"iteration": int(it), "events": int(len(g)), "kernel_time_us": float(g["dur"].sum()),
                          "busy_us": float((merged["end"] - merged["ts"]).sum())})
         out[str(rank)] = rows
+    return out
+
+
+def _copy_bytes(ta) -> dict[str, dict[str, float]]:
+    """Per rank: the bytes HTA read for memcpy and memset events (its 'bytes' column)."""
+    names = ta.t.symbol_table.get_sym_table()
+    out = {}
+    for rank, df in ta.t.traces.items():
+        gpu = df[df["stream"].ge(0)]
+        cats = gpu["cat"].map(lambda c: names[c])
+        out[str(rank)] = {c: float(gpu.loc[cats == c, "bytes"].clip(lower=0).sum()) for c in ("gpu_memcpy", "gpu_memset", "Memcpy", "Memset")
+                          if (cats == c).any()}
     return out
 
 
