@@ -152,7 +152,7 @@ class Table:
     def render(self) -> str:
         lines = [f"### {_cell(self.title)}", "", f"| metric | tracekit | {self.peer} | diff % | HTA default | note |",
                  "|---|---:|---:|---:|---:|---|"]
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in self.rows]
+        lines += ["| " + " | ".join([_cell(c) for c in row[:-1]] + [_cell(row[-1], 320)]) + " |" for row in self.rows]
         return "\n".join(lines) + "\n"
 
 
@@ -222,6 +222,7 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
                       note=f"{unknown} {kind}s without a byte count in the trace (tracekit's kernels.bytes holds -1 for them)" if unknown else "")
         add_steps(t, a, ex.get("steps") or {}, df.get("steps") or {})
         explain_hta(t, a.kernels, ex)
+        default_mode_note(t, ex, df, hta_default.get("errors") or {})
         tables.append(t)
     return tables
 
@@ -249,6 +250,27 @@ def add_steps(t: Table, a: Any, theirs: dict[int, dict], default: dict[int, dict
     if on_stream0:
         t.explain("ProfilerStep#", f"their bug: HTA's add_iteration gives an iteration only to GPU events on streams > 0 "
                                    f"(df['stream'].gt(0)); {on_stream0} of {len(a.kernels)} GPU events here run on stream 0")
+
+
+def default_mode_note(t: Table, ex: dict[str, Any], df: dict[str, Any], errors: dict[str, str]) -> None:
+    """HTA as users get it against HTA with its filter and rounding off: what the defaults cost."""
+    parts = []
+    kept, whole = df.get("events"), ex.get("events")
+    if kept is not None and whole and kept < whole:
+        parts.append(f"keeps {kept:,} of {whole:,} GPU events (drops the last ProfilerStep and every event not launched "
+                     "by a CPU event before it)")
+    if df.get("busy_ns") and ex.get("busy_ns"):
+        d = 100 * (df["busy_ns"] - ex["busy_ns"]) / ex["busy_ns"]
+        if abs(d) > THRESHOLD:
+            parts.append(f"busy {d:+.1f}%")
+    if kept == whole and parts:
+        parts.append("with the same events: it rounds every event inward to whole microseconds (ceil start, floor end)")
+    for what, err in errors.items():
+        parts.append(f"{what} fails: {err[:80]}" + (" (the inward rounding leaves sub-microsecond kernels with end < start)"
+                                                    if "Assertion" in err else ""))
+    if parts:
+        t.rows.append(("HTA default vs HTA exact", "", "", "", "", "; ".join(parts)))
+        t.flagged["HTA default vs HTA exact"] = ["", "their defaults: " + "; ".join(parts)]
 
 
 def explain_hta(t: Table, kernels: Any, ex: dict[str, Any]) -> None:
@@ -404,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
         if next(iter(files.values())).suffix == ".sqlite":
             t = tracekit_only(label, next(iter(files.values())), analyses[0])
             parts.append(t.render())
-            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
+            flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
             continue
         exact = run_hta(args.hta_python, files, exact=True, hta_path=args.hta_pythonpath)
         default = run_hta(args.hta_python, files, exact=False, hta_path=args.hta_pythonpath)
@@ -412,7 +434,7 @@ def main(argv: list[str] | None = None) -> None:
                  ([h["error"]] if "error" in h else [f"{k}: {v}" for k, v in h.get("errors", {}).items()])]
         for t in hta_tables(label, files, analyses, exact, default):
             parts.append(t.render())
-            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
+            flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
         if notes:
             parts.append("HTA errors: " + "; ".join(_cell(n) for n in notes) + "\n")
         if args.no_inductor:
@@ -423,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
             t, bad = inductor_table(f"{label} rank {rank}" if len(files) > 1 else label, path, analyses[rank])
             parts.append(t.render())
             parts.append(render_mismatches(label, bad))
-            flagged += [f"{t.title}: {m}: {d}% — {r}" for m, (d, r) in t.flagged.items()]
+            flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
     parts.append("## Differences over 2%\n\n" + "\n".join(f"- {_cell(f, 600)}" for f in flagged) + "\n")
     text = "\n".join(parts)
     print(text)
