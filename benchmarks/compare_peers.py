@@ -306,10 +306,16 @@ def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
     raw, notes = inductor_side.augment(data)
     if raw.empty:
         t.add("kernels augmented", None, 0, fmt=lambda x: "—" if x is None else str(x), diff=False, note="; ".join(notes))
-        return t, None
-    matched = inductor_side.match(raw, a.kernels)
+        matched = inductor_side.on_tracekit_links(a)
+        if matched.empty:
+            return t, None
+        t.add("kernels costed by its formulas on the ops tracekit links", len(matched), None,
+              fmt=lambda x: "—" if x is None else f"{x:,}", diff=False,
+              note="its _calculate_flops needs 'Concrete Inputs'; where the trace has none it returns 0")
+    else:
+        matched = inductor_side.match(raw, a.kernels)
+        t.add("kernels augmented / matched", int(matched["start"].count()), len(raw), fmt=lambda x: f"{x:,}", note="; ".join(notes))
     ops = inductor_side.per_op(matched)
-    t.add("kernels augmented / matched", int(matched["start"].count()), len(raw), fmt=lambda x: f"{x:,}", note="; ".join(notes))
     for row in inductor_side.summary_rows(ops):
         unit = row["unit"]
         fmt = (lambda x: "—" if x is None else f"{x / 1e9:,.4f} G") if unit == "flop" else (lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB")
