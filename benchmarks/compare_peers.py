@@ -1,22 +1,28 @@
 """tracekit side by side with its peers on every shared trace.
 
-    PYTHONPATH=. python benchmarks/compare_peers.py [--hta-python PATH] [--out FILE] [TRACE ...]
+    PYTHONPATH=. python benchmarks/compare_peers.py [--hta-python PATH] [--out FILE] [--no-inductor] [TRACE ...]
 
 Peers:
   - HolisticTraceAnalysis 0.5.0 (busy, idle, compute, communication, overlap, kernel-type
-    breakdown, idle breakdown), run in its own virtual environment (--hta-python, default
-    /work/hta-venv/bin/python) through benchmarks/peers/hta_probe.py. It runs twice: as users
-    get it by default (timestamps rounded to whole microseconds inward, the last ProfilerStep
-    and every kernel not launched before it dropped) and with those two switched off
-    (HTA_DISABLE_NS_ROUNDING=1, HTA's kernel filter off: see peers/hta_probe.py). The diff
-    column is against the second: the same kernels, the same clock, HTA's own analyzers.
+    breakdown, idle breakdown, per-iteration kernels, memcpy/memset bytes), run in its own
+    virtual environment (--hta-python) through benchmarks/peers/hta_probe.py. It runs twice:
+    as users get it (timestamps rounded inward to whole microseconds; the last ProfilerStep
+    and every kernel not launched before it dropped) and with both switched off
+    (HTA_DISABLE_NS_ROUNDING=1 and its kernel filter off). The diff column is against the
+    second: the same kernels, the same clock, HTA's own analyzers; the first is shown beside it.
   - torch._inductor.analysis.profile_analysis (the torch of the test extra): per-op FLOPs and
-    GB from its augment_trace, matched with tracekit's costs of the same kernels.
+    GB from its augment_trace, matched with tracekit's costs of the same kernels
+    (peers/inductor_side.py); where it crashes or skips (attention, MIOpen convolutions), torch's
+    own flop_counter formulas on the recorded shapes; where its External-id link finds no op,
+    its formulas on the op tracekit links.
+  - References with no peer code: step ownership from the raw JSON (peers/raw_steps.py); for
+    Nsight Systems exports, which neither peer reads, the export's activity tables read with
+    plain SQL (peers/nsys_raw.py).
 
 tracekit's time figures are computed with HTA's definitions from tracekit's kernel table and
-tracekit's labels (benchmarks/peers/timeline_side.py), except the rows marked "reported",
-which are tracekit's own headline numbers. Nsight Systems exports: HTA and profile_analysis
-read only Kineto JSON; tracekit's figures are listed alone.
+tracekit's labels (peers/timeline_side.py), except the rows marked "reported", which are
+tracekit's own numbers. Every difference over 2% is listed at the end with the reason a check
+on the data gives (a definition, their bug, or tracekit's), or "unexplained".
 """
 
 from __future__ import annotations
@@ -67,7 +73,10 @@ def run_hta(hta_python: str, files: dict[int, pathlib.Path], exact: bool, hta_pa
         env["HTA_DISABLE_NS_ROUNDING"] = "1"
     cmd = [hta_python, str(HERE / "peers" / "hta_probe.py")] + (["--whole-trace"] if exact else [])
     cmd += [f"{r}={p}" for r, p in sorted(files.items())]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"HTA did not run: {exc}"[:200]}
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
         return {"error": f"HTA exited {proc.returncode}: {tail[0][:200]}"}
