@@ -407,6 +407,15 @@ def tracekit_only(label: str, path: pathlib.Path, a: Any) -> Table:
     return t
 
 
+def _has_torch() -> bool:
+    try:
+        import torch._inductor.analysis.profile_analysis  # noqa: F401
+    except ImportError:
+        print("[compare_peers] torch with _inductor.analysis not installed: no profile_analysis tables", file=sys.stderr)
+        return False
+    return True
+
+
 def analyze_or_reason(path: pathlib.Path) -> Any:
     import tracekit
 
@@ -428,10 +437,14 @@ def main(argv: list[str] | None = None) -> None:
     jobs = [(pathlib.Path(p).name, {0: pathlib.Path(p)}) for p in args.traces] if args.traces else default_jobs()
     import tracekit
 
-    import torch
+    try:
+        import torch
 
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "not installed"
     parts = [f"# tracekit vs HTA and torch profile_analysis\n\ntracekit from `{pathlib.Path(tracekit.__file__).parent}`; "
-             f"torch {torch.__version__}; HTA from `{args.hta_python}`"
+             f"torch {torch_version}; HTA from `{args.hta_python}`"
              + (f" with `{args.hta_pythonpath}` first on its path" if args.hta_pythonpath else "")
              + f". Differences over {THRESHOLD:.0f}% are listed at the end.\n"]
     flagged: list[str] = []
@@ -452,7 +465,7 @@ def main(argv: list[str] | None = None) -> None:
             flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
         if notes:
             parts.append("HTA errors: " + "; ".join(_cell(n) for n in notes) + "\n")
-        if args.no_inductor:
+        if args.no_inductor or not _has_torch():
             continue
         for rank, path in sorted(files.items()):
             if isinstance(analyses[rank], str):
