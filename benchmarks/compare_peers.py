@@ -55,11 +55,24 @@ def default_jobs() -> list[tuple[str, dict[int, pathlib.Path]]]:
     """Every shared trace: each Kineto file alone, the 8 DLRM ranks as one job, each nsys export."""
     torch_dir = SHARED / "torch"
     jobs = [(p.name, {0: p}) for p in sorted(torch_dir.glob("*.json.gz"))]
-    dlrm = sorted((torch_dir / "v100_dlrm_8ranks").glob("rank*.json.gz"))
-    if dlrm:
-        jobs.append(("v100_dlrm_8ranks", {int(p.name[4:].split(".")[0]): p for p in dlrm}))
+    if (torch_dir / "v100_dlrm_8ranks").is_dir():
+        jobs.append(job(torch_dir / "v100_dlrm_8ranks"))
     jobs += [(p.name, {0: p}) for p in sorted((SHARED / "nsys").glob("*.sqlite"))]
     return jobs
+
+
+def job(path: pathlib.Path) -> tuple[str, dict[int, pathlib.Path]]:
+    """A trace file is a job of one rank; a directory of rank<N>.json[.gz] files is one multi-rank job."""
+    import re
+
+    if not path.is_dir():
+        return path.name, {0: path}
+    ranks = {}
+    for p in sorted(path.iterdir()):
+        m = re.search(r"rank[_\-.]?(\d+)", p.name, re.I)
+        if m and p.name.endswith((".json", ".json.gz")):
+            ranks[int(m.group(1))] = p
+    return path.name, ranks
 
 
 # -- peers ----------------------------------------------------------------------------------
@@ -234,6 +247,38 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
         default_mode_note(t, ex, df, hta_default.get("errors") or {})
         tables.append(t)
     return tables
+
+
+def straggler_table(label: str, files: dict[int, pathlib.Path], hta: dict[str, Any]) -> Table:
+    """The ranks each tool names as stragglers. tracekit: the ranks that reach the matched
+    collectives last (tracekit.ranks); HTA: get_potential_stragglers, its default metric (the
+    start of the last long ncclKernel on the (stream, kernel) whose duration varies most
+    across ranks, top k). HTA as users run it (its default filter), as it needs its iterations."""
+    t = Table(f"{label} — stragglers", "HTA get_potential_stragglers")
+    try:
+        from tracekit.ranks import analyze_ranks
+    except ImportError:
+        t.add("tracekit", None, None, diff=False, note="this tracekit has no tracekit.ranks")
+        return t
+    m = analyze_ranks([str(p) for _, p in sorted(files.items())])
+    ours = [int(r) for r in m.summary.get("stragglers") or []]
+    main = (m.summary.get("straggler") or {}).get("rank")
+    theirs = hta.get("stragglers") or {}
+    show = lambda v: "—" if v is None else ", ".join(str(x) for x in v) if isinstance(v, list) else str(v)  # noqa: E731
+    top1 = theirs.get("1")
+    t.rows.append(("straggler (top 1)", show(main), show(top1), "same" if top1 and main == top1[0] else "differs", "", ""))
+    k = str(max(1, min(3, len(ours))))
+    same = sorted(ours) == sorted(theirs.get(k) or [])
+    t.rows.append((f"stragglers (top {k})", show(ours), show(theirs.get(k)), "same" if same else "differs", "",
+                   f"tracekit: last to arrive at {m.summary.get('collective_instances')} matched collective instances "
+                   f"(above {m.summary.get('straggler_threshold')} of the median step); HTA: start time of one collective"))
+    if not same:
+        t.flagged[f"stragglers (top {k})"] = ["", "definition: HTA ranks by when one collective (the last long "
+                                               "ncclKernel whose duration varies most across ranks) starts; tracekit by how often and how "
+                                               "late a rank reaches all matched collective instances last"]
+    if top1 and main != top1[0]:
+        t.flagged["straggler (top 1)"] = ["", "unexplained"]
+    return t
 
 
 def add_steps(t: Table, a: Any, theirs: dict[int, dict], default: dict[int, dict]) -> None:
@@ -427,14 +472,14 @@ def analyze_or_reason(path: pathlib.Path) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("traces", nargs="*", help="trace files (default: every shared fixture)")
+    ap.add_argument("traces", nargs="*", help="trace files, or directories of one job's rank<N> traces (default: every shared fixture)")
     ap.add_argument("--hta-python", default=HTA_PYTHON)
     ap.add_argument("--hta-pythonpath", default=HTA_PANDAS2 if os.path.isdir(HTA_PANDAS2) else "",
                     help="put first on HTA's path (a pandas 2.2; '' for the venv as installed)")
     ap.add_argument("--out", help="also write the Markdown here")
     ap.add_argument("--no-inductor", action="store_true")
     args = ap.parse_args(argv)
-    jobs = [(pathlib.Path(p).name, {0: pathlib.Path(p)}) for p in args.traces] if args.traces else default_jobs()
+    jobs = [job(pathlib.Path(p)) for p in args.traces] if args.traces else default_jobs()
     import tracekit
 
     try:
@@ -461,6 +506,10 @@ def main(argv: list[str] | None = None) -> None:
         notes = [f"{n}: {m}" for h, n in ((exact, "HTA exact"), (default, "HTA default")) for m in
                  ([h["error"]] if "error" in h else [f"{k}: {v}" for k, v in h.get("errors", {}).items()])]
         for t in hta_tables(label, files, analyses, exact, default):
+            parts.append(t.render())
+            flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
+        if len(files) > 1:
+            t = straggler_table(label, files, default)
             parts.append(t.render())
             flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
         if notes:

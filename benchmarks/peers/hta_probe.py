@@ -81,6 +81,9 @@ def main(argv: list[str]) -> None:
                      lambda: ta.get_idle_time_breakdown(ranks=sorted(files), visualize=False)[0])
         out["idle_breakdown"] = _records(idle) if idle is not None else None
         out["steps"] = _safe("steps", errors, lambda: _steps(ta))
+        if len(files) > 1:  # straggler candidates, top 1..3 (HTA's default metric)
+            out["stragglers"] = {str(k): _safe(f"stragglers_{k}", errors, lambda k=k: [int(r) for r in ta.get_potential_stragglers(num_candidates=k)])
+                                 for k in (1, 2, 3)}
         out["copy_bytes"] = _safe("copy_bytes", errors, lambda: _copy_bytes(ta))
         out["errors"] = errors
     json.dump(out, sys.stdout)
