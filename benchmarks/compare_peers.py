@@ -374,6 +374,11 @@ def inductor_table(label: str, path: pathlib.Path, a: Any) -> tuple[Table, Any]:
         matched = inductor_side.match(raw, a.kernels)
         t.add("kernels augmented / matched", int(matched["start"].count()), len(raw), fmt=lambda x: f"{x:,}", note="; ".join(notes))
     ops = inductor_side.per_op(matched)
+    multi = ops[ops["kernels"] > 1] if len(ops) else ops
+    if len(multi):
+        t.add("ops that launch more than one kernel", len(multi), None, fmt=lambda x: "—" if x is None else f"{x:,}", diff=False,
+              note=f"{int(multi['kernels'].sum()):,} kernels: profile_analysis puts the op's whole count on each of them, tracekit "
+                   "shares it among them; compared per op (External id), not per kernel")
     for row in inductor_side.summary_rows(ops):
         unit = row["unit"]
         fmt = (lambda x: "—" if x is None else f"{x / 1e9:,.4f} G") if unit == "flop" else (lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB")
