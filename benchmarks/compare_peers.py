@@ -36,6 +36,8 @@ import subprocess
 import sys
 from typing import Any
 
+import numpy as np
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from peers import inductor_side, nsys_raw, raw_steps, timeline_side  # noqa: E402
@@ -230,9 +232,7 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
                 note = f"HTA as-is {_us(cut)} (each segment cast to whole us)" if cut is not None and theirs_types.get(k) and \
                     abs(cut - theirs_types[k]) > 0.005 * theirs_types[k] else ""
                 t.add(f"type: {k} (us)", ours["types"].get(k, 0), theirs_types.get(k), default=_us(default_types.get(k)), note=note)
-        for cat, ns in sorted((ex.get("idle_categories") or {}).items()):
-            t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us((df.get("idle_categories") or {}).get(cat)),
-                  note="per stream, summed over streams; no tracekit counterpart", diff=False)
+        add_idle_split(t, a, ex.get("idle_categories") or {}, df.get("idle_categories") or {})
         mb = lambda x: "—" if x is None else f"{x / 1e6:,.3f} MB"  # noqa: E731
         for kind, cats in (("memcpy", ("gpu_memcpy", "Memcpy")), ("memset", ("gpu_memset", "Memset"))):
             rows = a.kernels[a.kernels["kind"] == kind]
@@ -279,6 +279,37 @@ def straggler_table(label: str, files: dict[int, pathlib.Path], hta: dict[str, A
     if top1 and main != top1[0]:
         t.flagged["straggler (top 1)"] = ["", "unexplained"]
     return t
+
+
+def add_idle_split(t: Table, a: Any, theirs: dict[str, float], default: dict[str, float]) -> None:
+    """tracekit's idle split (findings: host_wait / sync / other, device-wide, inside the steps)
+    beside HTA's idle breakdown (host_wait / kernel_wait / other, per stream, between consecutive
+    kernels, summed over streams). Where the device runs one stream the two count the same gaps
+    once tracekit's rules run on HTA's window (first to last activity): that pair is diffed."""
+    for cat, ns in sorted(theirs.items()):
+        t.add(f"HTA idle breakdown: {cat} (us)", None, ns, default=_us(default.get(cat)), diff=False,
+              note="per stream, between consecutive kernels, summed over streams")
+    try:
+        from tracekit import findings
+    except ImportError:
+        return
+    f = findings.compute(a)
+    for r in f.idle.itertuples():
+        t.add(f"tracekit idle split, reported: {r.category} (us)", float(r.idle_ns), None, diff=False,
+              note=f"device-wide, {f.idle_window}")
+    if a.kernels["stream"].nunique() != 1 or not theirs or not hasattr(findings, "_gaps"):
+        return
+    k = a.kernels
+    window = {int(k["device"].iloc[0]): np.array([[int(k["start"].min()), int(k["end"].max())]], dtype=np.int64)}
+    gaps = findings._gaps(a, window)  # tracekit's rules on HTA's window
+    by = gaps.groupby("category")["idle_ns"].sum() if len(gaps) else {}
+    host, sync, other = (float(by.get(c, 0.0)) for c in ("host_wait", "sync", "other"))
+    t.add("idle host_wait + sync, tracekit's rules on HTA's window (us)", host + sync, theirs.get("host_wait"),
+          note=f"sync {_us(sync)} us of it: HTA has no sync category; a gap the host spent in a synchronising call "
+               "ends with a late launch, which HTA calls host_wait")
+    t.add("idle other, tracekit's rules on HTA's window (us)", other, theirs.get("kernel_wait", 0.0) + theirs.get("other", 0.0),
+          note="HTA: kernel_wait (gaps under its 30-unit threshold, us in practice) + other")
+    t.add("idle total, tracekit's rules on HTA's window (us)", host + sync + other, sum(theirs.values()))
 
 
 def add_steps(t: Table, a: Any, theirs: dict[int, dict], default: dict[int, dict]) -> None:
@@ -352,7 +383,8 @@ def explain_hta(t: Table, kernels: Any, ex: dict[str, Any]) -> None:
     if odd:
         bug = ("their bug: HTA takes every event with a 'stream' arg for GPU work, so a CPU op carrying one "
                f"(Triton's launcher: {', '.join(odd)[:80]}) counts as a kernel")
-        for m in ("GPU activities", "busy", "idle in active window", "compute, union, HTA's", "type: COMPUTATION"):
+        for m in ("GPU activities", "busy", "idle in active window", "compute, union, HTA's", "type: COMPUTATION", "idle other,",
+                  "idle total,"):
             t.explain(m, bug)
 
 
