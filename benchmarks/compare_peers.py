@@ -563,6 +563,10 @@ def main(argv: list[str] | None = None) -> None:
             t, bad = inductor_table(f"{label} rank {rank}" if len(files) > 1 else label, path, analyses[rank])
             parts.append(t.render())
             parts.append(render_mismatches(label, bad))
+            if bad is not None and len(bad):
+                for r in bad[bad["reason"].str.startswith("tracekit's bug") | bad["reason"].str.startswith("unexplained")].itertuples():
+                    d = r.byte_diff if r.flop_diff != r.flop_diff else r.flop_diff
+                    flagged.append(f"{t.title}: {r.op} {r.shapes}: {100 * d:+.1f}% — {r.reason}")
             flagged += [f"{t.title}: {m}: " + (f"{d}% — " if d else "") + r for m, (d, r) in t.flagged.items()]
     parts.append("## Differences over 2%\n\n" + "\n".join(f"- {_cell(f, 600)}" for f in flagged) + "\n")
     text = "\n".join(parts)

@@ -446,6 +446,9 @@ def reason(op: str, types: Any, flop_diff: float, byte_diff: float, all_args_mat
         return ("definition: their default counts every tensor argument as read, outputs passed in included "
                 "(copy_ destination, fill_, out=, out-first custom ops); tracekit's read+written equals it")
     if family in GATHERS:
+        if byte_diff > 0:  # more than every tensor argument read once: more than the minimum traffic
+            return ("tracekit's bug: the gather reads more bytes than its whole table and index hold (it counts every "
+                    "picked row, repeats included; the minimum traffic is at most the table)")
         return "definition: their default reads the whole table; a gather reads the rows it picks"
     if family in CACHE_WRITES:
         return "definition: their default reads the whole KV cache; the op writes the new tokens' slots"
