@@ -44,7 +44,8 @@ def test_fp8_scaled_mm_reads_one_byte_per_element():
 @pytest.mark.parametrize(
     "sq, sk, causal, pairs",
     [
-        (8, 8, None, 64), (8, 8, TOP_LEFT, 32), (8, 8, BOTTOM_RIGHT, 32),
+        (8, 8, None, 64), (8, 8, TOP_LEFT, 36), (8, 8, BOTTOM_RIGHT, 36),  # 1 + 2 + ... + 8
+        (100, 100, TOP_LEFT, 5050), (100, 99, TOP_LEFT, 4950 + 99),  # one query more adds one full row
         (1, 10, BOTTOM_RIGHT, 10),  # a decode step sees the whole cache
         (1, 10, TOP_LEFT, 1),  # torch's top-left mask lets the first query see one key
         (3, 5, TOP_LEFT, 1 + 2 + 3), (3, 5, BOTTOM_RIGHT, 3 + 4 + 5),
@@ -61,7 +62,7 @@ def test_flash_attention_forward_bshd_with_gqa_bytes():
     types = [BF16] * 3 + [""] * 12
     concrete = [""] * 8 + ["True"] + [""] * 6
     c = op_cost("aten::_flash_attention_forward", dims, types, concrete)
-    assert c.flops == 4 * 2 * 16 * (128 * 128 / 2) * 64
+    assert c.flops == 4 * 2 * 16 * (128 * 129 / 2) * 64  # causal: the 128·129/2 pairs on and below the diagonal
     assert c.bytes_read == 2 * (2 * 128 * 16 * 64 + 2 * 2 * 128 * 4 * 64)
     assert c.bytes_written == 2 * 2 * 128 * 16 * 64
 
@@ -243,3 +244,14 @@ def test_a_bad_inductor_figure_leaves_the_kernel_linked(tmp_path):
     a = tracekit.analyze(b.write(tmp_path / "bad_meta.json"))
     assert a.kernels["launch"].iat[0] >= 0 and a.kernels["op"].iat[0] >= 0  # the other args still read
     assert pd_isna(a.kernels["flops"].iat[0]) and not a.warnings
+
+
+def test_a_gather_never_reads_more_than_its_table():
+    # BERT's token-type embedding: 141 lookups into a [2, 512] bf16 table read the table once
+    # (2 KB) and the int64 indices, not 141 rows; they still write 141 rows.
+    c = op_cost("aten::index_select", [[2, 512], [], [141]], [BF16, "Scalar", "long int"], ["", "0", ""])
+    assert c.bytes_read == 2 * 512 * 2 + 141 * 8 and c.bytes_written == 141 * 512 * 2
+    c = op_cost("aten::embedding", [[2, 512], [1, 141]], [BF16, "long int"], [])
+    assert c.bytes_read == 2 * 512 * 2 + 141 * 8
+    big = op_cost("aten::index_select", [[30522, 512], [], [141]], [BF16, "Scalar", "long int"], ["", "0", ""])
+    assert big.bytes_read == 141 * 512 * 2 + 141 * 8  # few rows of a big table: the rows

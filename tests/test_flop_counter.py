@@ -4,7 +4,7 @@ Each model runs forward and backward twice on the CPU: once under FlopCounterMod
 under torch.profiler with record_shapes. tracekit costs the recorded ops; for every op torch
 counts, the totals must be equal. Intended differences are asserted with their reason:
 - addmm / baddbmm: tracekit adds M*N for the bias add, torch counts only the product;
-- causal attention: tracekit counts the half of the score matrix a causal kernel computes;
+- causal attention: tracekit counts the S(S+1)/2 pairs of the score matrix a causal kernel computes;
 - GQA: torch's sdpa_flop_count requires equal head counts; tracekit counts the query heads;
 - grouped convolution backward: torch counts the weight gradient with all input channels
   (groups x the work done); tracekit counts Cin / groups, as for the forward.
@@ -152,9 +152,11 @@ def test_attention_matches_torch_sdpa_count_with_its_intended_differences(tmp_pa
     torch_bwd = flop_counter.sdpa_backward_flop_count(q, q, expanded, expanded)
     ours_fwd = op_cost("aten::_scaled_dot_product_flash_attention_for_cpu", *fwd[["input_dims", "input_types", "concrete_inputs"]].iloc[0])
     ours_bwd = op_cost("aten::_scaled_dot_product_flash_attention_for_cpu_backward", *bwd[["input_dims", "input_types", "concrete_inputs"]].iloc[0])
-    # Intended: square causal attention computes half of the score matrix; torch counts all of it.
-    assert ours_fwd.flops == torch_fwd / 2
-    assert ours_bwd.flops == torch_bwd / 2
+    # Intended: square causal attention computes the S(S+1)/2 (query, key) pairs on and below
+    # the diagonal; torch counts all S² of the score matrix.
+    s = q[2]
+    assert ours_fwd.flops == pytest.approx(torch_fwd * (s + 1) / (2 * s))
+    assert ours_bwd.flops == pytest.approx(torch_bwd * (s + 1) / (2 * s))
     # Bytes follow the 2 KV heads actually stored, not the 8 the FLOPs are counted on.
     es = 4
     assert ours_fwd.bytes_read == (math.prod(q) + 2 * math.prod(k)) * es

@@ -21,11 +21,10 @@ TOP_LEFT, BOTTOM_RIGHT = "top-left", "bottom-right"
 
 
 def score_pairs(sq: int, sk: int, causal: str | None) -> float:
-    """(query, key) pairs a kernel computes."""
+    """(query, key) pairs a kernel computes: exactly, so a square causal mask is S(S+1)/2
+    (the diagonal included), not S²/2, and square and non-square counts agree."""
     if not causal:
         return float(sq * sk)
-    if sq == sk:
-        return sq * sk / 2.0
     if causal == TOP_LEFT:  # query i sees keys 0..i
         n = min(sq, sk)
         return n * (n + 1) / 2.0 + max(0, sq - sk) * sk

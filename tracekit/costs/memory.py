@@ -65,7 +65,8 @@ def index_select(x: OpInputs) -> Cost:
     dim = int(x.scalar(1, 0)) % max(1, len(shape))
     out = math.prod(shape) // max(1, shape[dim]) * math.prod(index)
     es = element_bytes(x.dtype(0))
-    return _move(out * es + x.nbytes(2), out * es, x.dtype(0))
+    # Minimum traffic: repeated indices read their row once, so never more than the table.
+    return _move(min(out * es, x.nbytes(0)) + x.nbytes(2), out * es, x.dtype(0))
 
 
 @register("aten::embedding")
@@ -74,7 +75,7 @@ def embedding(x: OpInputs) -> Cost:
     weight, idx = x.shape(0), x.shape(1)
     out = math.prod(idx) * weight[-1]
     es = element_bytes(x.dtype(0))
-    return _move(out * es + x.nbytes(1), out * es, x.dtype(0))
+    return _move(min(out * es, x.nbytes(0)) + x.nbytes(1), out * es, x.dtype(0))  # a row is read once at least
 
 
 @register("aten::embedding_dense_backward")
@@ -91,7 +92,7 @@ def gather(x: OpInputs) -> Cost:
     # (self, dim, index): output has the index's shape
     n = x.numel(2)
     es = element_bytes(x.dtype(0))
-    return _move(n * es + x.nbytes(2), n * es, x.dtype(0))
+    return _move(min(n * es, x.nbytes(0)) + x.nbytes(2), n * es, x.dtype(0))
 
 
 @register("aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_", "aten::scatter_reduce", "aten::scatter_reduce_")

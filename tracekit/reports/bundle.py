@@ -149,6 +149,10 @@ def _with_names(k):
     return k
 
 
+MEASURED_INT_COLUMNS = ("bytes", "registers", "shared_memory", "coll_in_elems", "coll_out_elems", "coll_group_size",
+                        "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
+
+
 def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     with atomic_dir(out_dir) as tmp:
         names = write_files(a, tmp, top)
@@ -174,6 +178,11 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     save("roofline.png", images["roofline"])
     save("breakdown.png", images["breakdown"])
     kernels = _with_names(a.kernels)
+    # Measurements the trace did not record are -1 in the Trace tables; in a file a reader
+    # sums, unknown is null (a memcpy without a recorded size has no -1 bytes).
+    for col in MEASURED_INT_COLUMNS:
+        if col in kernels:
+            kernels[col] = kernels[col].astype("Int64").mask(kernels[col] < 0)
     for col in kernels.columns:  # parquet wants one type per column; categories of str
         if kernels[col].dtype == object:
             kernels[col] = kernels[col].astype("string")
