@@ -265,7 +265,7 @@ class _Tables:
             m = _COPY_KIND.match(events[i].name)
             copy_kind[i] = m.group(1) if m else (args[i].kind or None)
         self.gpu.add(
-            kind=kinds,
+            kind=_codes(kinds, _GPU_KINDS),  # int8 codes: a big table's Categorical is then free
             **self._common("gpu", events),
             **{f: _column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
             grid=_triples(list(map(attrgetter("grid"), args))),
@@ -293,7 +293,7 @@ class _Tables:
         columns = self._common("range", events)
         # A GPU annotation lives on a device (Kineto puts the device in its pid).
         columns["tid"] = np.where(domains == "gpu", columns["pid"], columns["tid"])
-        self.range.add(**columns, domain=domains)
+        self.range.add(**columns, domain=_codes(domains, _RANGE_DOMAINS))
 
     # -- the whole trace ---------------------------------------------------------------
     def build(self, path: str, source: Source, document: Document) -> Trace:
@@ -313,12 +313,12 @@ class _Tables:
         if not c.rows:
             return make_table(KERNEL_COLUMNS)
         start, end = clock.start_end(c)
-        kinds = c.array("kind", object)
+        kinds = c.array("kind", np.int8)
         # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
         device, stream = c.array("device"), c.array("stream")
         grid, block = np.concatenate(c.parts["grid"]), np.concatenate(c.parts["block"])
         data = {
-            "kind": pd.Categorical(kinds, categories=list(_GPU_KINDS)),
+            "kind": pd.Categorical.from_codes(kinds, categories=list(_GPU_KINDS)),
             "name": self.names["gpu"].categorical(c.array("name", np.int32)),
             "device": np.where(device >= 0, device, c.array("pid")),
             "stream": np.where(stream >= 0, stream, c.array("tid")),
@@ -329,7 +329,7 @@ class _Tables:
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
             "registers": c.array("registers"),
             "shared_memory": c.array("shared_memory"),
-            "bytes": np.where(kinds == "kernel", -1, c.array("bytes")),
+            "bytes": np.where(kinds == _GPU_KINDS.index("kernel"), -1, c.array("bytes")),
             "coll_in_elems": c.array("in_elems"),
             "coll_out_elems": c.array("out_elems"),
             "coll_group_size": c.array("group_size"),
@@ -348,7 +348,7 @@ class _Tables:
         correlation = c.array("correlation")
         # Keep calls that launched captured work, or that launch work by their name.
         launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
-        keep = np.isin(correlation, gpu_correlations) | launches_work[names.codes]
+        keep = _isin(correlation, gpu_correlations) | launches_work[names.codes]
         data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation}
         table = make_table(LAUNCH_COLUMNS, data)[keep]
         table["name"] = table["name"].cat.remove_unused_categories()
@@ -376,7 +376,7 @@ class _Tables:
         start, end = clock.start_end(c)
         data = {
             "name": self.names["range"].categorical(c.array("name", np.int32)),
-            "domain": pd.Categorical(c.array("domain", object), categories=list(_RANGE_DOMAINS)),
+            "domain": pd.Categorical.from_codes(c.array("domain", np.int8), categories=list(_RANGE_DOMAINS)),
             "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
         }
         # User ranges, then GPU annotations, then Python frames, each in file order.
@@ -404,6 +404,24 @@ class _Clock:
 
 def _column(objects: list[Any], field: str) -> np.ndarray:
     return np.array(list(map(attrgetter(field), objects)), dtype=np.int64)
+
+
+def _isin(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """np.isin; by a lookup table when the ids span a range not much larger than their count
+    (correlation ids count up from 1: millions of them hash slowly, index fast)."""
+    if len(values) and len(members):
+        lo, hi = int(min(values.min(), members.min())), int(max(values.max(), members.max()))
+        if hi - lo < 8 * (len(values) + len(members)) + 1024:
+            return np.isin(values, members, kind="table")
+    return np.isin(values, members)
+
+
+def _codes(values: np.ndarray, categories: tuple[str, ...]) -> np.ndarray:
+    """Labels from a short fixed list -> their positions (int8)."""
+    out = np.zeros(len(values), dtype=np.int8)
+    for i, label in enumerate(categories[1:], start=1):
+        out[values == label] = i
+    return out
 
 
 def _thread_ids(values: list[int | str]) -> np.ndarray:
