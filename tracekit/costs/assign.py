@@ -24,6 +24,7 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.dtypes import element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
+from tracekit.labels import labels
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
@@ -39,7 +40,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
         "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
     }
     duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
-    kind = k["kind"].astype(str).to_numpy()
+    kind = labels(k["kind"])
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
@@ -119,7 +120,8 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     group = np.repeat(np.arange(len(op_rows)), group_size)  # per entry of rows: its op's group
     auxiliary = is_auxiliary(k["name"].iloc[rows])
     helpers_in_group = np.bincount(group, weights=auxiliary, minlength=len(op_rows))
-    op_names = _labels(ops["name"])
+    op_names = labels(ops["name"])
+    kernel_names = None
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     cache: dict[tuple, Cost | Unknown] = {}
     hints = conv_hints(ops)
@@ -145,7 +147,8 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
                 "compute kernels, and which tensor this kernel moves is not recorded")
             receives[helpers] = False
         if ASSUMED_FP32 in cost.note:
-            cost = _element_size_from_kernels(cost, _labels(k["name"]), rows[members][receives[members]])
+            kernel_names = labels(k["name"]) if kernel_names is None else kernel_names
+            cost = _element_size_from_kernels(cost, kernel_names, rows[members][receives[members]])
         costs[g] = cost
     taking, their_group = rows[receives], group[receives]
     total = np.bincount(their_group, weights=duration[taking], minlength=len(op_rows))
@@ -164,14 +167,6 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     out["unknown_reason"][taking] = None
 
 
-def _labels(column: pd.Series) -> np.ndarray:
-    """A categorical column's values as str (None where missing), built from its categories
-    once: `astype(str)` would build a string array row by row."""
-    cat = column.astype("category")
-    labels = np.array([str(c) for c in cat.cat.categories] + [None], dtype=object)
-    return labels[cat.cat.codes.to_numpy()]
-
-
 def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:
     """A tensor-list op (cat, stack) records no dtype, so its cost assumed fp32; the kernels
     it launched are templated on the element size (OpaqueType<2u> for bf16 / fp16)."""
@@ -187,7 +182,7 @@ def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.nd
 
 
 def _inferred(k: pd.DataFrame, out: dict) -> None:
-    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (k["kind"].astype(str).to_numpy() == "kernel")
+    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (labels(k["kind"]) == "kernel")
     if not unknown.any():
         return
     signature = pd.MultiIndex.from_arrays([k["name"].cat.codes, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"]])
