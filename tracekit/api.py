@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+from typing import TYPE_CHECKING
 
-from tracekit.analysis import Analysis, build
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.link import link
 from tracekit.parsers import parse
 from tracekit.trace import Trace
+
+if TYPE_CHECKING:  # `tracekit info` only loads a trace: the analysis stages are imported when used
+    from tracekit.analysis import Analysis
 
 
 def load(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:
@@ -55,6 +58,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, workers: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
+    from tracekit.analysis import build
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
