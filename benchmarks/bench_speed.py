@@ -1,7 +1,7 @@
 """tracekit `info` / `analyze` versus HolisticTraceAnalysis 0.5.0's load, same files, same run.
 
-    python benchmarks/bench_speed.py [--mid PATH] [--big PATH] [--skip-big] [--repeat 1]
-        [--hta-python /work/hta-venv/bin/python] [--hta-path /work/hta-pandas2]
+    python benchmarks/bench_speed.py [--mid PATH] [--big PATH] [--skip-big] [--repeat 1] [--hta-big]
+        [--hta-python /work/hta-venv/bin/python] [--hta-path /work/hta-pandas2] [--crossover]
 
 Traces (built once under benchmarks/out/ by tiling a shared fixture when not given):
   mid  ~55 MB of plain JSON, the size of an everyday inference trace
@@ -9,9 +9,9 @@ Traces (built once under benchmarks/out/ by tiling a shared fixture when not giv
 
 Every measurement is a fresh process, timed from the outside (interpreter start, imports,
 parse, analysis, rendering: what a user waits for), with its peak memory sampled over the
-whole process tree every 100 ms: `pss` is the tree's proportional set size (pages of the
-mmap-ed trace shared by worker processes are counted once), `rss` the largest single
-process's resident set. Tables are rendered to /dev/null. The load average is printed beside
+whole process tree (every 0.1 s; every 0.5 s with smaps when it has several processes): `pss`
+is the tree's memory (proportional set sizes: pages of the mmap-ed trace shared by worker
+processes counted once), `rss` the largest single process's resident set. Tables are rendered to /dev/null. The load average is printed beside
 every figure: on a shared 2-core machine it says how much the figure can be trusted.
 
 Figures:
@@ -76,8 +76,11 @@ print(json.dumps({"load_s": wall, "main_cpu_s": cpu, "workers_cpu_s": kids, "cri
 """
 
 
-def _tree_memory(pid: int) -> tuple[int, int]:
-    """(sum of PSS over the process tree, largest single RSS), bytes; 0s once it is gone."""
+def _tree_memory(pid: int, with_pss: bool) -> tuple[int, int]:
+    """(the tree's memory, its largest single RSS), bytes. The tree's memory is the sum of
+    proportional set sizes (a mapped trace shared by workers counted once) when `with_pss`
+    and the tree has several processes; else the sum of RSS, which is cheaper to read
+    (smaps walks every page table entry and takes the process's memory lock)."""
     import psutil
 
     try:
@@ -85,16 +88,22 @@ def _tree_memory(pid: int) -> tuple[int, int]:
         procs = [root] + root.children(recursive=True)
     except psutil.Error:
         return 0, 0
-    pss = rss = 0
+    total = largest = 0
+    page = os.sysconf("SC_PAGE_SIZE")
     for p in procs:
         try:
-            with open(f"/proc/{p.pid}/smaps_rollup") as f:
-                fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.split(":")[0] in ("Rss", "Pss")}
-        except OSError:
+            with open(f"/proc/{p.pid}/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if with_pss and len(procs) > 1:
+                with open(f"/proc/{p.pid}/smaps_rollup") as f:
+                    pss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
+            else:
+                pss = rss
+        except (OSError, StopIteration, ValueError):
             continue
-        pss += fields.get("Pss", 0)
-        rss = max(rss, fields.get("Rss", 0))
-    return pss, rss
+        total += pss
+        largest = max(largest, rss)
+    return total, largest
 
 
 def run(cmd: list[str], env: dict | None = None) -> dict:
@@ -104,13 +113,15 @@ def run(cmd: list[str], env: dict | None = None) -> dict:
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
     peak_pss = peak_rss = 0
+    ticks = 0
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        pss, rss = _tree_memory(proc.pid)
+        pss, rss = _tree_memory(proc.pid, with_pss=ticks % 5 == 0)  # PSS every 0.5 s, RSS every 0.1 s
         peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
-        time.sleep(0.1)  # reading smaps takes the process's memory lock: not too often
+        ticks += 1
+        time.sleep(0.1)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
     err = proc.stderr.read().decode(errors="replace")
@@ -166,7 +177,7 @@ def bench_trace(label: str, path: pathlib.Path, args, env: dict, hta_env: dict |
                   f"({r['peak_pss_mb'] / size_mb:.2f}x file)  max RSS {r['peak_rss_mb']:7,.0f} MB  load {r['load_avg']:.2f}{extra}",
                   flush=True)
 
-    if hta_env is not None:
+    if hta_env is not None and (label == "mid" or args.hta_big):
         with tempfile.TemporaryDirectory(prefix="bench_speed_hta_") as trace_dir:
             os.symlink(path, os.path.join(trace_dir, path.name))
             runs = [run([args.hta_python, "-c", _HTA, trace_dir], hta_env) for _ in range(args.repeat)]
@@ -217,6 +228,7 @@ def main() -> None:
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--skip-big-analyze", action="store_true")
     parser.add_argument("--no-hta", action="store_true")
+    parser.add_argument("--hta-big", action="store_true", help="HTA on the big trace too (~20 min and ~8 GB on a busy 2-core machine)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--crossover", action="store_true",
                         help="only: parse + link with 1 and 2 workers (parallel forced) on 20, 55 and 150 MB tiled traces")
