@@ -9,7 +9,7 @@ Traces (built once under benchmarks/out/ by tiling a shared fixture when not giv
 
 Every measurement is a fresh process, timed from the outside (interpreter start, imports,
 parse, analysis, rendering: what a user waits for), with its peak memory sampled over the
-whole process tree (every 0.1 s; every 0.5 s with smaps when it has several processes): `pss`
+whole process tree (every 0.1 s; every 0.3 s when it has several processes): `pss`
 is the tree's memory (proportional set sizes: pages of the mmap-ed trace shared by worker
 processes counted once), `rss` the largest single process's resident set. Tables are rendered to /dev/null. The load average is printed beside
 every figure: on a shared 2-core machine it says how much the figure can be trusted.
@@ -77,10 +77,10 @@ print(json.dumps({"load_s": wall, "main_cpu_s": cpu, "workers_cpu_s": kids, "cri
 
 
 def _tree_memory(pid: int, with_pss: bool) -> tuple[int, int]:
-    """(the tree's memory, its largest single RSS), bytes. The tree's memory is the sum of
-    proportional set sizes (a mapped trace shared by workers counted once) when `with_pss`
-    and the tree has several processes; else the sum of RSS, which is cheaper to read
-    (smaps walks every page table entry and takes the process's memory lock)."""
+    """(the tree's memory, its largest single RSS), bytes. A single process: its RSS (cheap
+    to read). Several (workers forked from it share its pages): the sum of their
+    proportional set sizes, read only when `with_pss` (smaps walks every page table entry
+    and takes the process's memory lock), else 0 (not measured this time)."""
     import psutil
 
     try:
@@ -94,11 +94,13 @@ def _tree_memory(pid: int, with_pss: bool) -> tuple[int, int]:
         try:
             with open(f"/proc/{p.pid}/statm") as f:
                 rss = int(f.read().split()[1]) * page
-            if with_pss and len(procs) > 1:
+            if len(procs) == 1:
+                pss = rss
+            elif with_pss:
                 with open(f"/proc/{p.pid}/smaps_rollup") as f:
                     pss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
             else:
-                pss = rss
+                pss = 0
         except (OSError, StopIteration, ValueError):
             continue
         total += pss
@@ -118,7 +120,7 @@ def run(cmd: list[str], env: dict | None = None) -> dict:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
-        pss, rss = _tree_memory(proc.pid, with_pss=ticks % 5 == 0)  # PSS every 0.5 s, RSS every 0.1 s
+        pss, rss = _tree_memory(proc.pid, with_pss=ticks % 3 == 0)  # several processes: PSS every 0.3 s
         peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
         ticks += 1
         time.sleep(0.1)
