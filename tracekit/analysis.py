@@ -37,6 +37,13 @@ class Analysis:
     trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per collective kernel
     overlap: pd.DataFrame = field(default_factory=pd.DataFrame)  # comm hidden by compute, per device
+    findings: Any = None  # tracekit.findings.Findings: the headline and what to fix first
+    model: Any = None  # tracekit.model.predict.Prediction with --model, else None
+
+    @property
+    def prediction(self) -> pd.DataFrame:
+        """Predicted vs measured per step (tracekit.model.predict.STEP_COLUMNS); empty without --model."""
+        return self.model.steps if self.model is not None else pd.DataFrame()
 
     def to_json(self, top: int = 15) -> str:
         import json
@@ -46,6 +53,7 @@ class Analysis:
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
+            "headline": list(self.findings.headline) if self.findings else [],
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
@@ -60,13 +68,23 @@ class Analysis:
             # How long the full lists are, so a reader (tracekit diff) knows whether an item
             # missing from a top list is absent or only below the cut.
             "listed_of": {"top_kernels": int(self.kernels["name"].nunique()) if len(self.kernels) else 0, "top_ops": len(self.ops)},
+            "what_to_fix_first": self.findings.to_dict(top) if self.findings else None,
             "warnings": self.warnings,
+            **({"model": self.model.to_dict()} if self.model is not None else {}),
         }
 
 
-def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None) -> Analysis:
+def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
+          model: Any = None) -> Analysis:
+    """`model`: tracekit.model.ModelOptions; its costs fill the kernels the op shapes leave uncosted."""
     costs = kernel_costs(trace)
     labels = attribute(trace, costs["kernel_class"], rules)
+    owner = kernel_steps(trace, trace.kernels)  # row in trace.ranges of the step that owns each kernel, -1 for none
+    run = None
+    if model is not None:
+        from tracekit.model import run_model
+
+        run = run_model(trace, costs, labels, owner, model, device)
     exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
@@ -76,8 +94,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
     ops = _ops_table(kernels, trace) if len(k) else _cpu_ops_table(trace)
     devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
-    owner = kernel_steps(trace, kernels)
-    kernels["step"] = owner  # row in trace.ranges of the step that owns each kernel, -1 for none
+    kernels["step"] = owner
     steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
     analysis = Analysis(kernels, ops, _coverage(kernels), device, sustained, trace.meta, list(trace.warnings),
                         blocks=block_table(kernels), steps=steps, devices=devices, trace=trace)
@@ -85,6 +102,14 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
     analysis.collectives = collective_table(analysis)
     analysis.overlap = overlap_table(kernels)
+    from tracekit.findings import compute
+
+    analysis.findings = compute(analysis)
+    if run is not None:
+        from tracekit.model.predict import predict
+
+        analysis.model = predict(run, kernels, exclusive, device, trace.ranges, sustained)
+        analysis.warnings += [f"model: {note}" for note in run.notes]
     return analysis
 
 

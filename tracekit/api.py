@@ -55,6 +55,7 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
+<<<<<<< HEAD
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, workers: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
@@ -63,6 +64,24 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
 
     rule_set = load_rules(rules)
     trace = load(path, progress, workers)
+=======
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None) -> Analysis:
+    """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
+    steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
+    `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
+    what the op shapes cannot and predicts each step."""
+    from tracekit.attribution import load_rules
+
+    rule_set = load_rules(rules)
+    if model is not None:  # a bad config fails before the trace is read
+        from tracekit.model import ModelOptions, load_config
+
+        if isinstance(model, (str, os.PathLike)):
+            model = ModelOptions(config=os.fspath(model))
+
+        load_config(model.config, model.weight_dtype)
+    trace = load(path, progress)
+>>>>>>> main
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
@@ -72,4 +91,13 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
         # --device) would repeat the first and be stale after the second.
         trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
     with _gc_paused():
-        return build(trace, spec, sustained, rule_set)
+        return build(trace, spec, sustained, rule_set, model)
+
+
+def calibrate(paths: list[str], model, device: str | None = None, device_file: str | None = None,
+              sustained: float = DEFAULT_SUSTAINED) -> dict:
+    """Analyse each trace with `model` (tracekit.model.ModelOptions) and fit the roofline step
+    model's efficiencies per device (tracekit.model.calibrate)."""
+    from tracekit.model.calibrate import calibrate as fit
+
+    return fit([analyze(p, device=device, device_file=device_file, sustained=sustained, model=model) for p in paths])

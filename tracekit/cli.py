@@ -20,14 +20,47 @@ def _load(path: str, workers: int | None = None):
 
     trace = load(path, workers=workers)
     for warning in trace.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace
 
 
 def _console():
-    from rich.console import Console
+    from tracekit.reports.terminal import console
 
-    return Console(width=max(150, Console().width))
+    return console()
+
+
+def _safe(text) -> str:
+    """A trace string (a path, a name inside a warning) for a line written to the terminal."""
+    from tracekit.reports.text import plain_terminal
+
+    return plain_terminal(text)
+
+
+def _model_options(command):
+    """--model and the options that go with it (shared by analyze)."""
+    options = [
+        click.option("--model", "config", type=click.Path(), help="The model's Hugging Face config.json (or its directory): costs what op shapes cannot, predicts each step."),
+        click.option("--tp", type=click.IntRange(1, 4096), help="With --model: tensor-parallel degree (default: from the trace)."),
+        click.option("--ep", type=click.IntRange(1, 4096), help="With --model: expert-parallel degree (default 1)."),
+        click.option("--weight-dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4", "nvfp4"]), help="With --model: stored weight format (default: from the config)."),
+        click.option("--batch", type=click.IntRange(1, None), help="With --model: requests per step where the trace does not say."),
+        click.option("--context", type=click.IntRange(0, None), help="With --model: KV tokens cached per request where the trace does not say."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _model(config: str | None, tp: int | None = None, ep: int | None = None, weight_dtype: str | None = None,
+           batch: int | None = None, context: int | None = None):
+    if config is None:
+        if any(v is not None for v in (tp, ep, weight_dtype, batch, context)):
+            raise click.UsageError("--tp, --ep, --weight-dtype, --batch and --context need --model")
+        return None
+    from tracekit.model import ModelOptions
+
+    return ModelOptions(config, tp, ep, weight_dtype, batch, context)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,32 +100,40 @@ def info(path: str, fmt: str, top: int, workers: int | None) -> None:
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
 @click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
 @click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
+@_model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
-            to_mlflow: bool = False, mlflow_run: str | None = None) -> None:
+            to_mlflow: bool = False, mlflow_run: str | None = None, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
     analysed in parallel and a cross-rank report follows (stragglers, collective skew)."""
     import os
 
+    model_options = _model(**model)
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
     if len(paths) > 1 or os.path.isdir(paths[0]):
+        if model_options is not None:
+            raise click.UsageError("--model works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
     path = paths[0]
     from tracekit.api import analyze as run
 
     with _progress(f"reading {os.path.basename(path)}") as progress:
+<<<<<<< HEAD
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress, workers=workers)
+=======
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress, model=model_options)
+>>>>>>> main
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 
             written = write_bundle(analysis, out_dir, top)
     for warning in analysis.warnings:
-        click.echo(f"tracekit: warning: {path}: {warning}", err=True)
+        click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(analysis.to_json(top))
     elif fmt == "markdown":
@@ -105,7 +146,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         analysis.warnings = []  # already on stderr
         render.render_console(analysis, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
     if to_mlflow:
         _log_to_mlflow(analysis, mlflow_run, top)
 
@@ -144,7 +185,7 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
         written = render.write_bundle(multi, out_dir, top) if out_dir else []
     for r in multi.ranks:
         for warning in r.analysis.warnings:
-            click.echo(f"tracekit: warning: {r.path}: {warning}", err=True)
+            click.echo(f"tracekit: warning: {_safe(r.path)}: {_safe(warning)}", err=True)
     if fmt == "json":
         click.echo(render.to_json(multi))
     elif fmt == "markdown":
@@ -152,7 +193,37 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
     else:
         render.render_console(multi, _console(), top)
     if out_dir:
-        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+        click.echo(f"tracekit: wrote {len(written)} files to {_safe(out_dir)}", err=True)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--model", "config", required=True, type=click.Path(), help="The model's Hugging Face config.json (or its directory).")
+@click.option("--device", help="GPU to put every trace on; default: each trace's own.")
+@click.option("--device-file", type=click.Path(dir_okay=False))
+@click.option("--tp", type=click.IntRange(1, 4096), help="Tensor-parallel degree (default: from the trace).")
+@click.option("--ep", type=click.IntRange(1, 4096), help="Expert-parallel degree (default 1).")
+@click.option("--weight-dtype", type=click.Choice(["bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4", "nvfp4"]))
+@click.option("--batch", type=click.IntRange(1, None), help="Requests per step where the trace does not say.")
+@click.option("--context", type=click.IntRange(0, None), help="KV tokens cached per request where the trace does not say.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Write the fitted factors here as JSON.")
+def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_file: str | None, out_file: str | None, **model) -> None:
+    """Fit the roofline step model (bandwidth and matrix efficiency, per device) to measured steps."""
+    import json
+
+    from tracekit.api import calibrate as fit
+    from tracekit.reports.prediction import render_calibration
+
+    with _status(f"analysing {len(paths)} traces"):
+        result = fit(list(paths), _model(config, **model), device=device, device_file=device_file)
+    render_calibration(result, _console())
+    if out_file:
+        from tracekit.reports.prediction import write_json_atomic
+
+        write_json_atomic(out_file, result)
+        click.echo(f"tracekit: wrote {out_file}", err=True)
+    else:
+        click.echo(json.dumps(result, indent=2))
 
 
 @cli.command()
@@ -169,7 +240,7 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
     with _status(f"analysing {path}"):
         analysis = run(path, device=device, device_file=device_file, rules=rules)
         n = write_perfetto(analysis, out)
-    click.echo(f"tracekit: wrote {n:,} events to {out}", err=True)
+    click.echo(f"tracekit: wrote {n:,} events to {_safe(out)}", err=True)
 
 
 @cli.command()
@@ -288,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TraceError as exc:
-        click.echo(f"tracekit: error: {exc.path}: {exc.reason}", err=True)
+        click.echo(f"tracekit: error: {_safe(exc.path)}: {_safe(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

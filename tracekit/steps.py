@@ -20,7 +20,11 @@ import pandas as pd
 from tracekit.labels import labels
 from tracekit.trace import Trace
 
+# torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
 STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)")
+# A serving engine's batch annotation (vLLM `execute_context_N(..)_generation_M(..)`): a step
+# of its own only where no step range above overlaps it (SGLang nests it in `step[DECODE ..]`).
+SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(")
 MIN_COVERAGE = 0.5  # below this share of kernel time with a cost, a sum of costs is unknown
 
 STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "coverage", "bytes", "achieved_tbps",
@@ -33,10 +37,20 @@ def step_rows(trace: Trace) -> np.ndarray:
     if r.empty:
         return np.zeros(0, dtype=np.int64)
     names = r["name"].astype("category")
+    host = ~np.isin(labels(r["domain"]), ["python", "gpu"])
     # One regex search per distinct name, not per range.
-    by_code = np.array([bool(STEP.search(str(n)[:256])) for n in names.cat.categories] + [False])
-    is_step = by_code[names.cat.codes.to_numpy()] & ~np.isin(labels(r["domain"]), ["python", "gpu"])
-    return np.flatnonzero(is_step)
+    def matching(pattern: re.Pattern) -> np.ndarray:
+        by_code = np.array([bool(pattern.search(str(n)[:256])) for n in names.cat.categories] + [False])
+        return by_code[names.cat.codes.to_numpy()]
+
+    primary = matching(STEP) & host
+    serving = matching(SERVING_STEP) & host & ~primary
+    steps = np.flatnonzero(primary)
+    if serving.any():
+        start, end = r["start"].to_numpy(), r["end"].to_numpy()
+        alone = [i for i in np.flatnonzero(serving) if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
+        steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
+    return steps
 
 
 def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarray:

@@ -46,3 +46,80 @@ def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> p
     per["idle_span_ns"] = span_ns - per["busy_ns"]
     per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
     return per[DEVICE_COLUMNS]
+
+
+# -- GPU idle time, split by its cause (in the style of HolisticTraceAnalysis' idle-time breakdown)
+
+IDLE_CATEGORIES = ("host_wait", "sync", "other")
+
+
+def union(intervals: np.ndarray) -> np.ndarray:
+    """Sorted, merged [start, end) intervals of an (n, 2) array."""
+    if not len(intervals):
+        return np.zeros((0, 2), dtype=np.int64)
+    iv = intervals[np.argsort(intervals[:, 0], kind="stable")]
+    ends = np.maximum.accumulate(iv[:, 1])
+    new = np.r_[True, iv[1:, 0] > ends[:-1]]
+    return np.column_stack([iv[new, 0], np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))])
+
+
+def _covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Length of the (merged) window intervals that lies before each time t."""
+    if not len(window):
+        return np.zeros(len(t), dtype=np.int64)
+    lengths = np.r_[0, np.cumsum(window[:, 1] - window[:, 0])]
+    i = np.searchsorted(window[:, 0], t, side="right")  # windows starting at or before t
+    inside = np.clip(t - window[np.maximum(i - 1, 0), 0], 0, None)
+    inside = np.minimum(inside, window[np.maximum(i - 1, 0), 1] - window[np.maximum(i - 1, 0), 0])
+    return np.where(i > 0, lengths[np.maximum(i - 1, 0)] + inside, 0)
+
+
+def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.ndarray,
+              windows: dict[int, np.ndarray]) -> pd.DataFrame:
+    """Every stretch in which a device runs nothing (all its streams idle), clipped to the
+    window in which idleness counts (the steps), and why the GPU waited:
+
+      sync       the host sat in a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize,
+                 cudaEventSynchronize, a blocking cudaMemcpy, hip...) that returned during the gap:
+                 it waited for the GPU to drain before it could queue more work;
+      host_wait  the launch of the activity that ends the gap began after the gap began: the
+                 GPU had run out of work because the host was late (launch-bound);
+      other      the work was queued in time but did not start (waiting on an event or another
+                 stream, or launch latency), or the activity has no launch call in the trace.
+
+    `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 3)
+    array of synchronising calls' [start, end, host pid] (only the processes that launched
+    work on a device count for it; pid -1 counts for all); `windows[device]` merged
+    [start, end) intervals.
+    """
+    cols = ["device", "start", "end", "idle_ns", "category", "next_row"]
+    out = []
+    start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
+    device = kernels["device"].to_numpy()
+    pid = kernels["pid"].to_numpy() if "pid" in kernels else np.full(len(kernels), -1)
+    sync_calls = np.asarray(sync_calls, dtype=np.int64).reshape(-1, 3)
+    for dev in np.unique(device) if len(kernels) else ():
+        rows = np.flatnonzero(device == dev)
+        hosts = np.unique(pid[rows])
+        mine = sync_calls if (hosts < 0).any() else sync_calls[np.isin(sync_calls[:, 2], hosts) | (sync_calls[:, 2] < 0)]
+        sync_end = np.sort(mine[:, 1]) if len(mine) else np.zeros(0, dtype=np.int64)
+        rows = rows[np.argsort(start[rows], kind="stable")]
+        s, reach = start[rows], np.maximum.accumulate(end[rows])  # the furthest any earlier activity reached
+        window = windows.get(int(dev), np.zeros((0, 2), dtype=np.int64))
+        lo = min(int(window[0, 0]), int(s[0])) if len(window) else int(s[0])
+        hi = max(int(window[-1, 1]), int(reach[-1])) if len(window) else int(reach[-1])
+        # the stretch before each activity (from the window's start for the first) and after the last
+        g_start, g_end, nxt = np.r_[lo, reach], np.r_[s, hi], np.r_[rows, -1]
+        gap = np.flatnonzero(g_end > g_start)
+        if not len(gap):
+            continue
+        g_start, g_end, nxt = g_start[gap], g_end[gap], nxt[gap]
+        idle = _covered_before(window, g_end) - _covered_before(window, g_start)
+        synced = np.searchsorted(sync_end, g_start, side="left") < np.searchsorted(sync_end, g_end, side="right")
+        launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
+        late = (launched >= 0) & (launched > g_start)
+        category = np.where(synced, "sync", np.where(late, "host_wait", "other"))
+        keep = idle > 0
+        out.append(pd.DataFrame({"device": int(dev), "start": g_start[keep], "end": g_end[keep], "idle_ns": idle[keep],
+                                 "category": category[keep], "next_row": nxt[keep]}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=cols)

@@ -1,7 +1,11 @@
-"""Which runtime / driver calls put work on a GPU (the rest are queries and syncs)."""
+"""Which runtime / driver calls the launches table keeps: those that put work on a GPU, and
+the synchronisations that wait for it (the idle-time breakdown needs to see the host blocked)."""
 
 import re
 
 # cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernelEx, cudaGraphLaunch, cudaMemcpyAsync,
 # hipExtModuleLaunchKernel, hipGraphLaunch, ... and nsys's versioned names (..._v7000).
-LAUNCH_API = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset|ModuleLaunch|ExtLaunch|cuLaunch")
+LAUNCH_API = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset|ModuleLaunch|ExtLaunch|cuLaunch|Synchronize")
+# cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, hipDeviceSynchronize,
+# cuCtxSynchronize, and the copies that block the host until the GPU is done (cudaMemcpy, not ...Async).
+SYNC_API = re.compile(r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$")

@@ -7,29 +7,21 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from tracekit.analysis import Analysis, top_kernels
-from tracekit.reports.tables import block_rows, device_rows, step_rows
-from tracekit.reports.format import duration, kernel_label, percent, shorten, si
+from tracekit.analysis import Analysis
+from tracekit.reports.format import duration, percent
+from tracekit.reports.tables import headline, sections
+from tracekit.reports.terminal import print_section
+from tracekit.reports.text import terminal
 
 
 def to_json(analysis: Analysis, top: int) -> str:
     return json.dumps(analysis.to_dict(top), indent=2, default=str)
 
 
-def _text(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and v != v) else str(v)
-
-
 def _num(value: Any, fmt: str = "{:,.2f}") -> str:
-    return "-" if value is None or value != value else fmt.format(value)
-
-
-def _efficiency(peak: Any, sustained: Any) -> str:
-    if peak is None or peak != peak:
-        return "-"
-    flag = " [bold red]>peak[/]" if peak > 1.05 else ""
-    return f"{percent(peak)} / {percent(sustained)}{flag}"
+    return "—" if value is None or value != value else fmt.format(value)
 
 
 def coverage_line(analysis: Analysis) -> str:
@@ -41,7 +33,7 @@ def coverage_line(analysis: Analysis) -> str:
 
 
 def device_label(analysis: Analysis) -> str:
-    """The device line's text: the spec used, or why there is none."""
+    """The device's name, or why there is none."""
     if analysis.device is not None:
         return f"{analysis.device.name} [{analysis.device.key}]"
     if len(analysis.kernels):
@@ -49,71 +41,45 @@ def device_label(analysis: Analysis) -> str:
     return "none (CPU-only profile)"
 
 
-def render_console(analysis: Analysis, console: Console, top: int) -> None:
-    meta, dev, c = analysis.meta, analysis.device, analysis.coverage
-    console.print(f"[bold]{meta.get('path')}[/bold]  ({meta.get('format')}, span {duration(meta.get('span_ns'))})")
-    if dev is None and not len(analysis.kernels):
-        console.print("device      none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time")
-        _ops(analysis, console, top, title="Top CPU ops by time (outermost op with a cost model), with their FLOPs and bytes")
-        return
-    if dev is None:  # a GPU trace on an unnamed or unknown GPU: everything but the roofline
-        console.print(f"device      {device_label(analysis)}")
-    else:
-        console.print(f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s "
-                      f"(sustained {analysis.sustained:.0%}), source: {dev.source}")
-    console.print(coverage_line(analysis))
-    if dev is not None:
-        console.print(f"roofline    kernel time at {percent(c['efficiency'])} of the peak roofline, "
-                      f"{percent(c['efficiency_sustained'])} of the sustained one (sum t_min / sum time over modeled kernels)")
-    for w in analysis.warnings:
-        console.print(f"[yellow]warning[/]     {w}")
-    _plain_table(console, "GPU time by phase x block (overlapping streams counted once)", *block_rows(analysis))
-    _plain_table(console, "Devices: busy and idle", *device_rows(analysis))
-    if len(analysis.steps):
-        _plain_table(console, "Steps", *step_rows(analysis))
-
-    table = Table(title="Top kernels by GPU time", header_style="bold")
-    for col, justify in [("kernel", "left"), ("class", "left"), ("calls", "right"), ("time", "right"), ("share", "right"),
-                         ("TFLOP/s", "right"), ("TB/s", "right"), ("FLOP/B", "right"), ("eff. peak / sust.", "right"), ("bound", "left")]:
-        table.add_column(col, justify=justify, overflow="fold")
-    for r in top_kernels(analysis, top).to_dict(orient="records"):
-        table.add_row(kernel_label(r["name"], 60), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
-                      _num(r["achieved_tflops"]), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
-                      _efficiency(r["efficiency"], r["efficiency_sustained"]), _text(r["bound"]))
-    console.print(table)
-
-    _ops(analysis, console, top, title="Top ops by GPU time")
-    _unmodeled(analysis, console)
+def device_line(analysis: Analysis) -> str:
+    """The device and the bandwidth the roofline uses; its sources are in `tracekit devices`."""
+    dev = analysis.device
+    if dev is None and len(analysis.kernels):
+        return f"device      {device_label(analysis)}"
+    if dev is None:
+        return "device      none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time"
+    return (f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s, sustained {analysis.sustained:.0%} "
+            f"(sources: tracekit devices)")
 
 
-def _ops(analysis: Analysis, console: Console, top: int, title: str) -> None:
-    ops = Table(title=title, header_style="bold")
-    for col, justify in [("op", "left"), ("input shapes", "left"), ("calls", "right"), ("time", "right"), ("FLOP", "right"),
-                         ("bytes", "right"), ("efficiency", "right"), ("bound", "left")]:
-        ops.add_column(col, justify=justify, overflow="fold")
-    for r in analysis.ops.head(top).to_dict(orient="records"):
-        ops.add_row(r["op"], shorten(r["shapes"], 48), f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]) if r["efficiency"] == r["efficiency"] else "-", _text(r["bound"]))
-    console.print(ops)
+def roofline_line(analysis: Analysis) -> str:
+    from tracekit.findings import MIN_COVERAGE
 
-
-def _unmodeled(analysis: Analysis, console: Console) -> None:
     c = analysis.coverage
-    if c["top_unmodeled"]:
-        un = Table(title="Top kernels without a cost, and why", header_style="bold")
-        for col in ("kernel", "time", "share", "reason"):
-            un.add_column(col, overflow="fold")
-        for r in c["top_unmodeled"]:
-            un.add_row(kernel_label(r["name"], 60), duration(r["time_ns"]), percent(r["share"]), r["reason"])
-        console.print(un)
+    eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
+    if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
+        return (f"roofline    — : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
+                f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
+    fmt = lambda v: "—" if v is None or v != v else percent(v)  # noqa: E731
+    return (f"roofline    kernel time at {fmt(eff)} of the peak roofline, {fmt(sus)} of the sustained one "
+            f"(sum t_min / sum time over the kernels with a cost)")
 
 
-def _plain_table(console: Console, title: str, head: list[str], rows: list[list[str]]) -> None:
-    table = Table(title=title, header_style="bold")
-    for i, col in enumerate(head):
-        table.add_column(col, justify="left" if i < 2 else "right", overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    console.print(table)
+def render_console(analysis: Analysis, console: Console, top: int) -> None:
+    meta = analysis.meta
+    console.print(Text.assemble(terminal(meta.get("path"), "bold"), f"  ({terminal(meta.get('format'))}, span {duration(meta.get('span_ns'))})"))
+    for sentence in headline(analysis):
+        console.print(terminal(sentence, "bold"))
+    console.print(terminal(device_line(analysis)))
+    if len(analysis.kernels):
+        console.print(terminal(coverage_line(analysis)))
+    if analysis.device is not None:
+        console.print(terminal(roofline_line(analysis)))
+    for w in analysis.warnings:
+        console.print(Text.assemble(("warning", "yellow"), "     ", terminal(w)))
+    for section in sections(analysis, top):
+        if section.terminal:
+            print_section(section, console)
 
 
 def render_devices(devices: dict, console: Console) -> None:
@@ -122,6 +88,7 @@ def render_devices(devices: dict, console: Console) -> None:
         table.add_column(col, overflow="fold")
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
-        table.add_row(d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"), _num(d.vector_tflops.get("fp32"), "{:,.1f}"),
-                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), d.source)
+        table.add_row(*[terminal(c) for c in (d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"),
+                        _num(d.vector_tflops.get("fp32"), "{:,.1f}"), f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}",
+                        ", ".join(d.aliases), d.source)])
     console.print(table)

@@ -17,6 +17,18 @@ import os
 from tracekit.analysis import Analysis
 
 
+def _with_names(k):
+    """The kernels table with, beside the raw name, its demangled name and its report label."""
+    from tracekit.names import labels, readable
+
+    k = k.copy()
+    names = k["name"].astype(str)
+    label = labels(names.unique())
+    k["demangled"] = names.map({n: readable(n) for n in label}).astype("category")
+    k["label"] = names.map(label).astype("category")
+    return k
+
+
 def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     from tracekit.reports import html, markdown, plots
 
@@ -35,7 +47,7 @@ def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     save("report.html", html.render(a, images, top))
     save("roofline.png", images["roofline"])
     save("breakdown.png", images["breakdown"])
-    kernels = a.kernels.copy()
+    kernels = _with_names(a.kernels)
     for col in kernels.columns:  # parquet wants one type per column; categories of str
         if kernels[col].dtype == object:
             kernels[col] = kernels[col].astype("string")

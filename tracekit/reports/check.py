@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from tracekit.compare.check import Verdict
-from tracekit.reports import compare_text
 
 UNKNOWN = "—"
 
@@ -32,7 +31,7 @@ def to_json(verdicts: list[Verdict], source: str) -> str:
 
 
 def to_markdown(verdicts: list[Verdict], source: str) -> str:
-    esc = compare_text.markdown
+    from tracekit.reports.text import markdown as esc
     head, body = rows(verdicts)
     lines = [f"# tracekit check: {esc(source)}", "", summary_line(verdicts), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
@@ -40,16 +39,12 @@ def to_markdown(verdicts: list[Verdict], source: str) -> str:
 
 
 def render_console(verdicts: list[Verdict], console, source: str) -> None:
-    from rich.table import Table
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
 
-    esc = compare_text.terminal
     head, body = rows(verdicts)
-    table = Table(title=f"tracekit check: {esc(source)}", title_justify="left")
-    for h in head:
-        table.add_column(h, justify="right" if h == "measured" else "left", overflow="fold")
-    for row, v in zip(body, verdicts):
-        cells = [esc(c) for c in row]
-        cells[3] = "[green]PASS[/]" if v.ok else "[bold red]FAIL[/]"
-        table.add_row(*cells)
-    console.print(table)
-    console.print(summary_line(verdicts))
+    body = [[*row[:3], "PASS" if v.ok else "FAIL", *row[4:]] for row, v in zip(body, verdicts)]
+    measured = tuple(i for i, h in enumerate(head) if h != "measured")
+    print_section(Section(f"tracekit check: {source}", head, body, [0] * len(head), flex=len(head) - 1, left=measured), console)
+    console.print(terminal(summary_line(verdicts)))

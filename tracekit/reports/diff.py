@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from tracekit.reports import compare_text
 from tracekit.reports.format import duration, si
 
 UNKNOWN = "—"
@@ -128,7 +127,7 @@ def to_json(d: dict) -> str:
 
 
 def to_markdown(d: dict, top: int = 15) -> str:
-    esc = compare_text.markdown
+    from tracekit.reports.text import markdown as esc
     lines = ["# tracekit diff", ""] + [f"- {esc(t)}" for t in _title(d)]
     lines += [f"- warning: {esc(w)}" for w in d.get("warnings", [])]
     for title, head, rows in sections(d, top):
@@ -143,22 +142,23 @@ def to_markdown(d: dict, top: int = 15) -> str:
 
 
 def render_console(d: dict, console, top: int = 15) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
-    esc = compare_text.terminal
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
     for t in _title(d):
-        console.print(esc(t))
+        console.print(terminal(t))
     for w in d.get("warnings", []):
-        console.print(f"[yellow]warning:[/] {esc(w)}")
+        console.print(Text.assemble(("warning: ", "yellow"), terminal(w)))
     for title, head, rows in sections(d, top):
         if not rows:
             continue
-        table = Table(title=esc(title), title_justify="left")
-        for i, h in enumerate(head):
-            table.add_column(esc(h), justify="left" if i < 2 or h in ("", "op", "kernel") else "right", overflow="fold")
-        for row in rows:
-            table.add_row(*(esc(c) for c in row))
-        console.print(table)
+        text = tuple(i for i, h in enumerate(head) if i < 2 or h in ("", "op", "kernel"))
+        # names and the side note are kept; the time columns before the detail ones
+        priority = [0 if i in text else (1 if i < len(head) // 2 + 1 else 2) for i in range(len(head))]
+        print_section(Section(title, head, rows, priority, flex=1 if len(head) > 1 else 0, left=text), console)
 
 
 def write(d: dict, out_dir: str, top: int = 15) -> list[str]:

@@ -1,7 +1,8 @@
 """report.html: one self-contained file (inline CSS, images as data URIs, no network).
 
-Every name from a trace passes through Jinja's autoescaping: a kernel named
-`<script>alert(1)</script>` is shown as text."""
+Every string from a trace passes through text.html (escaped, control characters shown),
+and Jinja autoescapes the rest: a kernel named `<script>alert(1)</script>` is shown as text.
+A kernel's cell carries its full demangled name in its title attribute."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import base64
 from jinja2 import Environment, select_autoescape
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line, device_label
+from tracekit.reports.analyze import coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
-from tracekit.reports.tables import sections
+from tracekit.reports.tables import headline, sections
+from tracekit.reports.text import html as h
 
 _TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -23,23 +25,26 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-variant-numeric: tabular-nums; }
-th { background: #f3f3f3; } td:first-child, td:nth-child(2) { text-align: left; }
+th { background: #f3f3f3; } td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: left; }
 .meta li { margin: 2px 0; } img { max-width: 100%; border: 1px solid #ddd; margin: 8px 0; }
-.warn { color: #a50; }
+.warn { color: #a50; } .headline { font-size: 15px; max-width: 60em; } .note { color: #555; }
 </style></head><body>
 <h1>tracekit report</h1>
+<p class="headline">{% for s in headline %}{{ s }} {% endfor %}</p>
 <ul class="meta">
 <li>trace: <code>{{ path }}</code> ({{ fmt }}, span {{ span }})</li>
-<li>device: {{ device }}</li>
+<li>{{ device }}</li>
 <li>{{ coverage }}</li>
+<li>{{ roofline }}</li>
 {% for w in warnings %}<li class="warn">warning: {{ w }}</li>{% endfor %}
 </ul>
 {% for title, png in images %}<img alt="{{ title }}" src="data:image/png;base64,{{ png }}">{% endfor %}
-{% for title, head, rows in sections %}
-<h2>{{ title }}</h2>
-{% if rows %}<table><thead><tr>{% for h in head %}<th>{{ h }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in rows %}<tr>{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
-{% else %}<p>(none)</p>{% endif %}
+{% for s in sections %}
+<h2>{{ s.title }}</h2>
+{% if s.rows %}<table><thead><tr>{% for h in s.head %}<th>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in s.rows %}<tr>{% for text, full in row %}<td{% if full %} title="{{ full }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+{% if s.note %}<p class="note">{{ s.note }}</p>{% endif %}
+{% else %}<p>{{ s.empty }}</p>{% endif %}
 {% endfor %}
 </body></html>
 """
@@ -47,11 +52,18 @@ th { background: #f3f3f3; } td:first-child, td:nth-child(2) { text-align: left; 
 _ENV = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
 
 
+def _section(s) -> dict:
+    rows = [[(h(c), h(getattr(c, "full", "")) or None) for c in row] for row in s.rows]
+    return {"title": h(s.title), "head": [h(x) for x in s.head], "rows": rows, "note": h(s.note), "empty": h(s.empty)}
+
+
 def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
     return _ENV.from_string(_TEMPLATE).render(
-        path=a.meta.get("path"), fmt=a.meta.get("format"), span=duration(a.meta.get("span_ns")),
-        device=device_label(a),
-        coverage=coverage_line(a).replace("coverage    ", "coverage: "), warnings=a.warnings,
+        path=h(a.meta.get("path")), fmt=h(a.meta.get("format")), span=duration(a.meta.get("span_ns")),
+        headline=[h(x) for x in headline(a)], device=h(device_line(a).replace("device      ", "device: ")),
+        coverage=h(coverage_line(a).replace("coverage    ", "coverage: ")) if len(a.kernels) else "",
+        roofline=h(roofline_line(a).replace("roofline    ", "roofline: ")) if a.device else "",
+        warnings=[h(w) for w in a.warnings],
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],
-        sections=sections(a, top),
+        sections=[_section(s) for s in sections(a, top)],
     )

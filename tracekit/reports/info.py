@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tracekit.reports.format import duration, kernel_label, percent
+from tracekit.reports.text import terminal
 
 
 def to_json(inv: dict[str, Any]) -> str:
@@ -16,14 +17,14 @@ def to_json(inv: dict[str, Any]) -> str:
 
 
 def render_console(inv: dict[str, Any], console: Console) -> None:
-    console.print(f"[bold]{inv['path']}[/bold]")
+    console.print(terminal(inv["path"], "bold"))
     versions = ", ".join(f"{k}={v}" for k, v in inv["tool_versions"].items())
-    console.print(f"format      {inv['format']} ({inv['schema']}){'; ' + versions if versions else ''}")
+    console.print(terminal(f"format      {inv['format']} ({inv['schema']}){'; ' + versions if versions else ''}"))
     for dev in inv["devices"] or [{"id": "?", "name": "not in trace (pass --device)"}]:
         extra = ", ".join(f"{k}={dev[k]}" for k in ("sm_count", "memory_bytes", "memory_bandwidth") if dev.get(k) is not None)
-        console.print(f"device {dev.get('id')}    {dev.get('name')}{' (' + extra + ')' if extra else ''}")
+        console.print(terminal(f"device {dev.get('id')}    {dev.get('name')}{' (' + extra + ')' if extra else ''}"))
     if inv["rank"] is not None:
-        console.print(f"rank        {inv['rank']} of {inv['world_size']}")
+        console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
 
     counts = Table(title="Events", show_header=True, header_style="bold")
@@ -49,5 +50,5 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
     top.add_column("time", justify="right")
     top.add_column("share", justify="right")
     for row in inv["top_kernels"]:
-        top.add_row(kernel_label(row["name"]), f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"]))
+        top.add_row(terminal(kernel_label(row["name"])), f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"]))
     console.print(top)

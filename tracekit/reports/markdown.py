@@ -1,33 +1,37 @@
-"""report.md: the summary and every table as GitHub Markdown."""
+"""report.md: the headline, what to fix first, and every table as GitHub Markdown.
+Every trace string passes through text.markdown."""
 
 from __future__ import annotations
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line, device_label
+from tracekit.reports.analyze import coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
-from tracekit.reports.tables import sections
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
+from tracekit.reports.tables import headline, sections
+from tracekit.reports.text import markdown as md
 
 
 def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     meta = a.meta
-    lines = [f"# tracekit report: {meta.get('path')}", ""]
-    lines.append(f"- format: {meta.get('format')} ({meta.get('schema')}), span {duration(meta.get('span_ns'))}")
-    lines.append(f"- device: {device_label(a)}")
-    lines.append(f"- {coverage_line(a).replace('coverage    ', 'coverage: ')}")
+    lines = [f"# tracekit report: {md(meta.get('path'))}", ""]
+    lines += [" ".join(md(s) for s in headline(a)), ""]
+    lines.append(f"- format: {md(meta.get('format'))} ({md(meta.get('schema'))}), span {duration(meta.get('span_ns'))}")
+    lines.append(f"- {md(device_line(a).replace('device      ', 'device: '))}")
+    if len(a.kernels):
+        lines.append(f"- {md(coverage_line(a).replace('coverage    ', 'coverage: '))}")
+    if a.device is not None:
+        lines.append(f"- {md(roofline_line(a).replace('roofline    ', 'roofline: '))}")
     for w in a.warnings:
-        lines.append(f"- warning: {w}")
-    if images:
+        lines.append(f"- warning: {md(w)}")
+    if images and a.device is not None:
         lines += ["", "![roofline](roofline.png)", "", "![breakdown](breakdown.png)"]
-    for title, head, rows in sections(a, top):
-        lines += ["", f"## {title}", ""]
-        if not rows:
-            lines.append("(none)")
+    for s in sections(a, top):
+        lines += ["", f"## {md(s.title)}", ""]
+        if not s.rows:
+            lines.append(md(s.empty))
             continue
-        lines.append("| " + " | ".join(head) + " |")
-        lines.append("|" + "---|" * len(head))
-        lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+        lines.append("| " + " | ".join(md(h) for h in s.head) + " |")
+        lines.append("|" + "".join("---|" if i in s.left or i == s.flex else "--:|" for i in range(len(s.head))))
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in s.rows]
+        if s.note:
+            lines += ["", md(s.note)]
     return "\n".join(lines) + "\n"

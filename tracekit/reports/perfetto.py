@@ -1,6 +1,12 @@
 """The timeline as Chrome trace JSON (Perfetto, chrome://tracing), every GPU activity
-annotated with its phase, block, FLOPs, bytes, efficiency and bound; ranges and ops as
-they were, so the picture is the familiar one with tracekit's answers in each slice."""
+annotated with its phase, block, FLOPs, bytes, efficiency and bound; ops and ranges as
+they were, so the picture is the familiar one with tracekit's answers in each slice.
+
+Perfetto's JSON importer wants numeric pids and tids, named by `process_name` /
+`thread_name` metadata events (ph M); a flow (ph s on the launching op, ph f with
+"bp": "e" on the kernel, one id per launch) draws the arrow from each op to its kernels.
+GPUs get pids after the host processes' so that the two never collide.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import math
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from tracekit.analysis import Analysis
 
@@ -20,26 +27,85 @@ def _clean(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
+def _str(value: Any) -> str | None:
+    return None if value is None or (isinstance(value, float) and value != value) else str(value)
+
+
+class _Ids:
+    """Numeric pid / tid for each host process and thread, each GPU and stream, with the
+    metadata events that name them."""
+
+    def __init__(self) -> None:
+        self.meta: list[dict[str, Any]] = []
+        self.pids: dict[tuple, int] = {}
+        self.tids: dict[tuple, int] = {}
+
+    def pid(self, key: tuple, name: str, sort: int) -> int:
+        if key not in self.pids:
+            pid = len(self.pids) + 1
+            self.pids[key] = pid
+            self.meta.append({"ph": "M", "cat": "__metadata", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+            self.meta.append({"ph": "M", "cat": "__metadata", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": sort}})
+        return self.pids[key]
+
+    def tid(self, pid: int, key: tuple, name: str) -> int:
+        if (pid, key) not in self.tids:
+            tid = len(self.tids) + 1
+            self.tids[(pid, key)] = tid
+            self.meta.append({"ph": "M", "cat": "__metadata", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        return self.tids[(pid, key)]
+
+
 def write_perfetto(a: Analysis, path: str) -> int:
-    k = a.kernels
+    ids = _Ids()
     events: list[dict[str, Any]] = []
-    for r in k[["name", "kind", "device", "stream", "start", "end", "phase", "block", "flops", "bytes_read", "bytes_written",
-                "efficiency", "efficiency_sustained", "bound", "intensity", "cost_source", "unknown_reason", "op_name"]].itertuples(index=False):
-        events.append({
-            "ph": "X", "cat": str(r.kind), "name": str(r.name), "pid": f"GPU {r.device}", "tid": f"stream {r.stream}",
-            "ts": r.start * _US, "dur": (r.end - r.start) * _US,
-            "args": {"phase": str(r.phase), "block": str(r.block), "op": None if r.op_name is None or r.op_name != r.op_name else str(r.op_name),
-                     "flops": _clean(r.flops), "bytes": _clean(r.bytes_read + r.bytes_written), "efficiency": _clean(r.efficiency),
-                     "efficiency_sustained": _clean(r.efficiency_sustained), "bound": None if r.bound is None or r.bound != r.bound else str(r.bound),
-                     "intensity": _clean(r.intensity), "cost": str(r.cost_source) if r.cost_source == r.cost_source and r.cost_source is not None else str(r.unknown_reason)},
-        })
     trace = getattr(a, "trace", None)
+    op_slot: dict[int, tuple[int, int, float]] = {}  # op row -> (pid, tid, ts) of its slice
     if trace is not None:
         for table, cat in ((trace.ops, "cpu_op"), (trace.ranges[trace.ranges["domain"] != "python"], "range")):
-            for r in table[["name", "pid", "tid", "start", "end"]].itertuples(index=False):
-                events.append({"ph": "X", "cat": cat, "name": str(r.name), "pid": f"process {r.pid}", "tid": f"thread {r.tid}",
-                               "ts": r.start * _US, "dur": (r.end - r.start) * _US})
+            rows = table.index.to_numpy()
+            for row, r in zip(rows, table[["name", "pid", "tid", "start", "end"]].itertuples(index=False)):
+                gpu_range = cat == "range" and str(table["domain"].iat[row]) == "gpu" if "domain" in table else False
+                if gpu_range:
+                    pid = ids.pid(("gpu", int(r.tid)), f"GPU {int(r.tid)}", 1000 + int(r.tid))
+                    tid = ids.tid(pid, ("annotations",), "annotations")
+                else:
+                    pid = ids.pid(("host", int(r.pid)), f"process {int(r.pid)}", int(r.pid) if r.pid >= 0 else 0)
+                    tid = ids.tid(pid, ("thread", int(r.tid)), f"thread {int(r.tid)}")
+                ts = float(r.start) * _US
+                events.append({"ph": "X", "cat": cat, "name": str(r.name), "pid": pid, "tid": tid, "ts": ts, "dur": float(r.end - r.start) * _US})
+                if cat == "cpu_op":
+                    op_slot[int(row)] = (pid, tid, ts)
+    k = a.kernels
+    cols = ["name", "kind", "device", "stream", "start", "end", "phase", "block", "flops", "bytes_read", "bytes_written",
+            "efficiency", "efficiency_sustained", "bound", "intensity", "cost_source", "unknown_reason", "op_name", "op", "launch"]
+    flows: dict[int, int] = {}  # launch row -> flow id (one arrow per launch, from its op)
+    launch_start = trace.launches["start"].to_numpy() if trace is not None and len(trace.launches) else np.zeros(0, dtype=np.int64)
+    for r in k[cols].itertuples(index=False):
+        pid = ids.pid(("gpu", int(r.device)), f"GPU {int(r.device)}", 1000 + int(r.device))
+        tid = ids.tid(pid, ("stream", int(r.stream)), f"stream {int(r.stream)}")
+        ts = float(r.start) * _US
+        events.append({
+            "ph": "X", "cat": str(r.kind), "name": str(r.name), "pid": pid, "tid": tid, "ts": ts, "dur": float(r.end - r.start) * _US,
+            "args": {"phase": str(r.phase), "block": str(r.block), "op": _str(r.op_name),
+                     "flops": _clean(r.flops), "bytes": _clean(r.bytes_read + r.bytes_written), "efficiency": _clean(r.efficiency),
+                     "efficiency_sustained": _clean(r.efficiency_sustained), "bound": _str(r.bound),
+                     "intensity": _clean(r.intensity), "cost": _str(r.cost_source) or _str(r.unknown_reason)},
+        })
+        slot = op_slot.get(int(r.op)) if r.op >= 0 else None
+        if slot is None:
+            continue
+        key = int(r.launch) if r.launch >= 0 else -2 - len(flows)
+        if key not in flows:
+            flows[key] = len(flows) + 1
+            o_pid, o_tid, o_ts = slot
+            # the launch call lies inside the innermost op on its thread: the arrow starts there
+            if 0 <= r.launch < len(launch_start):
+                o_ts = float(launch_start[r.launch]) * _US
+            events.append({"ph": "s", "cat": "launch", "name": "launch", "id": flows[key], "pid": o_pid, "tid": o_tid, "ts": o_ts})
+        # binds to the kernel slice that encloses ts (bp e: the enclosing slice, not the next one)
+        events.append({"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": flows[key], "pid": pid, "tid": tid, "ts": ts})
     with open(path, "wb") as f:
-        f.write(msgspec.json.encode({"traceEvents": events, "displayTimeUnit": "ms",
+        f.write(msgspec.json.encode({"traceEvents": ids.meta + events, "displayTimeUnit": "ms",
                                      "otherData": {"tracekit": "annotated timeline", "source": a.meta.get("path")}}))
-    return len(events)
+    return len(ids.meta) + len(events)

@@ -20,11 +20,22 @@ def _pyplot():
     return plt
 
 
-def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
+LABELLED = 3  # the largest block points are labelled by name
+# label offsets (points) that alternate around a point, so neighbouring labels do not stack
+_OFFSETS = [(8, 8), (8, -12), (-60, 10), (-60, -14), (10, 18), (10, -22)]
+_OP_OFFSETS = [(6, -12), (14, 4), (-22, -14), (-24, 6), (4, -24), (18, -20), (-10, 16), (22, 14)]
+
+
+def _short(text: str, width: int = 28) -> str:
+    text = str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
     """Log-log roofline: bandwidth and matrix / vector ceilings; a point per block and per
     top op at (intensity, achieved FLOP/s), sized by time."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 6), dpi=110)
+    fig, ax = plt.subplots(figsize=(12, 6), dpi=110)
     dev = analysis.device
     x = np.logspace(-2, 4, 200)
     if dev is not None:
@@ -47,16 +58,34 @@ def roofline_png(analysis: Analysis, top_ops: int = 12) -> bytes:
     blocks = analysis.blocks
     # Collectives are bound by the interconnect, not by this roofline: they are left out.
     pts = blocks[(blocks["flops"] > 0) & (blocks["bytes"] > 0) & (blocks["block"] != "collective")] if len(blocks) else blocks
+    key: list[str] = []
     if len(pts):
+        pts = pts.sort_values("kernel_time_ns", ascending=False)
         total = max(float(pts["kernel_time_ns"].sum()), 1.0)
-        ax.scatter(pts["flops"] / pts["bytes"], pts["achieved_tflops"] * 1e12, s=40 + 1500 * pts["kernel_time_ns"] / total,
-                   alpha=0.55, color="tab:orange", edgecolor="black", label="phase x block")
-        for _, r in pts.iterrows():
-            ax.annotate(f"{r['phase']}/{r['block']}", (r["flops"] / r["bytes"], r["achieved_tflops"] * 1e12), fontsize=7)
+        x_b, y_b = pts["flops"] / pts["bytes"], pts["achieved_tflops"] * 1e12
+        ax.scatter(x_b, y_b, s=40 + 1500 * pts["kernel_time_ns"] / total, alpha=0.55, color="tab:orange", edgecolor="black",
+                   label="phase x block")
+        for i, (x0, y0, r) in enumerate(zip(x_b, y_b, pts.to_dict(orient="records"))):
+            name = f"{r['phase']}/{r['block']}"
+            # the largest points by name, the rest by number (see the key): labels never pile up
+            text = name if i < LABELLED else f"B{i + 1}"
+            if i >= LABELLED:
+                key.append(f"B{i + 1} {name}")
+            ax.annotate(text, (x0, y0), xytext=_OFFSETS[i % len(_OFFSETS)], textcoords="offset points", fontsize=7,
+                        arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.4"})
     ops = analysis.ops.head(top_ops)
     ops = ops[(ops["flops"] > 0) & (ops["bytes"] > 0) & (ops["time_ns"] > 0)] if len(ops) else ops
     if len(ops):
-        ax.scatter(ops["flops"] / ops["bytes"], ops["flops"] / ops["time_ns"] * 1e9, marker="x", color="tab:green", label="top ops")
+        x_o, y_o = ops["flops"] / ops["bytes"], ops["flops"] / ops["time_ns"] * 1e9
+        ax.scatter(x_o, y_o, marker="x", color="tab:green", label="top ops (O1 = most time)")
+        for i, (x0, y0, r) in enumerate(zip(x_o, y_o, ops.to_dict(orient="records"))):
+            dx, dy = _OP_OFFSETS[i % len(_OP_OFFSETS)]
+            ax.annotate(f"O{i + 1}", (x0, y0), xytext=(dx, dy), textcoords="offset points", fontsize=7, color="darkgreen",
+                        arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "darkgreen"})
+            key.append(f"O{i + 1} {_short(r['op'], 24)} {_short(r['shapes'], 22)}")
+    if key:  # the key sits right of the axes, one line per numbered point
+        fig.text(0.735, 0.95, "\n".join(_short(line, 50) for line in key[:30]), fontsize=6.5, va="top", family="monospace")
+        fig.subplots_adjust(left=0.07, right=0.72)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
@@ -90,7 +119,8 @@ def breakdown_png(analysis: Analysis) -> bytes:
 
 def _png(fig, plt) -> bytes:
     buf = io.BytesIO()
-    fig.tight_layout()
+    if fig.subplotpars.right > 0.9:  # a figure with a key beside it keeps its layout
+        fig.tight_layout()
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()

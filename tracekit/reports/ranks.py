@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from tracekit.ranks import MultiRank
 from tracekit.reports.format import duration, percent, si
@@ -105,22 +103,26 @@ def summary_lines(m: MultiRank) -> list[str]:
 
 
 def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
     for line in summary_lines(m):
-        console.print(line, markup=False, highlight=False)
-    for title, (head, rows) in _tables(m, top):
-        table = Table(title=title, header_style="bold")
-        for col in head:
-            table.add_column(col, justify="right")
-        for row in rows:
-            table.add_row(*(Text(cell) for cell in row))  # group names come from the trace: never markup
-        console.print(table)
+        console.print(terminal(line))
+    (_, per_rank), (_, skew), (busbw_title, busbw) = _tables(m, top)
+    # rank, steps, step time, vs median, busy, compute work, vs mean, last at, late, waited, others waited, exposed, modeled, eff.
+    print_section(Section("Per rank", *per_rank, priority=[0, 3, 0, 0, 2, 1, 1, 0, 0, 1, 0, 1, 3, 2]), console)
+    print_section(Section("Collective skew (largest first)", *skew, priority=[0, 2, 1, 2, 0, 1, 1, 2], flex=0), console)
+    print_section(Section(busbw_title, *busbw, priority=[0, 2, 0, 2, 2, 0, 1, 0, 0, 1], flex=0), console)
 
 
 def to_markdown(m: MultiRank, top: int = 15) -> str:
-    lines = ["# tracekit cross-rank report", ""] + [f"- {line}" for line in summary_lines(m)]
+    from tracekit.reports.text import markdown as md
+
+    lines = ["# tracekit cross-rank report", ""] + [f"- {md(line)}" for line in summary_lines(m)]
     for title, (head, rows) in _tables(m, top):
         lines += ["", f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
     lines += ["", "Per-rank reports: `rank<N>/report.md`."]
     return "\n".join(lines) + "\n"
 

@@ -1,74 +1,211 @@
-"""The report's tables as rows of display strings: shared by the Markdown and HTML renderers."""
+"""The report's sections as rows of display strings, shared by the terminal, Markdown and
+HTML renderers. Cells hold raw text (trace names included): each renderer passes every
+cell through its medium's function in reports/text.py. Each column has a priority, so a
+narrow terminal drops the least useful columns first (0: never dropped)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from tracekit.analysis import Analysis, top_kernels
-from tracekit.reports.format import duration, kernel_label, percent, si
+from tracekit.names import demangle, labels
+from tracekit.reports.format import duration, percent, si
+
+
+class Named(str):
+    """A kernel's short label that carries its full (demangled) name: the HTML title."""
+
+    full: str
+
+    def __new__(cls, label: str, full: str) -> "Named":
+        obj = super().__new__(cls, label)
+        obj.full = full
+        return obj
+
+
+@dataclass
+class Section:
+    title: str
+    head: list[str]
+    rows: list[list[str]]
+    priority: list[int]  # per column: higher is kept longer in a narrow terminal; 0 is always kept
+    flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
+    note: str = ""  # a line under the table (plain text, may hold trace strings)
+    left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
+    terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
+    empty: str = "(none)"
+    extra: dict = field(default_factory=dict)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v)
 
 
 def _text(v) -> str:
-    return "-" if v is None or (isinstance(v, float) and v != v) else str(v)
+    return "—" if _missing(v) else str(v)
 
 
 def _pct(v) -> str:
-    return "-" if v is None or v != v else percent(v)
+    return "—" if _missing(v) else percent(v)
 
 
-def block_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
-    head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "efficiency (peak / sustained)", "bound", "coverage"]
-    rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), _pct(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
-             f"{r['achieved_tflops']:.2f}" if r["achieved_tflops"] == r["achieved_tflops"] else "-",
-             f"{r['achieved_tbps']:.3f}" if r["achieved_tbps"] == r["achieved_tbps"] else "-",
-             f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}", _text(r["bound"]), _pct(r["coverage"])]
+def _num(v, fmt: str) -> str:
+    return "—" if _missing(v) else fmt.format(v)
+
+
+def _dur(v) -> str:
+    return "—" if _missing(v) else duration(v)
+
+
+class Labels:
+    """Short, unique labels for the kernel names of one analysis."""
+
+    def __init__(self, a: Analysis):
+        names = a.kernels["name"].astype(str).unique() if len(a.kernels) else []
+        self.map = labels(names)
+
+    def __call__(self, name: str) -> Named:
+        name = str(name)
+        label = self.map.get(name) or labels([name])[name]
+        return Named(label, demangle(name))
+
+
+def headline(a: Analysis) -> list[str]:
+    return list(a.findings.headline) if a.findings is not None else []
+
+
+def fix_ops(a: Analysis, top: int) -> Section:
+    f = a.findings
+    head = ["#", "op", "input shapes", "kernels", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
+             _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
+    return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
+                   [4, 0, 0, 3, 2, 2, 0, 0, 1], flex=2, note=_coverage_note(a), left=(1, 2))
+
+
+def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
+    f = a.findings
+    head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
+             _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
+    return Section("What to fix first: kernels", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
+
+
+def fix_blocks(a: Analysis, top: int) -> Section:
+    f = a.findings
+    head = ["phase / block", "kernels", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    rows = [[r["what"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]), _pct(r["share"]),
+             _pct(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
+    return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2])
+
+
+_IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
+               "sync": "synchronisation: host blocked in a sync call",
+               "other": "other: queued but not started, or no launch"}
+
+
+def idle(a: Analysis) -> Section:
+    f = a.findings
+    head = ["idle because", "gaps", "idle time", "of idle", f"of time {f.idle_window}"]
+    rows = [[_IDLE_NAMES.get(r["category"], r["category"]), f"{r['gaps']:,}", _dur(r["idle_ns"]), _pct(r["share_of_idle"]),
+             _pct(r["share_of_window"])] for r in f.idle.to_dict(orient="records")] if len(f.idle) else []
+    s = f.short_kernels
+    note = ""
+    if s.get("kernels"):
+        note = (f"{s['count']:,} of {s['kernels']:,} kernels ran shorter than the host call that launched them "
+                f"({duration(s['time_ns'])} of kernel time behind {duration(s['launch_ns'])} of launch calls)")
+    return Section(f"Overhead no roofline shows: GPU idle time {f.idle_window}, by cause", head, rows, [0, 2, 0, 1, 0], flex=0, note=note)
+
+
+def _measured(r: dict, key: str):
+    """A group's efficiency, or None when less than half its kernel time has a cost."""
+    from tracekit.findings import MIN_COVERAGE
+
+    return None if _missing(r.get("coverage")) or r["coverage"] < MIN_COVERAGE else r[key]
+
+
+def block_rows(a: Analysis) -> Section:
+    head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
+    rows = [[r["phase"], r["block"], _dur(r["gpu_time_ns"]), _pct(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
+             _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"),
+             f"{_pct(_measured(r, 'efficiency'))} / {_pct(_measured(r, 'efficiency_sustained'))}", _text(r["bound"]), _pct(r["coverage"])]
             for r in a.blocks.to_dict(orient="records")]
-    return head, rows
+    return Section("Blocks (phase x block)", head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1, left=(0, 1))
 
 
-def device_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
-    head = ["device", "GPU-active window", "busy", "idle (in window)", "capture span", "idle (in span)", "kernel time", "streams overlap"]
-    rows = [[str(r["device"]), duration(r["active_ns"]), duration(r["busy_ns"]), duration(r["idle_ns"]), duration(r["span_ns"]),
-             duration(r["idle_span_ns"]), duration(r["kernel_time_ns"]), duration(r["overlap_ns"])]
+def device_rows(a: Analysis) -> Section:
+    head = ["device", "active window", "busy", "idle", "capture span", "idle in span", "kernel time", "concurrent"]
+    rows = [[str(r["device"]), _dur(r["active_ns"]), _dur(r["busy_ns"]), _dur(r["idle_ns"]), _dur(r["span_ns"]),
+             _dur(r["idle_span_ns"]), _dur(r["kernel_time_ns"]), _dur(r["overlap_ns"])]
             for r in a.devices.to_dict(orient="records")]
-    return head, rows
+    return Section("Devices: busy and idle (idle within the GPU-active window, first to last activity; the capture span "
+                   "also counts host time before the first kernel) (concurrent: kernel time that ran beside other kernels)",
+                   head, rows, [0, 1, 0, 0, 2, 2, 1, 1])
 
 
-def step_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+def step_rows(a: Analysis) -> Section:
     head = ["step", "duration", "kernels", "GPU busy", "bytes", "TB/s", "of peak BW", "of sustained BW"]
-    rows = [[r["step"], duration(r["duration_ns"]), f"{r['kernels']:,}", duration(r["busy_ns"]), si(r["bytes"], "B"),
-             f"{r['achieved_tbps']:.3f}", _pct(r["bandwidth_share_peak"]), _pct(r["bandwidth_share_sustained"])]
+    rows = [[r["step"], _dur(r["duration_ns"]), f"{r['kernels']:,}", _dur(r["busy_ns"]), si(r["bytes"], "B"),
+             _num(r["achieved_tbps"], "{:.3f}"), _pct(r["bandwidth_share_peak"]), _pct(r["bandwidth_share_sustained"])]
             for r in a.steps.to_dict(orient="records")]
-    return head, rows
+    return Section("Steps", head, rows, [0, 0, 1, 0, 2, 2, 1, 3], flex=0)
 
 
-def kernel_rows(a: Analysis, top: int) -> tuple[list[str], list[list[str]]]:
-    head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "efficiency", "bound"]
-    rows = [[kernel_label(r["name"], 80), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), _pct(r["share"]),
-             f"{r['achieved_tflops']:.2f}" if r["achieved_tflops"] == r["achieved_tflops"] else "-",
-             f"{r['achieved_tbps']:.3f}" if r["achieved_tbps"] == r["achieved_tbps"] else "-", _pct(r["efficiency"]), _text(r["bound"])]
-            for r in top_kernels(a, top).to_dict(orient="records")]
-    return head, rows
+def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
+    head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "FLOP/B", "eff. peak / sust.", "bound"]
+    rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", _dur(r["time_ns"]), _pct(r["share"]),
+             _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
+             f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}" + (" >peak" if not _missing(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
+             _text(r["bound"])] for r in top_kernels(a, top).to_dict(orient="records")]
+    return Section("Top kernels by GPU time", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
 
 
-def op_rows(a: Analysis, top: int) -> tuple[list[str], list[list[str]]]:
+def op_rows(a: Analysis, top: int) -> Section:
     head = ["op", "input shapes", "calls", "time", "FLOP", "bytes", "efficiency", "bound"]
-    rows = [[r["op"], r["shapes"][:120], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), _pct(r["efficiency"]), _text(r["bound"])]
+    rows = [[r["op"], r["shapes"], f"{r['calls']:,}", _dur(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), _pct(r["efficiency"]), _text(r["bound"])]
             for r in a.ops.head(top).to_dict(orient="records")]
-    return head, rows
+    title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
+    return Section(title, head, rows, [0, 0, 2, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
-def unmodeled_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+def collective_rows(a: Analysis, top: int) -> Section:
+    from tracekit.analysis import _collective_summary
+
+    head = ["collective", "group", "ranks", "message", "calls", "time", "algbw GB/s", "busbw GB/s", "link efficiency"]
+    rows = [[_text(r["collective"]), _text(r["group"]), _text(r["group_size"]), si(r["message_bytes"], "B"), f"{r['count']:,}", _dur(r["time_ns"]),
+             _num(r["algbw_gbps"], "{:,.1f}"), _num(r["busbw_gbps"], "{:,.1f}"), _pct(r["link_efficiency"])]
+            for r in _collective_summary(a.collectives)[:top]]
+    return Section("Collectives (nccl-tests bus bandwidth; link efficiency = busbw / interconnect)", head, rows,
+                   [0, 1, 2, 0, 2, 0, 1, 0, 0], flex=1, left=(0, 1))
+
+
+def overlap_rows(a: Analysis) -> Section:
+    head = ["device", "communication", "hidden by compute", "exposed", "hidden share"]
+    rows = [[str(r["device"]), _dur(r["comm_ns"]), _dur(r["overlapped_ns"]), _dur(r["exposed_ns"]), _pct(r["overlap_share"])]
+            for r in a.overlap.to_dict(orient="records") if r["comm_ns"]]
+    return Section("Compute / communication overlap", head, rows, [0, 0, 0, 0, 0], empty="(no communication kernels)")
+
+
+def unmodeled_rows(a: Analysis, label: Labels) -> Section:
     head = ["kernel", "time", "share", "why it has no cost"]
-    rows = [[kernel_label(r["name"], 80), duration(r["time_ns"]), _pct(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
-    return head, rows
+    rows = [[label(r["name"]), _dur(r["time_ns"]), _pct(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
+    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 1], flex=0, left=(0, 3))
 
 
-SECTIONS = [("Blocks (phase x block)", block_rows), ("Devices: busy and idle", device_rows), ("Steps", step_rows),
-            ("Top kernels", kernel_rows), ("Top ops", op_rows), ("Kernels without a cost", unmodeled_rows)]
+def _coverage_note(a: Analysis) -> str:
+    c = a.coverage
+    return (f"counts the {percent(c['modeled_share'])} of GPU kernel time that has a cost; "
+            f"time without one is listed under 'Kernels without a cost'")
 
 
-def sections(a: Analysis, top: int) -> list[tuple[str, list[str], list[list[str]]]]:
-    out = []
-    for title, fn in SECTIONS:
-        head, rows = fn(a, top) if fn in (kernel_rows, op_rows) else fn(a)
-        out.append((title, head, rows))
-    return out
+def sections(a: Analysis, top: int) -> list[Section]:
+    """Every section, in the order a reader needs them: what to fix, then the detail."""
+    from tracekit.reports.prediction import sections as prediction_sections
+
+    if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time
+        return [op_rows(a, top)]
+    # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
+    label = Labels(a)
+    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a),
+            block_rows(a), kernel_rows(a, top, label), op_rows(a, top),
+            collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *prediction_sections(a), unmodeled_rows(a, label)]

@@ -1,0 +1,261 @@
+"""What to fix first, and the headline: computed from an Analysis, rendered by reports/.
+
+Recoverable time is what the roofline says could go: measured time minus the time the
+work would take at the sustained roofline (`t_min_sustained_ns`), per kernel, never below
+zero (a kernel faster than the roofline has nothing to give back). It is summed per op
+(name and input shapes), per kernel name and per phase x block, ranked, with each line's
+share of the step time (GPU busy time where the trace has no steps) and the running total.
+
+Overhead that no roofline shows is measured apart: the GPU's idle time inside the steps,
+split by cause (timeline.idle_gaps: waiting for the host, for a synchronisation, other),
+and kernels that ran shorter than the host call that launched them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.parsers.launch_api import SYNC_API
+from tracekit.timeline import IDLE_CATEGORIES, idle_gaps, union
+
+# Below this share of kernel time with a cost, a group efficiency is not a measurement.
+MIN_COVERAGE = 0.5
+
+FIX_COLUMNS = ["what", "detail", "count", "time_ns", "t_min_ns", "recoverable_ns", "share", "cumulative_share"]
+
+
+@dataclass
+class Findings:
+    headline: list[str]
+    basis: str  # "step time" or "GPU busy time": what the shares are of
+    basis_ns: float
+    fix_ops: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fix_kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
+    fix_blocks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    idle: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per category
+    idle_window: str = ""  # where idle time was counted
+    idle_window_ns: float = 0.0
+    short_kernels: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, top: int = 15) -> dict[str, Any]:
+        from tracekit.analysis import _records
+
+        return {
+            "basis": self.basis, "basis_ns": self.basis_ns,
+            "ops": _records(self.fix_ops.head(top)), "kernels": _records(self.fix_kernels.head(top)),
+            "blocks": _records(self.fix_blocks.head(top)),
+            "idle": {"window": self.idle_window, "window_ns": self.idle_window_ns, "categories": _records(self.idle)},
+            "short_kernels": self.short_kernels,
+        }
+
+
+def compute(a) -> Findings:
+    k = a.kernels
+    basis, basis_ns = _basis(a)
+    if k.empty:
+        return Findings(headline=_cpu_headline(a), basis=basis, basis_ns=basis_ns)
+    recoverable = (k["duration_ns"] - k["t_min_sustained_ns"]).clip(lower=0)  # NaN where no cost
+    frame = pd.DataFrame({
+        "time_ns": k["duration_ns"].astype(float), "t_min_ns": k["t_min_sustained_ns"], "recoverable_ns": recoverable,
+        "kernel": k["name"].astype(str), "phase": k["phase"].astype(str), "block": k["block"].astype(str),
+        "op": k["op_name"].astype(object).where(k["op"] >= 0, None), "shapes": _shapes(a),
+    })
+    windows, window_name = _idle_windows(a)
+    gaps = _gaps(a, windows)
+    window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
+    f = Findings(headline=[], basis=basis, basis_ns=basis_ns,
+                 fix_ops=_ranked(frame[frame["op"].notna()], ["op", "shapes"], basis_ns),
+                 fix_kernels=_ranked(frame, ["kernel"], basis_ns),
+                 fix_blocks=_ranked(frame, ["phase", "block"], basis_ns),
+                 idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
+                 short_kernels=_short_kernels(a))
+    f.headline = headline(a, f)
+    return f
+
+
+def _basis(a) -> tuple[str, float]:
+    if len(a.steps):
+        return "step time", float(a.steps["duration_ns"].sum())
+    busy = float(a.devices["busy_ns"].sum()) if len(a.devices) else 0.0
+    return "GPU busy time", busy
+
+
+def _shapes(a) -> np.ndarray:
+    k = a.kernels
+    if a.trace is None or not len(a.trace.ops):
+        return np.full(len(k), "", dtype=object)
+    dims = a.trace.ops["input_dims"].to_numpy()
+    op = k["op"].to_numpy()
+    out = np.full(len(k), "", dtype=object)
+    linked = op >= 0
+    if linked.any():  # one string per distinct op row, not per kernel
+        rows, inverse = np.unique(op[linked], return_inverse=True)
+        # trailing scalar inputs ([]) say nothing of the work
+        text = np.array(["" if dims[j] is None else re.sub(r"(, \[\])+\]$", "]", str(dims[j])) for j in rows], dtype=object)
+        out[linked] = text[inverse]
+    return out
+
+
+def _ranked(frame: pd.DataFrame, keys: list[str], basis_ns: float) -> pd.DataFrame:
+    """Per group: time, roofline minimum and recoverable time of its kernels with a cost,
+    ranked by recoverable time, with its share of the basis and the running total."""
+    costed = frame[frame["t_min_ns"].notna()]
+    if costed.empty:
+        return pd.DataFrame(columns=FIX_COLUMNS)
+    g = costed.groupby(keys, sort=False, dropna=False).agg(
+        count=("time_ns", "size"), time_ns=("time_ns", "sum"), t_min_ns=("t_min_ns", "sum"),
+        recoverable_ns=("recoverable_ns", "sum")).reset_index()
+    g = g[g["recoverable_ns"] > 0].sort_values("recoverable_ns", ascending=False, kind="stable").reset_index(drop=True)
+    g["what"] = g[keys[0]].astype(str) if len(keys) == 1 or keys[0] != "phase" else g["phase"] + " / " + g["block"]
+    g["detail"] = g[keys[1]].astype(str) if len(keys) > 1 and keys[0] != "phase" else ""
+    g["share"] = g["recoverable_ns"] / basis_ns if basis_ns else np.nan
+    g["cumulative_share"] = g["share"].cumsum()
+    return g[FIX_COLUMNS]
+
+
+def _idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
+    """Where idle time counts: inside the steps (the same windows on every device), or,
+    in a trace without steps, from each device's first activity to its last."""
+    k = a.kernels
+    devices = [int(d) for d in np.unique(k["device"].to_numpy())]
+    if len(a.steps):
+        steps = a.steps
+        iv = union(np.column_stack([steps["start_ns"].to_numpy(np.int64), (steps["start_ns"] + steps["duration_ns"]).to_numpy(np.int64)]))
+        return {d: iv for d in devices}, "inside steps"
+    out = {}
+    for d in devices:
+        on = k["device"].to_numpy() == d
+        out[d] = np.array([[int(k["start"].to_numpy()[on].min()), int(k["end"].to_numpy()[on].max())]], dtype=np.int64)
+    return out, "from first to last GPU activity"
+
+
+def _gaps(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
+    k = a.kernels
+    launch_start = np.full(len(k), -1, dtype=np.int64)
+    sync_calls = np.zeros((0, 3), dtype=np.int64)
+    if a.trace is not None and len(a.trace.launches):
+        launches = a.trace.launches
+        row = k["launch"].to_numpy()
+        launch_start = np.where(row >= 0, launches["start"].to_numpy()[np.maximum(row, 0)], -1)
+        names = launches["name"].astype(str)
+        is_sync = names.str.contains(SYNC_API).to_numpy(dtype=bool)
+        sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
+    return idle_gaps(k, launch_start, sync_calls, windows)
+
+
+def _idle_table(gaps: pd.DataFrame, window_ns: float) -> pd.DataFrame:
+    total = float(gaps["idle_ns"].sum()) if len(gaps) else 0.0
+    rows = []
+    for cat in IDLE_CATEGORIES:
+        mine = gaps[gaps["category"] == cat] if len(gaps) else gaps
+        t = float(mine["idle_ns"].sum()) if len(mine) else 0.0
+        rows.append({"category": cat, "gaps": int(len(mine)), "idle_ns": t,
+                     "share_of_idle": t / total if total else np.nan, "share_of_window": t / window_ns if window_ns else np.nan})
+    return pd.DataFrame(rows)
+
+
+def _short_kernels(a) -> dict[str, Any]:
+    """Kernels that ran for less time than the host call that launched them: launching
+    them costs more than running them (fuse them, or capture them in a CUDA graph)."""
+    k = a.kernels
+    if a.trace is None or not len(a.trace.launches):
+        return {"count": 0, "time_ns": 0.0, "launch_ns": 0.0, "kernels": 0, "top": []}
+    launches = a.trace.launches
+    row = k["launch"].to_numpy()
+    is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0)
+    call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
+    short = is_kernel & (k["duration_ns"].to_numpy() < call)
+    names = k["name"].astype(str).to_numpy()[short]
+    top = pd.Series(k["duration_ns"].to_numpy()[short]).groupby(names).agg(["size", "sum"]).sort_values("size", ascending=False).head(5)
+    return {"count": int(short.sum()), "time_ns": float(k["duration_ns"].to_numpy()[short].sum()),
+            "launch_ns": float(call[short].sum()), "kernels": int(is_kernel.sum()),
+            "top": [{"name": n, "count": int(r["size"]), "time_ns": float(r["sum"])} for n, r in top.iterrows()]}
+
+
+# -- the headline ---------------------------------------------------------------------------
+
+def _pct(x: float | None) -> str:
+    """Whole percents, one decimal below 9.5% and between 99.5% and 100% (never "100%" for less)."""
+    if x is None or x != x:
+        return "—"
+    return f"{100 * x:.0f}%" if 0.095 <= abs(x) < 0.995 or x == 1 else f"{100 * x:.1f}%"
+
+
+def _dur(ns: float | None) -> str:
+    from tracekit.reports.format import duration
+
+    return duration(ns)
+
+
+def _how_to_cost(a) -> str:
+    reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
+    fmt = a.meta.get("format")
+    record = ("record with torch.autograd.profiler.emit_nvtx(record_shapes=True)" if fmt == "nsys"
+              else "record with torch.profiler.profile(record_shapes=True)")
+    if len(reasons):
+        top = str(reasons.idxmax())
+        if "graph" in top or "before the capture" in top:
+            return f"most of it is {top.split(':')[0]}: pass --model config.json to cost it from the model"
+    return f"{record}, or pass --model config.json"
+
+
+def headline(a, f: Findings) -> list[str]:
+    """3 to 5 plain sentences: where the GPU time went, what bounds it, how efficient it is
+    (only where at least half the time has a cost), what is missing, and the largest win."""
+    c = a.coverage
+    b = a.blocks
+    sentences = []
+    if len(b):
+        parts = [f"{r['phase']} / {r['block']} {_pct(r['share'])}" for r in b.head(3).to_dict(orient="records")]
+        idle = f.idle["idle_ns"].sum() if len(f.idle) else 0.0
+        where = f"GPU time went to {', '.join(parts)}"
+        if f.idle_window_ns:
+            where += f"; the GPU was idle {_pct(idle / f.idle_window_ns)} of the time {f.idle_window}"
+        sentences.append(where + ".")
+    k = a.kernels
+    modeled = k["t_min_ns"].notna().to_numpy()
+    covered = float(c.get("modeled_share") or 0.0)
+    if modeled.any():
+        t = pd.Series(k["duration_ns"].to_numpy(dtype=float)[modeled])
+        by_bound = t.groupby(k["bound"].astype(str).to_numpy()[modeled]).sum().sort_values(ascending=False) / t.sum()
+        names = {"comm": "interconnect"}
+        parts = [f"{_pct(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
+        if parts:
+            of = "the kernel time with a cost" if covered >= MIN_COVERAGE else f"the {_pct(covered)} of kernel time with a cost"
+            sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
+                             f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
+    if covered >= MIN_COVERAGE and c.get("efficiency_sustained") is not None and c.get("efficiency_sustained") == c.get("efficiency_sustained"):
+        sentences.append(f"Those kernels run at {_pct(c['efficiency_sustained'])} of the sustained roofline "
+                         f"({_pct(c.get('efficiency'))} of peak), over {_pct(covered)} of GPU kernel time.")
+    else:
+        sentences.append(f"Only {_pct(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
+                         f"{_how_to_cost(a)}.")
+    # The single largest recoverable item: an op (name + shapes) or, where the time has no op
+    # (graph replays, model-costed kernels), a kernel.
+    op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
+    kernel = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
+    if op is not None and (kernel is None or op["recoverable_ns"] >= kernel["recoverable_ns"]):
+        shapes = f" {op['detail']}" if op["detail"] else ""
+        sentences.append(f"The largest recoverable time at the sustained roofline is {op['what']}{shapes}: "
+                         f"{_dur(op['recoverable_ns'])} ({_pct(op['share'])} of {f.basis}).")
+    elif kernel is not None:
+        from tracekit.names import labels
+
+        name = str(kernel["what"])
+        sentences.append(f"The largest recoverable time at the sustained roofline is in {labels([name])[name]}: "
+                         f"{_dur(kernel['recoverable_ns'])} ({_pct(kernel['share'])} of {f.basis}).")
+    if len(f.idle) and f.idle["idle_ns"].sum() > 0:
+        worst = f.idle.sort_values("idle_ns", ascending=False).iloc[0]
+        if worst["category"] != "other" and worst["share_of_window"] >= 0.05:
+            cause = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations"}[worst["category"]]
+            sentences.append(f"{_dur(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}.")
+    return sentences[:5]
+
+
+def _cpu_headline(a) -> list[str]:
+    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline."]

@@ -1,0 +1,78 @@
+"""Model-aware analysis: a model's config.json costs what the trace cannot shape, and
+predicts every step (config -> batch per step -> block costs -> kernels; predict; calibrate).
+
+Order inside tracekit.analysis.build with a model: shape costs -> attribute -> steps ->
+`run_model` fills the uncosted kernels -> roofline -> summarize -> `predict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import Device
+from tracekit.model.batch import BatchReader, StepBatch
+from tracekit.model.blocks import Parallel, StepCosts, step_blocks
+from tracekit.model.config import Architecture, load_config
+from tracekit.model.fill import spread
+from tracekit.model.parallel import infer_parallel
+from tracekit.model.predict import step_terms
+from tracekit.model.steps import kernel_owner, model_steps
+from tracekit.trace import Trace
+
+__all__ = ["ModelOptions", "ModelRun", "run_model", "load_config"]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    config: str  # a config.json or a directory holding one
+    tp: int | None = None
+    ep: int | None = None
+    weight_dtype: str | None = None
+    batch: int | None = None  # requests per step, where the trace does not say
+    context: int | None = None  # KV tokens cached per request, where the trace does not say
+
+
+@dataclass
+class ModelStep:
+    row: int  # the owning range in trace.ranges
+    name: str
+    batch: StepBatch | None
+    blocks: StepCosts | None  # tracekit.model.blocks.step_blocks, None when the batch is unknown
+    terms: dict | None = None  # tracekit.model.predict.step_terms on the device, None without one
+
+
+@dataclass
+class ModelRun:
+    arch: Architecture
+    parallel: Parallel
+    steps: list[ModelStep]
+    owner: np.ndarray  # per kernel: the owning range row of its model step, -1 none
+    groups: pd.DataFrame  # tracekit.model.fill.GROUP_COLUMNS
+    group_of: np.ndarray  # per kernel: row in groups, -1 none
+    notes: list[str] = field(default_factory=list)
+
+
+def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: np.ndarray, options: ModelOptions,
+              device: Device | None = None, arch: Architecture | None = None) -> ModelRun:
+    """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
+    (`costs` is changed in place). `step_of`: tracekit.steps.kernel_steps of the trace."""
+    arch = arch or load_config(options.config, options.weight_dtype)
+    par = infer_parallel(trace, arch, options.tp, options.ep)
+    reader = BatchReader(trace, arch.vocab)
+    steps, notes = [], []
+    for row, nest in model_steps(trace):
+        batch = reader.step(nest, options.batch, options.context)
+        blocks = step_blocks(arch, batch, par) if batch is not None and batch.tokens > 0 else None
+        terms = step_terms(blocks, device) if blocks is not None and device is not None else None
+        steps.append(ModelStep(row, reader.range_names[row], batch, blocks, terms))
+    unknown = sum(s.batch is None for s in steps)
+    if unknown:
+        notes.append(f"{unknown} of {len(steps)} steps have no batch the trace describes; pass --batch B --context C")
+    if not steps:
+        notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
+    owner = kernel_owner(trace, trace.kernels, [s.row for s in steps], step_of)
+    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None})
+    return ModelRun(arch, par, steps, owner, groups, group_of, notes)

@@ -1,0 +1,152 @@
+"""The roofline step model, beside the measured steps.
+
+    predicted step time = Σ over blocks and layers of max(FLOPs / (peak · e_matrix),
+                                                           bytes / (bandwidth · e_bandwidth))
+
+(collectives: bytes / interconnect bandwidth). This is the model LLM serving simulators use
+(e.g. inference-sim's `roofline_step`). Measured: the step's GPU busy time (its kernels'
+union) and its wall time. Error = predicted / busy - 1, per step and per block group;
+MAPE = mean |error| over the steps with a prediction. At e = 1 the prediction is the
+step's roofline time, and its ratio to the busy time is the step's roofline efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import Device
+
+STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
+                "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
+                "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
+BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
+
+
+@dataclass
+class Prediction:
+    steps: pd.DataFrame  # STEP_COLUMNS
+    blocks: pd.DataFrame  # BLOCK_COLUMNS: per step x block group
+    terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
+    costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        from tracekit.analysis import _records
+
+        return {**self.summary, "steps": _records(self.steps), "blocks": _records(self.blocks)}
+
+
+TERM_COLUMNS = ("block", "layer", "comm", "t_compute_ns", "t_memory_ns")
+
+
+def step_terms(costs, device: Device) -> dict[str, np.ndarray]:
+    """Per (block, layer) of a step (tracekit.model.blocks.StepCosts): the time at peak of its
+    compute and of its memory (or link) traffic, as arrays named by TERM_COLUMNS."""
+    kinds, dtypes = costs["kind"], costs["dtype"]
+    peak = np.full(len(kinds), np.nan)
+    for kind, dtype in set(zip(kinds, dtypes)):
+        if kind != "comm":
+            unit = "vector" if kind == "vector" else "matrix"
+            peak[(kinds == kind) & (dtypes == dtype)] = device.peak_flops(unit, dtype) or device.peak_flops(unit, "bf16") or np.nan
+    comm = kinds == "comm"
+    flops = costs["flops"]
+    bandwidth = np.where(comm, device.interconnect or np.nan, device.bandwidth)
+    with np.errstate(invalid="ignore"):
+        compute = np.where(comm | ~(flops > 0), 0.0, flops / peak * 1e9)
+    compute[np.isnan(flops)] = np.nan
+    return {"block": costs["block"], "layer": costs["layer"], "comm": comm, "t_compute_ns": compute,
+            "t_memory_ns": (costs["bytes_read"] + costs["bytes_written"]) / bandwidth * 1e9}
+
+
+def select(terms, mask: np.ndarray) -> dict[str, np.ndarray]:
+    return {c: np.asarray(terms[c])[mask] for c in TERM_COLUMNS}
+
+
+def predicted_ns(terms, matrix_eff: float, bandwidth_eff: float) -> float:
+    """Σ max(compute / e_matrix, memory / e_bandwidth) over the terms (a dict of arrays or a
+    DataFrame); links are not scaled. NaN if any term is unknown."""
+    comm, memory = np.asarray(terms["comm"], dtype=bool), np.asarray(terms["t_memory_ns"], dtype=np.float64)
+    t = np.maximum(np.asarray(terms["t_compute_ns"], dtype=np.float64) / matrix_eff, np.where(comm, memory, memory / bandwidth_eff))
+    return float(t.sum()) if len(t) and not np.isnan(t).any() else float("nan")
+
+
+def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | None, trace_ranges: pd.DataFrame,
+            bandwidth_eff: float, matrix_eff: float = 1.0) -> Prediction:
+    """Predicted vs measured per step and per block group of `run` (tracekit.model.ModelRun)."""
+    duration = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
+    costed = kernels["flops"].notna().to_numpy()
+    is_kernel = (kernels["kind"].astype(str) == "kernel").to_numpy()
+    # per owning range row, in one pass over the kernels
+    owned = run.owner >= 0
+    size = int(max(run.owner.max(initial=-1), max((s.row for s in run.steps), default=-1))) + 1
+    per_row = {name: np.bincount(run.owner[owned], weights=w[owned], minlength=size) for name, w in (
+        ("busy", np.asarray(exclusive, dtype=np.float64)), ("kernel", duration * is_kernel), ("costed", duration * (is_kernel & costed)),
+        ("count", np.ones(len(duration))))}
+    group_time = np.bincount(run.group_of[run.group_of >= 0], weights=duration[run.group_of >= 0], minlength=len(run.groups))
+    groups_of_step = run.groups.groupby("step_row").groups if len(run.groups) else {}
+    step_rows, block_rows, all_terms, all_costs = [], [], [], []
+    for step in run.steps:
+        busy, ktime = float(per_row["busy"][step.row]), float(per_row["kernel"][step.row])
+        wall = float(trace_ranges["end"].iat[step.row] - trace_ranges["start"].iat[step.row])
+        b, blocks = step.batch, step.blocks
+        row = {"step": step.name, "batch": b.describe() if b else "unknown: the trace does not say; pass --batch/--context",
+               "batch_source": b.source if b else None, "kind": b.kind if b else None, "requests": b.requests if b else None,
+               "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(per_row["count"][step.row]),
+               "busy_ns": busy, "wall_ns": wall, "coverage": float(per_row["costed"][step.row] / ktime) if ktime else None}
+        if blocks is not None:
+            for name, t in blocks.totals().items():
+                all_costs.append({"step": step.name, "step_row": step.row, "block": name, "kind": t["kind"], "flops": t["flops"],
+                                  "bytes": t["bytes_read"] + t["bytes_written"], "weight_bytes": t["weight_bytes"], "kv_bytes": t["kv_bytes"]})
+            row.update(flops=_sum(blocks["flops"]), bytes=_sum(blocks["bytes_read"] + blocks["bytes_written"]),
+                       weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
+            if step.terms is not None:
+                terms = step.terms
+                all_terms.append((step, busy, terms))
+                pred, peak = predicted_ns(terms, matrix_eff, bandwidth_eff), predicted_ns(terms, 1.0, 1.0)
+                tbps = row["bytes"] / busy / 1e3 if busy and row["bytes"] == row["bytes"] else None
+                row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy else None, achieved_tbps=tbps,
+                           bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
+                           roofline_efficiency=peak / busy if busy else None)
+                block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step, terms, group_time, matrix_eff, bandwidth_eff)
+        step_rows.append(row)
+    steps = pd.DataFrame(step_rows, columns=STEP_COLUMNS)
+    errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
+    terms = _terms_frame(all_terms)
+    summary = {
+        "config": run.arch.path, "architecture": run.arch.describe(), "tp": run.parallel.tp, "ep": run.parallel.ep,
+        "parallel_source": run.parallel.source, "bandwidth_efficiency": bandwidth_eff, "matrix_efficiency": matrix_eff,
+        "steps_predicted": int(len(errors)), "steps": len(steps),
+        "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
+    }
+    costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
+    return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, costs=costs, summary=summary)
+
+
+def _sum(values: np.ndarray) -> float | None:
+    return None if np.isnan(values).any() else float(values.sum())
+
+
+def _terms_frame(parts: list) -> pd.DataFrame:
+    """All steps' terms in one table (for calibrate): step name and range row, busy time."""
+    if not parts:
+        return pd.DataFrame(columns=["step", "step_row", "busy_ns", *TERM_COLUMNS])
+    sizes = [len(t["block"]) for _, _, t in parts]
+    frame = {c: np.concatenate([t[c] for _, _, t in parts]) for c in TERM_COLUMNS}
+    return pd.DataFrame({"step": np.repeat([s.name for s, _, _ in parts], sizes), "step_row": np.repeat([s.row for s, _, _ in parts], sizes),
+                         "busy_ns": np.repeat([b for _, b, _ in parts], sizes), **frame})
+
+
+def _groups(groups: pd.DataFrame, step: str, terms: dict, group_time: np.ndarray, matrix_eff: float, bandwidth_eff: float) -> list[dict]:
+    """Per block group of the step: its kernels' time against the prediction of its blocks."""
+    out = []
+    for index, g in groups.iterrows():
+        pred = predicted_ns(select(terms, np.isin(terms["block"], g["blocks"].split(", "))), matrix_eff, bandwidth_eff)
+        measured = float(group_time[index])
+        out.append({"step": step.name, "step_row": step.row, "group": g["group"], "blocks": g["blocks"], "kernels": int(g["kernels"]),
+                    "measured_ns": measured, "predicted_ns": pred, "error": pred / measured - 1 if measured and pred == pred else None,
+                    "flops": g["flops"], "bytes": g["bytes"], "filled_share": g["filled_share"], "note": g["note"]})
+    return out

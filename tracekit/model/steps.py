@@ -1,0 +1,104 @@
+"""The steps the model predicts, and the kernels each one owns.
+
+A model step is a step range (tracekit.steps: ProfilerStep#N, decode_step, SGLang step[..])
+or a serving annotation that carries a batch (vLLM `execute_..._context_..`). When the two
+nest (SGLang writes a vLLM-style range around its step[DECODE ..]), they are one step: the
+step range owns the kernels, and every annotation of the nest may describe the batch.
+A step owns the kernels launched inside its time window in its process (as tracekit.steps).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.model.batch import ANNOTATION
+from tracekit.trace import Trace
+
+from tracekit.steps import step_rows
+
+
+def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
+    domain = trace.ranges["domain"].astype(str).to_numpy()
+    return np.flatnonzero(mask & ~np.isin(domain, ["python", "gpu"]))
+
+
+def _step_mask(trace: Trace) -> np.ndarray:
+    mask = np.zeros(len(trace.ranges), dtype=bool)
+    mask[step_rows(trace)] = True
+    return mask
+
+
+def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
+    """(owning range row, range rows that may describe its batch), in time order."""
+    r = trace.ranges
+    if r.empty:
+        return []
+    names = r["name"].astype(str)
+    distinct = names.unique()
+    annotated = names.isin({n for n in distinct if ANNOTATION.search(n[:512])}).to_numpy()
+    steps = _step_mask(trace)
+    annotations = _host_rows(trace, annotated)
+    parent = r["parent"].to_numpy()
+
+    def chain(row: int) -> list[int]:
+        out = []
+        while row >= 0:
+            out.append(row)
+            row = parent[row]
+        return out
+
+    step_list = [int(s) for s in _host_rows(trace, steps)]
+    nests: dict[int, list[int]] = {s: [s] for s in step_list}
+    below: dict[int, list[int]] = {}  # range row -> the steps nested inside it
+    for s in step_list:
+        for a in chain(s)[1:]:
+            below.setdefault(a, []).append(s)
+    depth = r["depth"].to_numpy()
+    for row in annotations:
+        row = int(row)
+        owner = next((a for a in chain(row) if a in nests), None)  # a step that encloses it, or itself
+        if owner is None and row in below:  # an annotation around a step: the innermost step below it owns
+            owner = max(below[row], key=lambda s: depth[s])
+        if owner is None:
+            nests[row] = [row]
+        elif row not in nests[owner]:
+            nests[owner].append(row)
+    return sorted(nests.items(), key=lambda kv: int(r["start"].iat[kv[0]]))
+
+
+def kernel_owner(trace: Trace, kernels: pd.DataFrame, step_ranges: list[int], step_of: np.ndarray) -> np.ndarray:
+    """Per kernel: the owning range row of its model step (one of `step_ranges`), -1 for none.
+    `step_of` is tracekit.steps.kernel_steps; annotations that are not steps there take their
+    kernels here, by the same rule."""
+    owner = step_of.copy()
+    known = set(np.unique(owner[owner >= 0]).tolist())
+    extra = [row for row in step_ranges if row not in known]
+    if not extra or not len(kernels):
+        return owner
+    # Annotations that are not tracekit steps: the same rule, by launch time in the process.
+    r = trace.ranges
+    launch = kernels["launch"].to_numpy()
+    has = launch >= 0
+    t = np.full(len(kernels), -1, dtype=np.int64)
+    pid = np.full(len(kernels), -1, dtype=np.int64)
+    t[has] = trace.launches["start"].to_numpy()[launch[has]]
+    pid[has] = trace.launches["pid"].to_numpy()[launch[has]]
+    free = owner < 0
+    for row in sorted(extra, key=lambda s: r["depth"].iat[s]):  # inner annotations last: they win
+        lo, hi, p = int(r["start"].iat[row]), int(r["end"].iat[row]), int(r["pid"].iat[row])
+        owner[free & has & (t >= lo) & (t <= hi) & ((pid == p) | (pid < 0) | (p < 0))] = row
+    # No launch: a GPU-side copy of the annotation (same name) encloses the kernel.
+    gpu = kernels["gpu_range"].to_numpy()
+    blind = free & ~has & (gpu >= 0)
+    if blind.any():
+        names, parent = r["name"].astype(str).to_numpy(), r["parent"].to_numpy()
+        by_name = {names[row]: row for row in extra}
+        ranges, inverse = np.unique(gpu[blind], return_inverse=True)
+        mapped = np.full(len(ranges), -1, dtype=np.int64)
+        for j, node in enumerate(ranges):
+            while node >= 0 and names[node] not in by_name:
+                node = parent[node]
+            mapped[j] = by_name[names[node]] if node >= 0 else -1
+        owner[blind] = mapped[inverse]
+    return owner

@@ -1,0 +1,74 @@
+"""The one place that makes a string from a trace safe for each medium.
+
+Every name a trace carries (kernel, op, range, step, device, file) is hostile text: it can
+hold ANSI / OSC escape sequences (window titles, clear screen, hyperlinks), rich markup
+(`[link=...]`, `[/nope]`), Markdown and HTML (`<script>`, `![](http://...)`, `|` that splits
+a table row, a newline that ends it). Each renderer passes every trace string through the
+function of its medium, and through nothing else:
+
+    terminal(s)  -> rich Text: control characters shown as \\xNN, never parsed as markup
+    markdown(s)  -> str: HTML entities, backslash escapes, no line breaks, no autolinks
+    html(s)      -> Markup: HTML-escaped, control characters shown (Jinja keeps it as is)
+
+`visible(s)` is the shared first step: control characters become printable escapes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from markupsafe import Markup, escape
+from rich.text import Text
+
+# C0 (tabs and newlines too: they break table rows), DEL, C1 (0x80-0x9f: 8-bit CSI / OSC),
+# and Unicode's bidirectional overrides (they reorder what the reader sees).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A name longer than this is cut before any further work: no report shows more of it.
+MAX_CHARS = 4096
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(value: object) -> str:
+    """str(value) with every control character replaced by its printable escape."""
+    text = "" if value is None else str(value)
+    if len(text) > MAX_CHARS:
+        text = text[: MAX_CHARS - 1] + "…"
+    return _CONTROL.sub(_escape_control, text)
+
+
+def terminal(value: object, style: str | None = None) -> Text:
+    """For the terminal: a rich Text, which rich prints as is (no markup, no emoji codes)."""
+    return Text(visible(value), style=style or "")
+
+
+def plain_terminal(value: object) -> str:
+    """For a line written without rich (stderr warnings, the error line): controls escaped."""
+    return visible(value)
+
+
+# The ASCII punctuation Markdown (CommonMark + GitHub) gives a meaning inside a line:
+# escapes, code, emphasis, links and images (`[`: without it `(` and `!` mean nothing),
+# table cells, strikethrough, math, mentions. Line-start syntax (#, -, +, >) cannot occur:
+# a trace string never starts a line of a report.
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~$@])")
+_MD_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}
+
+
+def markdown(value: object) -> str:
+    """For Markdown (a table cell or running text): no HTML, no links or images, no
+    table breaks, no line breaks; the text reads the same once rendered."""
+    text = visible(value)
+    text = re.sub(r"[&<>\"]", lambda m: _MD_HTML[m.group()], text)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    # autolinks: `https://x.org`, and `www.x.org` even without a scheme
+    text = text.replace("://", "\\://")
+    return re.sub(r"(?i)(www)\.", r"\1\\.", text)
+
+
+def html(value: object) -> Markup:
+    """For HTML text and attribute values (Jinja autoescaping leaves a Markup alone)."""
+    return escape(visible(value))
