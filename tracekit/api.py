@@ -55,21 +55,14 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
-<<<<<<< HEAD
-            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, workers: int | None = None) -> Analysis:
-    """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
-    steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults."""
-    from tracekit.analysis import build
-    from tracekit.attribution import load_rules
-
-    rule_set = load_rules(rules)
-    trace = load(path, progress, workers)
-=======
-            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None) -> Analysis:
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
+            workers: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
-    what the op shapes cannot and predicts each step."""
+    what the op shapes cannot and predicts each step. `workers`: processes that decode a
+    large JSON trace (default: the cores available; 1: this process only)."""
+    from tracekit.analysis import build
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
@@ -80,8 +73,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             model = ModelOptions(config=os.fspath(model))
 
         load_config(model.config, model.weight_dtype)
-    trace = load(path, progress)
->>>>>>> main
+    trace = load(path, progress, workers)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)

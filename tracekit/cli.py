@@ -123,11 +123,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     from tracekit.api import analyze as run
 
     with _progress(f"reading {os.path.basename(path)}") as progress:
-<<<<<<< HEAD
-        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress, workers=workers)
-=======
-        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress, model=model_options)
->>>>>>> main
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress,
+                       model=model_options, workers=workers)
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 
