@@ -14,7 +14,7 @@ from tracekit.costs.assign import kernel_costs
 from tracekit.steps import kernel_steps, step_table
 from tracekit.timeline import device_time, exclusive_time
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
-from tracekit.labels import labels as text_of
+from tracekit.column_text import as_text as text_of
 from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
 from tracekit.unknown import MIN_COVERAGE, covered, known_sum, majority_bound, mask_unknown

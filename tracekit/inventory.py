@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.labels import labels
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 
@@ -79,7 +79,7 @@ def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
     if not len(k):
         return []
     duration = (k["end"] - k["start"]).rename("time_ns")
-    grouped = pd.DataFrame({"name": labels(k["name"]), "time_ns": duration}).groupby("name", sort=False)["time_ns"].agg(["sum", "count"])
+    grouped = pd.DataFrame({"name": as_text(k["name"]), "time_ns": duration}).groupby("name", sort=False)["time_ns"].agg(["sum", "count"])
     total = float(duration.sum()) or 1.0
     rows = grouped.sort_values("sum", ascending=False).head(top)
     return [

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.labels import labels
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 # torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
@@ -37,7 +37,7 @@ def step_rows(trace: Trace) -> np.ndarray:
     if r.empty:
         return np.zeros(0, dtype=np.int64)
     names = r["name"].astype("category")
-    host = ~np.isin(labels(r["domain"]), ["python", "gpu"])
+    host = ~np.isin(as_text(r["domain"]), ["python", "gpu"])
     # One regex search per distinct name, not per range.
     def matching(pattern: re.Pattern) -> np.ndarray:
         by_code = np.array([bool(pattern.search(str(n)[:256])) for n in names.cat.categories] + [False])
@@ -91,7 +91,7 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     gpu_range = kernels["gpu_range"].to_numpy()
     fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
     if fallback.any():
-        names = labels(r["name"])
+        names = as_text(r["name"])
         parent = r["parent"].to_numpy()
         host_by_name = {names[s]: s for s in steps}
         # one walk up the annotation tree per distinct annotation, not per kernel
@@ -113,7 +113,7 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
         return pd.DataFrame(columns=STEP_COLUMNS)
     owner = kernel_steps(trace, kernels) if owner is None else owner
     r = trace.ranges
-    names = labels(r["name"])
+    names = as_text(r["name"])
     nbytes = (kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64)
     duration_k = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     costed = ~np.isnan(nbytes)

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
-from tracekit.labels import labels as text_of
+from tracekit.column_text import as_text as text_of
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)

@@ -24,7 +24,7 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.dtypes import element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
-from tracekit.labels import labels
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
@@ -40,7 +40,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
         "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
     }
     duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
-    kind = labels(k["kind"])
+    kind = as_text(k["kind"])
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
@@ -120,7 +120,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     group = np.repeat(np.arange(len(op_rows)), group_size)  # per entry of rows: its op's group
     auxiliary = is_auxiliary(k["name"].iloc[rows])
     helpers_in_group = np.bincount(group, weights=auxiliary, minlength=len(op_rows))
-    op_names = labels(ops["name"])
+    op_names = as_text(ops["name"])
     kernel_names = None
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     cache: dict[tuple, Cost | Unknown] = {}
@@ -147,7 +147,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
                 "compute kernels, and which tensor this kernel moves is not recorded")
             receives[helpers] = False
         if ASSUMED_FP32 in cost.note:
-            kernel_names = labels(k["name"]) if kernel_names is None else kernel_names
+            kernel_names = as_text(k["name"]) if kernel_names is None else kernel_names
             cost = _element_size_from_kernels(cost, kernel_names, rows[members][receives[members]])
         costs[g] = cost
     taking, their_group = rows[receives], group[receives]
@@ -182,7 +182,7 @@ def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.nd
 
 
 def _inferred(k: pd.DataFrame, out: dict) -> None:
-    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (labels(k["kind"]) == "kernel")
+    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (as_text(k["kind"]) == "kernel")
     if not unknown.any():
         return
     signature = pd.MultiIndex.from_arrays([k["name"].cat.codes, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"]])

@@ -1,4 +1,4 @@
-"""A categorical column's values as plain str, built from its categories.
+"""A categorical column's values as plain str, built from its categories (see as_text).
 
 `series.astype(str)` on a categorical builds a new string array row by row (under pandas 3
 an Arrow string array: ~3 µs per row, 0.3 s for a 50 MB trace's tables). The names in a
@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 
-def labels(column: pd.Series) -> np.ndarray:
+def as_text(column: pd.Series) -> np.ndarray:
     """Object array of str, one per row; None where the value is missing."""
     cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
     text = np.array([str(c) for c in cat.cat.categories] + [None], dtype=object)
