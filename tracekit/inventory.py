@@ -79,7 +79,17 @@ def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
     if not len(k):
         return []
     duration = (k["end"] - k["start"]).rename("time_ns")
-    grouped = pd.DataFrame({"name": as_text(k["name"]), "time_ns": duration}).groupby("name", sort=False)["time_ns"].agg(["sum", "count"])
+    # Per name by category code (bincount), names in order of first appearance as
+    # groupby(sort=False) gives them: no string column of one row per kernel is built.
+    names = k["name"].astype("category")
+    codes = names.cat.codes.to_numpy()
+    named = codes >= 0
+    present, first = np.unique(codes[named], return_index=True)
+    present = present[np.argsort(first, kind="stable")]
+    sums = np.bincount(codes[named], weights=duration.to_numpy()[named], minlength=len(names.cat.categories))
+    counts = np.bincount(codes[named], minlength=len(names.cat.categories))
+    grouped = pd.DataFrame({"sum": sums[present].astype(np.int64), "count": counts[present]},
+                           index=pd.Index([str(c) for c in names.cat.categories[present]], name="name"))
     total = float(duration.sum()) or 1.0
     rows = grouped.sort_values("sum", ascending=False).head(top)
     return [
