@@ -179,7 +179,7 @@ def bench_trace(label: str, path: pathlib.Path, args, env: dict, hta_env: dict |
                   f"({r['peak_pss_mb'] / size_mb:.2f}x file)  max RSS {r['peak_rss_mb']:7,.0f} MB  load {r['load_avg']:.2f}{extra}",
                   flush=True)
 
-    if hta_env is not None and (label == "mid" or args.hta_big):
+    if hta_env is not None and (label == "mid" or args.hta_big) and not args.workers_only:
         with tempfile.TemporaryDirectory(prefix="bench_speed_hta_") as trace_dir:
             os.symlink(path, os.path.join(trace_dir, path.name))
             runs = [run([args.hta_python, "-c", _HTA, trace_dir], hta_env) for _ in range(args.repeat)]
@@ -188,22 +188,25 @@ def bench_trace(label: str, path: pathlib.Path, args, env: dict, hta_env: dict |
         for r in runs:
             print(f"  {'HTA 0.5.0 load alone':<34} {r['load_s']:7.2f} s  {size_mb / r['load_s']:6.0f} MB/s  (import {r['import_s']:.2f} s)")
     for cmd in ("info", "analyze"):
-        if cmd == "analyze" and label == "big" and args.skip_big_analyze:
+        if label == "big" and (args.workers_only or (cmd == "analyze" and args.skip_big_analyze)):
             continue
         runs = [run(tk + [cmd, str(path)], env) for _ in range(args.repeat)]
         res[cmd] = runs
         show(f"tracekit {cmd}", runs)
+    # 1 and 2 workers interleaved, so that both see the same neighbours on a shared machine.
     for n in workers:
-        runs = [run(tk + ["info", "--workers", str(n), str(path)], env) for _ in range(args.repeat)]
-        res[f"info_workers{n}"] = runs
-        show(f"tracekit info --workers {n}", runs)
-        runs = [run([sys.executable, "-c", _LOAD, str(path), str(n)], env) for _ in range(args.repeat)]
-        res[f"load_workers{n}"] = runs
-        for r in runs:
+        res[f"info_workers{n}"], res[f"load_workers{n}"] = [], []
+    for _ in range(args.repeat if workers else 0):
+        for n in workers:
+            r = run(tk + ["info", "--workers", str(n), str(path)], env)
+            res[f"info_workers{n}"].append(r)
+            show(f"tracekit info --workers {n}", [r])
+            r = run([sys.executable, "-c", _LOAD, str(path), str(n)], env)
+            res[f"load_workers{n}"].append(r)
             print(f"  {'tracekit.load(workers=%d) alone' % n:<34} {r['load_s']:7.2f} s  {size_mb / r['load_s']:6.0f} MB/s  "
                   f"peak PSS {r['peak_pss_mb']:7,.0f} MB ({r['peak_pss_mb'] / size_mb:.2f}x file)  load {r['load_avg']:.2f}  "
                   f"cpu: main {r['main_cpu_s']:.2f} s + workers {r['workers_cpu_s']:.2f} s, critical path {r['critical_cpu_s']:.2f} s "
-                  f"({size_mb / r['critical_cpu_s']:.0f} MB/s)")
+                  f"({size_mb / r['critical_cpu_s']:.0f} MB/s)", flush=True)
 
     if "hta" in res:
         hta_load = median_of(res["hta"], "load_s")
@@ -229,6 +232,7 @@ def main() -> None:
     parser.add_argument("--big", help="a ~1.1 GB Kineto JSON trace (default: tiled, under benchmarks/out/)")
     parser.add_argument("--skip-big", action="store_true")
     parser.add_argument("--skip-big-analyze", action="store_true")
+    parser.add_argument("--workers-only", action="store_true", help="only the big trace's 1 vs 2 workers (interleaved)")
     parser.add_argument("--no-hta", action="store_true")
     parser.add_argument("--hta-big", action="store_true", help="HTA on the big trace too (~20 min and ~8 GB on a busy 2-core machine)")
     parser.add_argument("--repeat", type=int, default=1)
@@ -257,13 +261,15 @@ def main() -> None:
                     print(f"{mb:4d} MB workers={n}: wall {r['load_s']:.2f} s  cpu main {r['main_cpu_s']:.2f} s + workers "
                           f"{r['workers_cpu_s']:.2f} s, critical path {r['critical_cpu_s']:.2f} s  load {r['load_avg']:.2f}", flush=True)
         return
-    mid = pathlib.Path(args.mid) if args.mid else ensure(out / "tiled_55MB.json", 55e6)
-    results = {"mid": bench_trace("mid", mid, args, env, hta_env, [])}
-    print("  import time per command (python -X importtime, top-level cumulative):")
-    for cmd in ("info", "analyze"):
-        imp = import_total(cmd, str(mid), env)
-        results["mid"][f"import_{cmd}"] = imp
-        print(f"    tracekit {cmd:<8} {imp['import_s']:.2f} s   heavy modules loaded: {', '.join(imp['imports'])}")
+    results = {}
+    if not args.workers_only:
+        mid = pathlib.Path(args.mid) if args.mid else ensure(out / "tiled_55MB.json", 55e6)
+        results["mid"] = bench_trace("mid", mid, args, env, hta_env, [])
+        print("  import time per command (python -X importtime, top-level cumulative):")
+        for cmd in ("info", "analyze"):
+            imp = import_total(cmd, str(mid), env)
+            results["mid"][f"import_{cmd}"] = imp
+            print(f"    tracekit {cmd:<8} {imp['import_s']:.2f} s   heavy modules loaded: {', '.join(imp['imports'])}")
     if not args.skip_big:
         big = pathlib.Path(args.big) if args.big else ensure(out / "tiled_1100MB.json", 1.1e9)
         results["big"] = bench_trace("big", big, args, env, hta_env, [1, 2])
