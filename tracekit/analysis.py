@@ -46,9 +46,9 @@ class Analysis:
         return self.model.steps if self.model is not None else pd.DataFrame()
 
     def to_json(self, top: int = 15) -> str:
-        import json
+        from tracekit.strict_json import dumps
 
-        return json.dumps(self.to_dict(top), indent=2, default=str)
+        return dumps(self.to_dict(top))
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {

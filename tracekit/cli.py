@@ -93,7 +93,7 @@ def info(path: str, fmt: str, top: int, workers: int | None) -> None:
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend (or replace) the defaults.")
 @click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
+@click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
@@ -111,6 +111,10 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     import os
 
     model_options = _model(**model)
+    if out_dir:
+        from tracekit.reports.bundle import check_out_dir
+
+        check_out_dir(out_dir)  # before the work: a bad --out should not cost a whole analysis
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
@@ -353,6 +357,10 @@ def devices(device_file: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     debug = bool(os.environ.get("TRACEKIT_DEBUG"))
+    # A path with bytes that are not UTF-8 reaches Python as surrogates: print them escaped
+    # rather than fail on them (stderr already does this).
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
     except TraceError as exc:
@@ -360,8 +368,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:  # a usage error: one line too, like every error
+        hint = f" (see `tracekit {exc.ctx.info_name} --help`)" if isinstance(exc, click.UsageError) and exc.ctx and exc.ctx.parent else ""
+        click.echo(f"tracekit: error: {exc.format_message()}{hint}".replace("\n", " "), err=True)
         sys.exit(2)
     except click.Abort:
         click.echo("tracekit: aborted", err=True)

@@ -14,3 +14,8 @@ class TraceError(Exception):
         self.path = os.fspath(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+    def __reduce__(self):
+        # Worker processes send their errors back pickled; the default would call
+        # TraceError(message) with one argument and break the pool (BrokenProcessPool).
+        return (type(self), (self.path, self.reason))

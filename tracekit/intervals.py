@@ -35,7 +35,7 @@ def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     parent[full] = np.where(sub_parent >= 0, full[np.maximum(sub_parent, 0)], NO_ROW)
     depth[full] = sub_depth
     empty = np.flatnonzero(end <= start)
-    if len(empty):
+    if len(empty) and len(full):  # with no non-empty interval, nothing holds them: roots
         holder = innermost_enclosing(group[full], start[full], end[full], sub_parent, group[empty], start[empty])
         parent[empty] = np.where(holder >= 0, full[np.maximum(holder, 0)], NO_ROW)
         depth[empty] = np.where(holder >= 0, sub_depth[np.maximum(holder, 0)] + 1, 0)

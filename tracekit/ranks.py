@@ -26,6 +26,9 @@ from tracekit.errors import TraceError
 
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
+# JSON files tracekit writes itself (reports/bundle.py): `analyze DIR --out DIR` run twice
+# must not read its own report as a rank.
+OUTPUT_NAMES = frozenset({"summary.json", "ranks.json"})
 
 
 @dataclass
@@ -60,7 +63,7 @@ def trace_paths(inputs: list[str]) -> list[str]:
     out = []
     for item in inputs:
         if os.path.isdir(item):
-            found = sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith(TRACE_SUFFIXES))
+            found = sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith(TRACE_SUFFIXES) and f not in OUTPUT_NAMES)
             if not found:
                 raise TraceError(item, "directory holds no .json, .json.gz or .sqlite traces")
             out += found

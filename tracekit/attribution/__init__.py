@@ -8,13 +8,11 @@ ffn, collective, norm, embedding, memory, other.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
-from tracekit.attribution.match import at_kernels, name_matches, with_ancestors
+from tracekit.attribution.match import Pattern, at_kernels, name_matches, with_ancestors
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
 from tracekit.trace import Trace
 
@@ -29,13 +27,13 @@ class _Matcher:
         self._range_domain = r["domain"].astype(str).to_numpy() if len(r) else np.zeros(0, dtype=object)
         self._cache: dict[tuple[str, str], np.ndarray] = {}
 
-    def _tree_flags(self, table: pd.DataFrame, pattern: re.Pattern, rows_mask: np.ndarray | None) -> np.ndarray:
+    def _tree_flags(self, table: pd.DataFrame, pattern: Pattern, rows_mask: np.ndarray | None) -> np.ndarray:
         own = name_matches(table["name"], pattern) if len(table) else np.zeros(0, dtype=bool)
         if rows_mask is not None:
             own &= rows_mask
         return with_ancestors(own, table["parent"].to_numpy(), table["depth"].to_numpy())
 
-    def field(self, field: str, pattern: re.Pattern) -> np.ndarray:
+    def field(self, field: str, pattern: Pattern) -> np.ndarray:
         key = (field, pattern.pattern)
         if key in self._cache:
             return self._cache[key]

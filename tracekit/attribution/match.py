@@ -4,15 +4,17 @@ matched, without walking every kernel's stack."""
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tracekit.intervals import NO_ROW
 
+Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
 
-def name_matches(names: pd.Series, pattern: re.Pattern) -> np.ndarray:
+
+def name_matches(names: pd.Series, pattern: Pattern) -> np.ndarray:
     cat = names.astype("category")
     hits = np.array([bool(pattern.search(str(c))) for c in cat.cat.categories] + [False])
     return hits[cat.cat.codes.to_numpy()]

@@ -1,8 +1,13 @@
-"""Attribution rules: ordered data (TOML), defaults shipped in default_rules.toml."""
+"""Attribution rules: ordered data (TOML), defaults shipped in default_rules.toml.
+
+Patterns are compiled with RE2 (google-re2), an engine without backtracking: matching is
+linear in the length of the name for any pattern, so a user rule such as `(a+)+$` or a
+default rule with `.*` on a 1 MB range name cannot hang the analysis. RE2 has no
+lookaround or backreferences; a rule using them is refused with a plain message.
+"""
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -11,6 +16,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+import re2
 
 from tracekit.errors import TraceError
 
@@ -22,7 +29,7 @@ BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "othe
 @dataclass(frozen=True)
 class Rule:
     label: str
-    patterns: dict[str, re.Pattern]  # field -> compiled regex
+    patterns: dict[str, "re2._Regexp"]  # field -> compiled RE2 regex (has .search and .pattern)
 
 
 @dataclass(frozen=True)
@@ -44,14 +51,24 @@ def _parse(tables: dict, origin: str) -> Rules:
             if kind == "block" and entry["name"] not in BLOCKS:
                 raise TraceError(origin, f"block {entry['name']!r} is not one of {', '.join(BLOCKS)}")
             try:
-                patterns = {f: re.compile(entry[f]) for f in FIELDS if f in entry}
-            except re.error as exc:
-                raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r}: bad regular expression ({exc})") from None
+                patterns = {f: compile_pattern(entry[f]) for f in FIELDS if f in entry}
+            except (re2.error, TypeError) as exc:
+                reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+                raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r}: bad regular expression for RE2 ({reason}); "
+                                         "lookaround and backreferences are not supported") from None
             if not patterns:
                 raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r} matches nothing: give range, frame, op, kernel, class or kind")
             rules.append(Rule(entry["name"], patterns))
         out[kind] = tuple(rules)
     return Rules(out["phase"], out["block"])
+
+
+def compile_pattern(pattern: str) -> "re2._Regexp":
+    if not isinstance(pattern, str):
+        raise TypeError(f"a pattern must be a string, not {type(pattern).__name__}")
+    options = re2.Options()
+    options.log_errors = False  # errors become one TraceError line, not log lines on stderr
+    return re2.compile(pattern, options=options)
 
 
 def default_rules() -> Rules:

@@ -8,6 +8,12 @@ import re
 import numpy as np
 import pandas as pd
 
+# Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
+# The patterns below are stdlib regexes, some with `.*`, whose time can grow with the
+# square of the text; real kernel names (templates included) run to a few kB, and what
+# identifies a kernel (its function and first template arguments) comes first.
+MAX_MATCHED_CHARS = 4096
+
 # Checked in order; the first match wins (an attention kernel may contain "gemm").
 _RULES: list[tuple[str, re.Pattern]] = [
     # DeepEP's dispatch / combine and pplx all-to-all kernels move tokens between GPUs: collectives.
@@ -48,12 +54,12 @@ AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC
 def is_auxiliary(names: pd.Series) -> np.ndarray:
     """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
     cat = names.astype("category")
-    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n))[:4096])) for n in cat.cat.categories] + [False])
+    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n)[:MAX_MATCHED_CHARS]))) for n in cat.cat.categories] + [False])
     return flags[cat.cat.codes.to_numpy()]
 
 
 def classify_name(name: str) -> str:
-    base = without_parameters(name)
+    base = without_parameters(name[:MAX_MATCHED_CHARS])
     for label, pattern in _RULES:
         if pattern.search(base):
             return label

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.errors import TraceError
+from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.parsers.kineto_decode import Document, Event, EventDecoder, decode_document, json_array
 from tracekit.parsers.launch_api import LAUNCH_API
 from tracekit.parsers.source import Source, read_source
@@ -41,6 +42,8 @@ _LEGACY_USER_RANGE = re.compile(r"^ProfilerStep#\d+$|#|^## .* ##$")
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _TRAILING_INT = re.compile(r"(-?\d+)\s*$")
 _NULL = msgspec.Raw(b"null")
+_ARG_LABEL = {"correlation": "correlation", "external_id": "External id", "sequence": "Sequence number", "registers": "registers per thread",
+              "shared_memory": "shared memory", "in_elems": "In msg nelems", "out_elems": "Out msg nelems", "group_size": "Group size"}
 
 
 class _KernelArgs(msgspec.Struct):
@@ -96,9 +99,12 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
             progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
     if tables.empty():
-        raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges")
+        lost = tables.checks.warnings() + decoder.warnings()  # all of them unreadable, perhaps
+        raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges"
+                               + (f" that can be read ({'; '.join(lost)})" if lost else ""))
     trace = tables.build(path, source, document)
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
+    trace.warnings += tables.checks.warnings()
     return trace
 
 
@@ -191,6 +197,16 @@ class _Tables:
         self.windows: list[tuple[float, float]] = []
         self.legacy = False
         self.bad_args: dict[str, int] = defaultdict(int)
+        self.checks = Checks()  # every column passes through it: the one place values are validated
+
+    def with_usable_times(self, events: list[Event]) -> list[Event]:
+        """The events whose `ts` and `dur` can be nanoseconds of one capture."""
+        if not events:
+            return events
+        ts = np.fromiter(map(_TS, events), dtype=np.float64, count=len(events))
+        dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events))
+        keep = self.checks.times_us(ts, dur, "events")
+        return events if keep.all() else [events[i] for i in np.flatnonzero(keep)]
 
     def empty(self) -> bool:
         return not (self.gpu.rows or self.launch.rows or self.op.rows or self.range.rows)
@@ -198,7 +214,7 @@ class _Tables:
     # -- one chunk ---------------------------------------------------------------------
     def add_events(self, events: list[Event]) -> None:
         """One chunk of decoded events, in file order (the serial loop, or a worker's piece)."""
-        self.add(_bucket(events))
+        self.add(_bucket(self.with_usable_times(events)))
 
     def add(self, buckets: dict[str, Any]) -> None:
         self.legacy |= "legacy" in buckets
@@ -231,19 +247,21 @@ class _Tables:
         self.legacy |= other.legacy
         for what, n in other.bad_args.items():
             self.bad_args[what] += n
+        for message, n in other.checks.counts.items():
+            self.checks.count(message, n)
 
     def _decode_args(self, what: str, events: list[Event], typ: type) -> list[Any]:
         # One decode of all the chunk's args as a JSON array: far cheaper than one per event.
         try:
             return msgspec.json.decode(json_array(list(map(_ARGS, events))), type=list[typ])
-        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             pass
         decoder = msgspec.json.Decoder(typ)
         out = []
         for e in events:
             try:
                 out.append(decoder.decode(e.args))
-            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError):
+            except (msgspec.ValidationError, msgspec.DecodeError, UnicodeDecodeError, RecursionError):
                 self.bad_args[what] += 1
                 out.append(typ())
         return out
@@ -267,9 +285,9 @@ class _Tables:
         self.gpu.add(
             kind=_codes(kinds, _GPU_KINDS),  # int8 codes: a big table's Categorical is then free
             **self._common("gpu", events),
-            **{f: _column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
-            grid=_triples(list(map(attrgetter("grid"), args))),
-            block=_triples(list(map(attrgetter("block"), args))),
+            **{f: self._column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
+            grid=self._triples(args, "grid"),
+            block=self._triples(args, "block"),
             copy_kind=self.strings["copy_kind"].codes(copy_kind),
             collective=self.strings["collective"].codes(list(map(attrgetter("collective"), args))),
             coll_dtype=self.strings["coll_dtype"].codes([a.dtype if a.collective is not None else None for a in args]),
@@ -278,16 +296,28 @@ class _Tables:
 
     def _add_launches(self, events: list[Event]) -> None:
         args: list[_LaunchArgs] = self._decode_args("runtime", events, _LaunchArgs)
-        self.launch.add(**self._common("launch", events), correlation=_column(args, "correlation"))
+        self.launch.add(**self._common("launch", events), correlation=self._column(args, "correlation"))
 
     def _add_ops(self, events: list[Event]) -> None:
         args: list[_OpArgs] = self._decode_args("CPU op", events, _OpArgs)
         self.op.add(
             **self._common("op", events),
-            external_id=_column(args, "external_id"),
-            sequence=_column(args, "sequence"),
+            external_id=self._column(args, "external_id"),
+            sequence=self._column(args, "sequence"),
             **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
         )
+
+    def _column(self, args: list[Any], field: str) -> np.ndarray:
+        return self.checks.ints(list(map(attrgetter(field), args)), _ARG_LABEL.get(field, field))
+
+    def _triples(self, args: list[Any], field: str) -> np.ndarray:
+        """grid / block lists -> an (n, 3) int32 array, -1 where a trace gives fewer dimensions."""
+        lists = list(map(attrgetter(field), args))
+        out = np.full((len(lists), 3), -1, dtype=np.int32)
+        full = [i for i, v in enumerate(lists) if len(v) == 3]
+        if full:
+            out[full] = self.checks.ints([x for i in full for x in lists[i]], field, np.int32).reshape(-1, 3)
+        return out
 
     def _add_ranges(self, events: list[Event], domains: np.ndarray) -> None:
         columns = self._common("range", events)
@@ -302,7 +332,7 @@ class _Tables:
         launches = self._launch_table(clock, kernels["correlation"].to_numpy())
         ops = self._op_table(clock)
         ranges = self._range_table(clock)
-        meta = _meta(path, source, document, self.legacy, clock)
+        meta = _meta(path, source, _checked_header(document.header, self.checks), self.legacy, clock)
         if meta.get("rank") is not None:
             kernels["rank"] = np.int32(meta["rank"])
         warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
@@ -320,19 +350,19 @@ class _Tables:
         data = {
             "kind": pd.Categorical.from_codes(kinds, categories=list(_GPU_KINDS)),
             "name": self.names["gpu"].categorical(c.array("name", np.int32)),
-            "device": np.where(device >= 0, device, c.array("pid")),
+            "device": self.checks.ints(np.where(device >= 0, device, c.array("pid")), "device", np.int32),
             "stream": np.where(stream >= 0, stream, c.array("tid")),
             "start": start,
             "end": end,
             "correlation": c.array("correlation"),
             "grid_x": grid[:, 0], "grid_y": grid[:, 1], "grid_z": grid[:, 2],
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
-            "registers": c.array("registers"),
+            "registers": self.checks.ints(c.array("registers"), "registers per thread", np.int32),
             "shared_memory": c.array("shared_memory"),
             "bytes": np.where(kinds == _GPU_KINDS.index("kernel"), -1, c.array("bytes")),
             "coll_in_elems": c.array("in_elems"),
             "coll_out_elems": c.array("out_elems"),
-            "coll_group_size": c.array("group_size"),
+            "coll_group_size": self.checks.ints(c.array("group_size"), "Group size", np.int32),
         }
         for col, interner in self.strings.items():
             data[col] = interner.categorical(c.array(col, np.int32))
@@ -402,10 +432,6 @@ class _Clock:
         return start, start + np.rint(np.maximum(columns.array("dur", np.float64), 0.0) * 1000.0).astype(np.int64)
 
 
-def _column(objects: list[Any], field: str) -> np.ndarray:
-    return np.array(list(map(attrgetter(field), objects)), dtype=np.int64)
-
-
 def _isin(values: np.ndarray, members: np.ndarray) -> np.ndarray:
     """np.isin; by a lookup table when the ids span a range not much larger than their count
     (correlation ids count up from 1: millions of them hash slowly, index fast)."""
@@ -436,26 +462,17 @@ def _thread_ids(values: list[int | str]) -> np.ndarray:
         if isinstance(v, int):
             return v if -(1 << 63) <= v < (1 << 63) else -1
         if v not in cache:
-            m = _TRAILING_INT.search(v)
+            m = _TRAILING_INT.search(v[-32:])  # bounded: `\d+\s*$` is quadratic on a long run of digits
             cache[v] = int(m.group(1)) if m and len(m.group(1)) < 19 else -(len(cache) + 2)
         return cache[v]
 
     return np.array([as_int(v) for v in values], dtype=np.int64)
 
 
-def _triples(lists: list[list[int]]) -> np.ndarray:
-    """grid / block lists -> an (n, 3) array, -1 where a trace gives fewer dimensions."""
-    out = np.full((len(lists), 3), -1, dtype=np.int64)
-    full = [i for i, v in enumerate(lists) if len(v) == 3]
-    if full:
-        out[full] = np.array([lists[i] for i in full], dtype=np.int64)
-    return out
-
-
 def _decode_json(raw: bytes) -> Any:
     try:
         return msgspec.json.decode(raw)
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         return None
 
 
@@ -473,36 +490,98 @@ def _absolute_origin_ns(origin_us: float, base_ns: Any) -> int | None:
     return ns if origin_us >= _EPOCH_US else None
 
 
-def _meta(path: str, source: Source, document: Document, legacy: bool, clock: _Clock) -> dict[str, Any]:
-    header = document.header
-    dist = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+_MAX_HEADER_TEXT = 256  # device names, versions: short by nature; a long one is not trusted whole
+_VERSION_KEYS = ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version")
+
+
+def _checked_header(header: dict[str, Any], checks: Checks) -> dict[str, Any]:
+    """The header fields tracekit uses, each of the type it needs; a field of the wrong
+    type (`"deviceProperties": 5`, a device name of 123, a rank of 2^70) is left out and
+    named in a warning, never carried on to break a later stage."""
+    bad: list[str] = []
+
+    def integer(value: Any, field: str, lo: int = -(2**31), hi: int = 2**31 - 1) -> int | None:
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi:
+            return value
+        bad.append(field)
+        return None
+
+    def scalar(value: Any, field: str, kinds: tuple[type, ...] = (str, int, float)) -> Any:
+        """A short string or a finite number, as it was written."""
+        if value is None:
+            return None
+        if isinstance(value, kinds) and not isinstance(value, bool) and len(str(value)) <= _MAX_HEADER_TEXT and str(value) not in ("nan", "inf", "-inf"):
+            return value
+        bad.append(field)
+        return None
+
     devices = []
-    for prop in header.get("deviceProperties") or []:
+    props = header.get("deviceProperties")
+    if props is not None and not isinstance(props, list):
+        bad.append("deviceProperties")
+        props = None
+    for prop in props or []:
         if not isinstance(prop, dict):
+            bad.append("deviceProperties[]")
             continue
         devices.append({
-            "id": prop.get("id"),
-            "name": prop.get("name"),
-            "memory_bytes": prop.get("totalGlobalMem"),
-            "sm_count": prop.get("numSms"),
-            "compute_capability": f"{prop.get('computeMajor')}.{prop.get('computeMinor')}" if prop.get("computeMajor") is not None else None,
+            "id": integer(prop.get("id"), "deviceProperties.id"),
+            "name": scalar(prop.get("name"), "deviceProperties.name", (str,)),
+            "memory_bytes": integer(prop.get("totalGlobalMem"), "deviceProperties.totalGlobalMem", 0, 2**62),
+            "sm_count": integer(prop.get("numSms"), "deviceProperties.numSms", 0),
+            "major": integer(prop.get("computeMajor"), "deviceProperties.computeMajor"),
+            "minor": integer(prop.get("computeMinor"), "deviceProperties.computeMinor"),
         })
-    base_ns = header.get("baseTimeNanoseconds")
-    versions = {k: header[k] for k in ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "roctracer_version") if header.get(k) is not None}
+    dist = header.get("distributedInfo")
+    if dist is not None and not isinstance(dist, dict):
+        bad.append("distributedInfo")
+    dist = dist if isinstance(dist, dict) else {}
+    groups = dist.get("pg_config")
+    if groups is not None and not isinstance(groups, list):
+        bad.append("distributedInfo.pg_config")
+        groups = None
+    groups = [g for g in groups or [] if isinstance(g, dict) and isinstance(g.get("pg_name"), (str, int))
+              and integer(g.get("pg_size"), "distributedInfo.pg_config.pg_size", 1)]
+    base = header.get("baseTimeNanoseconds")
+    base = integer(base, "baseTimeNanoseconds", -MAX_ABS_TIME_NS, MAX_ABS_TIME_NS)
+    schema_version = header.get("schemaVersion")
+    checked = {
+        "devices": devices,
+        "rank": integer(dist.get("rank"), "distributedInfo.rank", 0),
+        "world_size": integer(dist.get("world_size"), "distributedInfo.world_size", 1),
+        "process_groups": groups or None,
+        "base_ns": base,
+        "schema_version": scalar(schema_version, "schemaVersion"),
+        "record_shapes": header.get("record_shapes") if isinstance(header.get("record_shapes"), bool) else None,
+        "versions": {k: v for k in _VERSION_KEYS if (v := scalar(header.get(k), k)) is not None},
+    }
+    if bad:
+        fields = sorted(set(bad))
+        checks.count(f"{{n}} trace header fields have the wrong type or an impossible value and were ignored ({', '.join(fields)})", len(bad))
+    return checked
+
+
+def _meta(path: str, source: Source, header: dict[str, Any], legacy: bool, clock: _Clock) -> dict[str, Any]:
+    devices = [{
+        "id": d["id"], "name": d["name"], "memory_bytes": d["memory_bytes"], "sm_count": d["sm_count"],
+        "compute_capability": f"{d['major']}.{d['minor']}" if d["major"] is not None else None,
+    } for d in header["devices"]]
     return {
         "format": "kineto",
         "schema": "kineto-2021" if legacy else "kineto",
-        "schema_version": header.get("schemaVersion"),
+        "schema_version": header["schema_version"],
         "path": path,
         "compressed": source.compressed,
         "size_bytes": len(source.data),
         "devices": devices,
-        "rank": dist.get("rank"),
-        "world_size": dist.get("world_size"),
-        "process_groups": dist.get("pg_config"),
+        "rank": header["rank"],
+        "world_size": header["world_size"],
+        "process_groups": header["process_groups"],
         "span_ns": clock.span_ns,
         "capture_window_ns": clock.window,
-        "origin_abs_ns": _absolute_origin_ns(clock.origin_us, base_ns),
-        "record_shapes": header.get("record_shapes"),
-        "tool_versions": versions,
+        "origin_abs_ns": _absolute_origin_ns(clock.origin_us, header["base_ns"]),
+        "record_shapes": header["record_shapes"],
+        "tool_versions": header["versions"],
     }

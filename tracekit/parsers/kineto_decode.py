@@ -78,10 +78,15 @@ _MAX_CUT_ATTEMPTS = 64
 def decode_document(path: str, data: Any) -> Document:
     warnings: list[str] = []
     try:
-        doc = _decode(path, data, warnings)
-    except UnicodeDecodeError:  # in the header: rare, so the whole text is repaired
-        data = _replace_invalid_utf8(bytes(data), warnings)
-        doc = _decode(path, data, warnings)
+        try:
+            doc = _decode(path, data, warnings)
+        except UnicodeDecodeError:  # in the header: rare, so the whole text is repaired
+            data = _replace_invalid_utf8(bytes(data), warnings)
+            doc = _decode(path, data, warnings)
+    except RecursionError:
+        # msgspec recurses per nesting level, even to skip a value: a profiler never nests
+        # deeper than a handful of levels, so such a file is not a trace (or is damaged).
+        raise TraceError(path, "JSON is nested too deeply to read (arrays or objects over ~1,000 levels deep): not a torch.profiler trace") from None
     header = {f: getattr(doc, f) for f in doc.__struct_fields__ if f != "traceEvents"}
     return Document(doc.traceEvents, header, warnings)
 
@@ -124,6 +129,8 @@ class EventDecoder:
         blob = json_array(raws) if repaired else (self._slice(raws) or json_array(raws))
         try:
             events = self._decode_list(blob)
+        except RecursionError:
+            events = self._one_by_one(raws)
         except UnicodeDecodeError:
             if repaired:
                 raise
@@ -155,12 +162,16 @@ class EventDecoder:
         events = []
         for raw in raws:
             try:
-                events.append(self._decode_one(raw))
-            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                try:
+                    events.append(self._decode_one(raw))
+                except UnicodeDecodeError:  # this chunk failed for a type error first: repair here
+                    raw = self._repaired(raw)
+                    events.append(self._decode_one(raw))
+            except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
                 # A phase tracekit does not read is no error; a broken "X" event is.
                 try:
                     broken = self._phase(raw).ph == "X"
-                except (msgspec.ValidationError, msgspec.DecodeError):
+                except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
                     broken = True
                 if broken:
                     self.skipped += 1

@@ -105,6 +105,7 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
         return None  # the serial parser words the error
     trace = tables.build(path, source, document)
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
+    trace.warnings += tables.checks.warnings()
     return trace
 
 

@@ -7,6 +7,7 @@ processes of one export.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import sqlite3
 from typing import Any
@@ -17,6 +18,7 @@ import pandas as pd
 
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
+from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.parsers.launch_api import LAUNCH_API
 from tracekit.parsers.nsys_nvtx import parse_op_text
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
@@ -29,13 +31,30 @@ _CUPTI_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5
 
 
 def parse_nsys(path: str) -> Trace:
+    _refuse_unfinished(path)
     conn = _connect(path)
     try:
         return _Reader(path, conn).trace()
-    except sqlite3.DatabaseError as exc:
-        raise TraceError(path, f"SQLite error while reading the export: {exc}") from None
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        # pandas wraps sqlite3's error in its own, with the whole query in the message
+        reason = str(exc.__cause__ or exc)
+        raise TraceError(path, f"SQLite error while reading the export (damaged or edited file?): {reason}") from None
     finally:
         conn.close()
+
+
+def _refuse_unfinished(path: str) -> None:
+    """A non-empty write-ahead log beside the file holds rows the file does not: nsys is
+    still writing the export (or died writing it). Reading it immutable would silently
+    report stale rows, and reading the log would mean writing beside the input."""
+    wal = f"{path}-wal"
+    try:
+        size = os.path.getsize(wal)
+    except OSError:
+        return
+    if size > 0:
+        raise TraceError(path, f"a write-ahead log ({os.path.basename(wal)}, {size:,} bytes) lies beside it: the export is "
+                               "still being written, or was cut off; wait for nsys to finish (or open it once with sqlite3 to checkpoint it)")
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -45,6 +64,8 @@ def _connect(path: str) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise TraceError(path, f"not a readable SQLite database ({exc})") from None
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged schema's bytes, which are not text
+        raise TraceError(path, "not a readable SQLite database (its schema is damaged)") from None
     return conn
 
 
@@ -53,6 +74,7 @@ class _Reader:
         self.path = path
         self.conn = conn
         self.bad_utf8 = 0
+        self.checks = Checks()  # every column passes through it: the one place values are validated
         conn.text_factory = self._text
         self.schema = S.Schema.read(conn)
         missing = self.schema.missing_for_nsys()
@@ -76,6 +98,9 @@ class _Reader:
         kernels = self._gpu_activity(strings)
         launches = self._launches(strings, set(kernels["correlation"].tolist()))
         ops, ranges, open_ranges = self._nvtx()
+        if not any(len(t) for t in (kernels, launches, ops, ranges)):
+            raise TraceError(self.path, "the export holds no readable kernels, copies, runtime calls or NVTX ranges"
+                                        + (f" ({'; '.join(self.checks.warnings())})" if self.checks.counts else ""))
         origin = min(int(t["start"].min()) for t in (kernels, launches, ops, ranges) if len(t))
         last = max(int(t["end"].max()) for t in (kernels, launches, ops, ranges) if len(t))
         for table in (kernels, launches, ops, ranges):
@@ -89,19 +114,30 @@ class _Reader:
             warnings.append(f"{open_ranges:,} NVTX ranges were never closed; they are taken to end with the capture")
         if not meta["devices"]:
             warnings.append(f"the export has no {S.GPU_INFO} table: the GPU model is unknown (name it with --device)")
+        warnings += self.checks.warnings()
         return Trace(kernels, launches, ops, ranges, meta, warnings)
 
     # -- strings ---------------------------------------------------------------------------
     def _strings(self) -> pd.Series:
         table = self._query(f"SELECT id, value FROM {S.STRINGS}")
-        return pd.Series(table["value"].to_numpy(dtype=object), index=table["id"].to_numpy())
+        ids = self.checks.ints(table["id"], f"{S.STRINGS}.id")
+        values = np.array([_as_text(v) for v in table["value"].tolist()], dtype=object)
+        strings = pd.Series(values, index=ids)[ids >= 0]
+        duplicated = strings.index.duplicated()
+        self.checks.count(f"{{n}} {S.STRINGS} ids appear twice; the first text of each is used", duplicated.sum())
+        return strings[~duplicated]
 
-    @staticmethod
-    def _names(ids: pd.Series, strings: pd.Series) -> pd.Categorical:
-        """String ids -> Categorical of their text (missing ids stay missing)."""
-        codes, uniques = pd.factorize(ids.to_numpy(dtype=np.float64), use_na_sentinel=True)
+    def _names(self, ids: pd.Series, strings: pd.Series) -> pd.Categorical:
+        """String ids -> Categorical of their text (NULL ids stay missing; ids the string
+        table lacks read "<unknown string id>" and are counted)."""
+        ids = self.checks.ints(ids, "name id")
+        codes, uniques = pd.factorize(np.where(ids >= 0, ids, np.nan), use_na_sentinel=True)
         texts = strings.reindex(uniques.astype(np.int64)).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
-        texts = np.where(pd.isna(texts), "<unknown string id>", texts)
+        unknown = pd.isna(texts)
+        if unknown.any():
+            rows = int(np.isin(codes, np.flatnonzero(unknown)).sum())
+            self.checks.count(f"{{n}} names refer to ids missing from the {S.STRINGS} table (emptied or damaged?); shown as <unknown string id>", rows)
+        texts = np.where(unknown, "<unknown string id>", texts)
         unique_texts, remap = np.unique(texts.astype(str), return_inverse=True)
         codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1) if len(remap) else codes
         return pd.Categorical.from_codes(codes, categories=pd.Index(unique_texts, dtype=object))
@@ -122,6 +158,12 @@ class _Reader:
             table[col] = table[col].astype("category")
         return make_table(KERNEL_COLUMNS, {c: table[c] for c in table.columns if c in KERNEL_COLUMNS}).sort_values("start", kind="stable").reset_index(drop=True)
 
+    def _checked(self, rows: pd.DataFrame, what: str, ints: dict[str, Any]) -> pd.DataFrame:
+        """Rows with usable times, their integer columns converted (int64 or int32 bounds)."""
+        start, end, keep = self.checks.times_ns(rows["start"], rows["end"], what)
+        out = rows.assign(start=start, end=end, **{c: self.checks.ints(rows[c], f"{what}: {c}", dtype) for c, dtype in ints.items()})
+        return out[keep].reset_index(drop=True)
+
     def _kernels(self, strings: pd.Series) -> pd.DataFrame:
         t = S.KERNEL
         col = self.schema.column_or
@@ -130,6 +172,14 @@ class _Reader:
             f"{col(t, 'shortName', 'NULL')}, {col(t, 'registersPerThread', -1)}, gridX, gridY, gridZ, blockX, blockY, blockZ, "
             f"{col(t, 'staticSharedMemory', 0)}, {col(t, 'dynamicSharedMemory', 0)} FROM {t}"
         )
+        i32, i64 = np.int32, np.int64
+        rows = self._checked(rows, "kernels", {
+            "deviceId": i32, "streamId": i64, "correlationId": i64, "globalPid": i64, "registersPerThread": i32,
+            "gridX": i32, "gridY": i32, "gridZ": i32, "blockX": i32, "blockY": i32, "blockZ": i32,
+            "staticSharedMemory": i64, "dynamicSharedMemory": i64,
+        })
+        shared = rows["staticSharedMemory"] + rows["dynamicSharedMemory"]
+        shared_known = (rows["staticSharedMemory"] >= 0) & (rows["dynamicSharedMemory"] >= 0) & (shared >= 0)
         return pd.DataFrame({
             "kind": "kernel",
             "name": self._names(rows["demangledName"], strings).astype(object),
@@ -140,7 +190,7 @@ class _Reader:
             "grid_x": rows["gridX"], "grid_y": rows["gridY"], "grid_z": rows["gridZ"],
             "block_x": rows["blockX"], "block_y": rows["blockY"], "block_z": rows["blockZ"],
             "registers": rows["registersPerThread"],
-            "shared_memory": rows["staticSharedMemory"] + rows["dynamicSharedMemory"],
+            "shared_memory": shared.where(shared_known, -1),
             "copy_kind": None,
         })
 
@@ -149,7 +199,10 @@ class _Reader:
         rows = self._query(
             f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {col(table, 'copyKind', -1)} FROM {table}"
         )
-        copy_kind = rows["copyKind"].map(self._copy_kind_names()) if kind == "memcpy" else None
+        rows = self._checked(rows, f"{kind}s", {
+            "deviceId": np.int32, "streamId": np.int64, "correlationId": np.int64, "globalPid": np.int64, "bytes": np.int64, "copyKind": np.int64,
+        })
+        copy_kind = rows["copyKind"].map(self._copy_kind_names()).astype(object) if kind == "memcpy" else None
         return pd.DataFrame({
             "kind": kind,
             "name": "Memcpy " + copy_kind.fillna("Unknown") if kind == "memcpy" else "Memset",
@@ -167,6 +220,8 @@ class _Reader:
         # CUDA_MEMCPY_KIND_HTOD -> HtoD, as Kineto and nsys stats write it
         names = {}
         for i, name in rows:
+            if not isinstance(name, str):  # a NULL or damaged enum row: the id reads "Unknown"
+                continue
             short = name.replace("CUDA_MEMCPY_KIND_", "")
             names[i] = _CUPTI_COPY_KINDS.get(i) if short in {v.upper() for v in _CUPTI_COPY_KINDS.values()} else short
         return names
@@ -177,11 +232,13 @@ class _Reader:
         where = f"WHERE eventClass IN {RUNTIME_CLASSES}" if self.schema.has(t, "eventClass") else ""
         name_id = "nameId" if self.schema.has(t, "nameId") else "NULL AS nameId"
         rows = self._query(f"SELECT start, end, globalTid, correlationId, {name_id} FROM {t} {where}")
+        rows = self._checked(rows, "runtime calls", {"globalTid": np.int64, "correlationId": np.int64})
         names = self._names(rows["nameId"], strings)
         launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
         codes = names.codes
-        keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | np.where(codes >= 0, launches_work[np.maximum(codes, 0)], False)
-        gtid = rows["globalTid"].to_numpy(dtype=np.int64)
+        by_name = launches_work[np.maximum(codes, 0)] if len(launches_work) else np.zeros(len(codes), dtype=bool)
+        keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | ((codes >= 0) & by_name)
+        gtid = rows["globalTid"].to_numpy()
         table = make_table(LAUNCH_COLUMNS, {
             "name": names, "pid": gtid & np.int64(PROCESS_MASK - (1 << 64)), "tid": gtid,
             "start": rows["start"], "end": rows["end"], "correlation": rows["correlationId"],
@@ -201,28 +258,30 @@ class _Reader:
             f"SELECT n.start, n.end, n.eventType, n.globalTid, {domain} AS domainId, {text} AS text "
             f"FROM {t} n {join} WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})"
         )
-        created = rows["eventType"] == NVTX_DOMAIN_CREATE
+        rows["text"] = [_as_text(v) for v in rows["text"].tolist()]
+        created = (rows["eventType"] == NVTX_DOMAIN_CREATE).to_numpy()
         domains = dict(zip(rows.loc[created, "domainId"], rows.loc[created, "text"]))
         rows = rows[~created].reset_index(drop=True)
         open_ranges = int(rows["end"].isna().sum())
-        if open_ranges:
-            rows["end"] = rows["end"].fillna(rows["start"].max())
-        rows["end"] = rows["end"].astype(np.int64)
-        rows["text"] = rows["text"].fillna("")
+        if open_ranges:  # they end with the capture: the last instant any range starts
+            starts = pd.to_numeric(rows["start"], errors="coerce")
+            last = starts[starts.abs() <= MAX_ABS_TIME_NS].max()
+            rows["end"] = rows["end"].astype(object).where(rows["end"].notna(), last)
+        rows = self._checked(rows, "NVTX ranges", {"globalTid": np.int64})
         parsed = [parse_op_text(text) for text in rows["text"].tolist()]
         is_op = np.array([p is not None for p in parsed], dtype=bool)
-        gtid = rows["globalTid"].to_numpy(dtype=np.int64)
+        gtid = rows["globalTid"].to_numpy()
         pid = gtid & np.int64(PROCESS_MASK - (1 << 64))
         op_rows = np.flatnonzero(is_op)
         ops = make_table(OP_COLUMNS, {
             "name": pd.Categorical([parsed[i][0] for i in op_rows]),
             "pid": pid[op_rows], "tid": gtid[op_rows],
             "start": rows["start"].to_numpy()[op_rows], "end": rows["end"].to_numpy()[op_rows],
-            "sequence": np.array([parsed[i][1] for i in op_rows], dtype=np.int64),
+            "sequence": self.checks.ints([parsed[i][1] for i in op_rows], "emit_nvtx seq"),
             "input_dims": [parsed[i][2] for i in op_rows],
         }) if len(op_rows) else make_table(OP_COLUMNS)
         range_rows = np.flatnonzero(~is_op)
-        domain_names = rows["domainId"].map(lambda d: f"nvtx:{domains[d]}" if d in domains else "nvtx").to_numpy(dtype=object)
+        domain_names = np.array([f"nvtx:{domains[d]}" if _hashable(d) and d in domains else "nvtx" for d in rows["domainId"].tolist()], dtype=object)
         ranges = make_table(RANGE_COLUMNS, {
             "name": pd.Categorical(rows["text"].to_numpy(dtype=object)[range_rows]),
             "domain": pd.Categorical(domain_names[range_rows]),
@@ -242,23 +301,25 @@ class _Reader:
                 f"{col(g, 'totalMemory', 'NULL')}, {col(g, 'l2CacheSize', 'NULL')}, {col(g, 'computeMajor', 'NULL')}, "
                 f"{col(g, 'computeMinor', 'NULL')} FROM {g} ORDER BY id"
             ):
+                gpu_id, name, bandwidth, sms, memory, l2, major, minor = (row[0], row[1], *(_whole(v) for v in row[2:]))
                 devices.append({
-                    "id": row[0], "name": row[1], "memory_bandwidth": row[2], "sm_count": row[3],
-                    "memory_bytes": row[4], "l2_bytes": row[5],
-                    "compute_capability": f"{row[6]}.{row[7]}" if row[6] is not None else None,
+                    "id": _whole(gpu_id), "name": name if isinstance(name, str) and len(name) <= 256 else None,
+                    "memory_bandwidth": bandwidth, "sm_count": sms, "memory_bytes": memory, "l2_bytes": l2,
+                    "compute_capability": f"{major}.{minor}" if major is not None else None,
                 })
         versions = {}
         for table in S.EXPORT_META:
             if self.schema.has(table, "name"):
                 meta = dict(self.conn.execute(f"SELECT name, value FROM {table}").fetchall())
                 if meta.get("EXPORT_PRODUCT_VERSION"):
-                    versions["nsys"] = meta["EXPORT_PRODUCT_VERSION"]
+                    versions["nsys"] = str(meta["EXPORT_PRODUCT_VERSION"])[:256]
                 if meta.get("EXPORT_SCHEMA_VERSION"):
-                    versions["export_schema"] = meta["EXPORT_SCHEMA_VERSION"]
+                    versions["export_schema"] = str(meta["EXPORT_SCHEMA_VERSION"])[:256]
         start_abs = None
         if self.schema.has(S.SESSION_START, "utcEpochNs"):
             row = self.conn.execute(f"SELECT utcEpochNs FROM {S.SESSION_START}").fetchone()
-            start_abs = int(row[0]) + origin if row and row[0] is not None else None
+            epoch = _whole(row[0]) if row else None
+            start_abs = epoch + origin if epoch is not None and abs(epoch) <= MAX_ABS_TIME_NS else None
         return {
             "format": "nsys",
             "schema": f"nsys sqlite {versions.get('export_schema', '?')}",
@@ -270,3 +331,31 @@ class _Reader:
             "origin_abs_ns": start_abs,
             "tool_versions": versions,
         }
+
+
+def _as_text(value: Any) -> str:
+    """A text column's value as str: NULL -> "", a blob decoded (bad bytes replaced)."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def _whole(value: Any) -> int | None:
+    """An integer column's value, or None when it is NULL, text, a blob, fractional or infinite."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True

@@ -50,10 +50,49 @@ def read_source(path: str) -> Source:
     return Source(path, data, False)
 
 
+# A decompression bomb (a few MB of gzip holding many GB) is refused with a plain message
+# before it exhausts memory. Real traces compress 10-30x; gzip can reach ~1000x. So:
+# beyond 256 MiB uncompressed, more than 200x the compressed size is refused; and nothing
+# may grow past half the machine's memory, or TRACEKIT_MAX_GUNZIP_BYTES when set.
+MAX_RATIO = 200
+RATIO_FLOOR_BYTES = 256 << 20
+LIMIT_ENV = "TRACEKIT_MAX_GUNZIP_BYTES"
+
+
+def max_uncompressed_bytes() -> int:
+    setting = os.environ.get(LIMIT_ENV)
+    if setting:
+        try:
+            return max(1, int(setting))
+        except ValueError:
+            raise TraceError(LIMIT_ENV, f"environment variable must be a number of bytes, not {setting[:40]!r}") from None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 32 << 30
+
+
+def _check_growth(path: str, produced: int, compressed: int, limit: int, by_ratio: bool) -> None:
+    if produced > limit:
+        raise TraceError(path, f"gzip expands past {_size(limit)} (limit: half the memory, or {LIMIT_ENV}); "
+                               f"set {LIMIT_ENV} to read it anyway")
+    if by_ratio and produced > RATIO_FLOOR_BYTES and produced > MAX_RATIO * max(compressed, 1):
+        raise TraceError(path, f"gzip expands more than {MAX_RATIO}x (past {_size(produced)} from {_size(compressed)}): "
+                               f"not a plausible trace (a decompression bomb?); set {LIMIT_ENV} to read it anyway")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
 def _gunzip(path: str) -> tuple[bytearray, list[str]]:
-    """Decompress every gzip member; a stream cut short keeps what was decompressed."""
+    """Decompress every gzip member, a bounded piece at a time (so a bomb is stopped before
+    it takes the memory); a stream cut short keeps what was decompressed."""
     out = bytearray()
     warnings: list[str] = []
+    compressed = os.path.getsize(path)
+    limit = max_uncompressed_bytes()
+    by_ratio = not os.environ.get(LIMIT_ENV)  # a limit the user sets replaces the ratio rule
     decomp = zlib.decompressobj(wbits=31)
     with open(path, "rb") as f:
         while True:
@@ -62,7 +101,11 @@ def _gunzip(path: str) -> tuple[bytearray, list[str]]:
                 break
             try:
                 while chunk:
-                    out += decomp.decompress(chunk)
+                    out += decomp.decompress(chunk, _CHUNK)
+                    _check_growth(path, len(out), compressed, limit, by_ratio)
+                    if decomp.unconsumed_tail:
+                        chunk = decomp.unconsumed_tail
+                        continue
                     chunk = decomp.unused_data if decomp.eof else b""
                     if chunk:  # a second gzip member follows (concatenated .gz files)
                         decomp = zlib.decompressobj(wbits=31)

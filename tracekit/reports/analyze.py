@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -14,10 +13,11 @@ from tracekit.reports.format import duration, percent
 from tracekit.reports.tables import headline, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
+from tracekit.strict_json import dumps
 
 
 def to_json(analysis: Analysis, top: int) -> str:
-    return json.dumps(analysis.to_dict(top), indent=2, default=str)
+    return dumps(analysis.to_dict(top))
 
 
 def _num(value: Any, fmt: str = "{:,.2f}") -> str:

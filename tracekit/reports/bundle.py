@@ -8,13 +8,133 @@
     blocks.csv       phase x block
     roofline.png     log-log roofline with the device's ceilings
     breakdown.png    GPU time by phase and block
+
+A bundle is written whole or not at all: every file goes into a temporary directory beside
+DIR, which is renamed into place at the end (`atomic_dir`), so an interrupted or failed run
+never leaves files that look like a complete report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import signal
+import tempfile
+import threading
+from typing import Iterator
 
 from tracekit.analysis import Analysis
+from tracekit.errors import TraceError
+
+# The file whose presence says "this bundle is complete" (summary.json of one trace,
+# ranks.json of several): where DIR already holds other files, it is removed first and
+# put back last.
+MARKERS = ("summary.json", "ranks.json")
+
+
+def check_out_dir(path: str) -> str:
+    """Refuse, before any work is done, an output path that cannot become a directory."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise TraceError(os.fsencode(path).decode("utf-8", "backslashreplace"), "output path is not valid UTF-8; choose a plain name") from None
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise TraceError(path, "exists and is not a directory; --out names a directory for the report bundle")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise TraceError(path, "permission denied: cannot write files in it")
+        return path
+    ancestor = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise TraceError(path, f"{ancestor} is a file, so no directory can be made under it")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise TraceError(path, f"permission denied: cannot create files in {ancestor}")
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(out_dir: str) -> Iterator[str]:
+    """Yields a temporary directory to write the bundle into; on success its content
+    takes the place of `out_dir`, on any error or interrupt it is removed."""
+    target = os.path.realpath(out_dir)  # through a symlink: the directory it names is written, the link kept
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
+            tmp = _make_temporary(target)
+        yield tmp
+        with _interrupts_deferred():  # the renames are not torn apart halfway
+            _install(tmp, target)
+            tmp = None
+    except OSError as exc:
+        raise TraceError(out_dir, f"cannot write the report bundle: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """SIGINT / SIGTERM held back for a few system calls, delivered right after."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _make_temporary(target: str) -> str:
+    """Beside the target (one rename puts it in place); inside it when only the target
+    itself is writable (then its entries are moved in one by one)."""
+    try:
+        return tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+    except PermissionError:
+        if not os.path.isdir(target):
+            raise
+        return tempfile.mkdtemp(prefix=".tracekit-", dir=target)
+
+
+def _install(tmp: str, target: str) -> None:
+    if os.path.dirname(tmp) == target:
+        _install_entries(tmp, target)
+        return
+    if not os.path.exists(target):
+        os.rename(tmp, target)
+        return
+    entries = os.listdir(target)
+    if not entries:
+        os.rename(tmp, target)  # rename(2) replaces an empty directory
+        return
+    if set(entries) <= set(os.listdir(tmp)):
+        # A previous bundle: swap the directories, then drop the old one.
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-old-", dir=os.path.dirname(target))
+        os.rename(target, os.path.join(old, "bundle"))
+        os.rename(tmp, target)
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    _install_entries(tmp, target)
+
+
+def _install_entries(tmp: str, target: str) -> None:
+    """DIR holds files of its own (the traces of `analyze DIR --out DIR`): our entries are
+    replaced one by one, the completeness marker removed first and renamed in last."""
+    for name in MARKERS:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(target, name))
+    names = sorted(os.listdir(tmp), key=lambda n: n in MARKERS)
+    for name in names:
+        src, dst = os.path.join(tmp, name), os.path.join(target, name)
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            shutil.rmtree(dst)
+        os.replace(src, dst)
+    os.rmdir(tmp)
 
 
 def _with_names(k):
@@ -30,19 +150,25 @@ def _with_names(k):
 
 
 def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
+    with atomic_dir(out_dir) as tmp:
+        names = write_files(a, tmp, top)
+    return [os.path.join(out_dir, name) for name in names]
+
+
+def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
+    """Writes the bundle's files into `out_dir` (a directory being built); their names."""
     from tracekit.reports import html, markdown, plots
 
     os.makedirs(out_dir, exist_ok=True)
     written = []
 
     def save(name: str, data: str | bytes) -> None:
-        path = os.path.join(out_dir, name)
-        with open(path, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
-        written.append(path)
+        with open(os.path.join(out_dir, name), "wb") as f:
+            # Text from a trace or a path may hold undecodable bytes (surrogates): keep them visible
+            f.write(data if isinstance(data, bytes) else data.encode("utf-8", errors="backslashreplace"))
+        written.append(name)
 
     images = {"roofline": plots.roofline_png(a), "breakdown": plots.breakdown_png(a)}
-    save("summary.json", a.to_json(top))
     save("report.md", markdown.render(a, top))
     save("report.html", html.render(a, images, top))
     save("roofline.png", images["roofline"])
@@ -52,9 +178,10 @@ def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
         if kernels[col].dtype == object:
             kernels[col] = kernels[col].astype("string")
     kernels.to_parquet(os.path.join(out_dir, "kernels.parquet"), index=False)
-    written.append(os.path.join(out_dir, "kernels.parquet"))
+    written.append("kernels.parquet")
     a.ops.astype({c: "string" for c in a.ops.columns if a.ops[c].dtype == object}).to_parquet(os.path.join(out_dir, "ops.parquet"), index=False)
-    written.append(os.path.join(out_dir, "ops.parquet"))
+    written.append("ops.parquet")
     a.blocks.to_csv(os.path.join(out_dir, "blocks.csv"), index=False)
-    written.append(os.path.join(out_dir, "blocks.csv"))
+    written.append("blocks.csv")
+    save("summary.json", a.to_json(top))  # last: its presence says the bundle is whole
     return written

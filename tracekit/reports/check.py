@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from tracekit.compare.check import Verdict
+from tracekit.strict_json import dumps
 
 UNKNOWN = "—"
 
@@ -26,8 +25,7 @@ def summary_line(verdicts: list[Verdict]) -> str:
 
 
 def to_json(verdicts: list[Verdict], source: str) -> str:
-    return json.dumps({"source": source, "ok": all(v.ok for v in verdicts), "verdicts": [v.to_dict() for v in verdicts]},
-                      indent=2, allow_nan=False)
+    return dumps({"source": source, "ok": all(v.ok for v in verdicts), "verdicts": [v.to_dict() for v in verdicts]})
 
 
 def to_markdown(verdicts: list[Verdict], source: str) -> str:

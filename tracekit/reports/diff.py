@@ -5,10 +5,10 @@ only escapes and lays them out."""
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 from tracekit.reports.format import duration, si
+from tracekit.strict_json import dumps
 
 UNKNOWN = "—"
 
@@ -123,7 +123,7 @@ def _title(d: dict) -> list[str]:
 
 
 def to_json(d: dict) -> str:
-    return json.dumps(d, indent=2, allow_nan=False, default=str)
+    return dumps(d)
 
 
 def to_markdown(d: dict, top: int = 15) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -10,10 +9,11 @@ from rich.table import Table
 
 from tracekit.reports.format import duration, kernel_label, percent
 from tracekit.reports.text import terminal
+from tracekit.strict_json import dumps
 
 
 def to_json(inv: dict[str, Any]) -> str:
-    return json.dumps(inv, indent=2, default=str)
+    return dumps(inv)
 
 
 def render_console(inv: dict[str, Any], console: Console) -> None:

@@ -3,12 +3,11 @@ collective skew and bus bandwidth over ranks."""
 
 from __future__ import annotations
 
-import json
-
 from rich.console import Console
 
 from tracekit.ranks import MultiRank
 from tracekit.reports.format import duration, percent, si
+from tracekit.strict_json import dumps
 
 
 def _rows(m: MultiRank):
@@ -128,23 +127,22 @@ def to_markdown(m: MultiRank, top: int = 15) -> str:
 
 
 def to_json(m: MultiRank) -> str:
-    return json.dumps(m.to_dict(), indent=2, default=str, allow_nan=False)
+    return dumps(m.to_dict())
 
 
 def write_bundle(m: MultiRank, out_dir: str, top: int = 15) -> list[str]:
     import os
 
-    from tracekit.reports.bundle import write_bundle as write_one
+    from tracekit.reports.bundle import atomic_dir, write_files
 
-    os.makedirs(out_dir, exist_ok=True)
     written = []
-    for name, text in (("ranks.json", to_json(m)), ("ranks.md", to_markdown(m, top))):
-        path = os.path.join(out_dir, name)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        written.append(path)
-    m.per_rank.to_csv(os.path.join(out_dir, "ranks.csv"), index=False)
-    written.append(os.path.join(out_dir, "ranks.csv"))
-    for r in m.ranks:
-        written += write_one(r.analysis, os.path.join(out_dir, f"rank{r.rank}"), top)
-    return written
+    with atomic_dir(out_dir) as tmp:  # all ranks' files appear together, or none do
+        for r in m.ranks:
+            written += [os.path.join(f"rank{r.rank}", name) for name in write_files(r.analysis, os.path.join(tmp, f"rank{r.rank}"), top)]
+        m.per_rank.to_csv(os.path.join(tmp, "ranks.csv"), index=False)
+        written.append("ranks.csv")
+        for name, text in (("ranks.md", to_markdown(m, top)), ("ranks.json", to_json(m))):
+            with open(os.path.join(tmp, name), "w", encoding="utf-8", errors="backslashreplace") as f:
+                f.write(text)
+            written.append(name)
+    return [os.path.join(out_dir, name) for name in written]

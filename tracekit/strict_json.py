@@ -1,0 +1,41 @@
+"""Strict JSON for every JSON tracekit writes: NaN and infinities become null.
+
+Python's json writes `NaN` / `Infinity`, which are not JSON (jq, JavaScript and most
+parsers reject them) and docs/summary-schema.md promises null for unknown figures. All
+JSON writers go through `dumps`; `allow_nan=False` makes a value that slipped past the
+cleaning an error here rather than invalid output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+
+def clean(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None, numpy scalars and arrays as
+    plain Python, mapping keys as strings (JSON object keys are strings)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(clean(k)): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return [clean(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return clean(value.item())
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return str(value)  # dates, paths, categories: their text
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    kwargs.setdefault("indent", 2)
+    return json.dumps(clean(value), allow_nan=False, **kwargs)
