@@ -14,6 +14,7 @@ from tracekit.costs.assign import kernel_costs
 from tracekit.steps import kernel_steps, step_table
 from tracekit.timeline import device_time, exclusive_time
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
+from tracekit.column_text import as_text as text_of
 from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
 from tracekit.unknown import MIN_COVERAGE, covered, known_sum, majority_bound, mask_unknown
@@ -87,7 +88,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     exclusive = exclusive_time(trace.kernels)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
-    op_names = trace.ops["name"].astype(str).to_numpy()
+    op_names = text_of(trace.ops["name"])
     op_name = np.where(k["op"].to_numpy() >= 0, op_names[np.maximum(k["op"].to_numpy(), 0)] if len(op_names) else None, None)
     kernels = pd.concat([k, costs, roof, labels], axis=1).assign(
         duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
@@ -177,7 +178,7 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     bytes, achieved TFLOP/s and TB/s, roofline efficiency over modeled kernels, bound, coverage."""
     if k.empty:
         return pd.DataFrame(columns=BLOCK_COLUMNS)
-    g = kernel_rollup(k, {"phase": k["phase"].astype(str).to_numpy(), "block": k["block"].astype(str).to_numpy()},
+    g = kernel_rollup(k, {"phase": text_of(k["phase"]), "block": text_of(k["block"])},
                       extra={"gpu_time_ns": k["exclusive_ns"].to_numpy()})
     g = g.rename(columns={"time_ns": "kernel_time_ns"})
     busy = g["gpu_time_ns"].sum()
@@ -196,7 +197,7 @@ def _op_work(linked: pd.DataFrame) -> pd.DataFrame:
     """An op's work is its own cost. When a call has a shape-derived cost, its other
     activities (workspace memsets, layout transposes) add time but no work of their own: a
     convolution's bytes are its tensors', not its tensors' plus cuDNN's workspace fills."""
-    from_shapes = (linked["cost_source"].astype(str) == "op shapes").to_numpy()
+    from_shapes = text_of(linked["cost_source"]) == "op shapes"
     call_has_cost = pd.Series(from_shapes).groupby(linked["op"].to_numpy()).transform("any").to_numpy()
     overhead = call_has_cost & ~from_shapes
     if not overhead.any():
@@ -216,8 +217,8 @@ def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     dims = trace.ops["input_dims"].to_numpy()
     op_rows = linked["op"].to_numpy()
     shape_text = {row: _shapes(dims[row]) for row in np.unique(op_rows)}
-    g = kernel_rollup(_op_work(linked), {"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows]})
-    calls = pd.DataFrame({"op": linked["op_name"].astype(str).to_numpy(), "shapes": [shape_text[r] for r in op_rows], "row": op_rows})
+    g = kernel_rollup(_op_work(linked), {"op": text_of(linked["op_name"]), "shapes": [shape_text[r] for r in op_rows]})
+    calls = pd.DataFrame({"op": text_of(linked["op_name"]), "shapes": [shape_text[r] for r in op_rows], "row": op_rows})
     g["calls"] = calls.groupby(["op", "shapes"], sort=False)["row"].nunique().to_numpy()
     g = g.rename(columns={"count": "kernels"})
     return g[OP_COLUMNS].sort_values("time_ns", ascending=False).reset_index(drop=True)
@@ -262,8 +263,8 @@ def _coverage(k: pd.DataFrame) -> dict[str, Any]:
     modeled = k["flops"].notna().to_numpy()
     total = float(time[is_kernel].sum())
     modeled_time = float(time[is_kernel & modeled].sum())
-    by_source = pd.Series(time[is_kernel & modeled]).groupby(k["cost_source"].astype(str).to_numpy()[is_kernel & modeled]).sum()
-    unmodeled = pd.DataFrame({"name": k["name"].astype(str), "reason": k["unknown_reason"].astype(str), "time_ns": time})[is_kernel & ~modeled]
+    by_source = pd.Series(time[is_kernel & modeled]).groupby(text_of(k["cost_source"])[is_kernel & modeled]).sum()
+    unmodeled = pd.DataFrame({"name": text_of(k["name"]), "reason": text_of(k["unknown_reason"]), "time_ns": time})[is_kernel & ~modeled]
     top_unmodeled = unmodeled.groupby(["name", "reason"]).agg(time_ns=("time_ns", "sum"), count=("time_ns", "size")).reset_index()
     top_unmodeled = top_unmodeled.sort_values("time_ns", ascending=False).head(10)
     top_unmodeled["share"] = top_unmodeled["time_ns"] / total if total else np.nan
@@ -290,9 +291,9 @@ def _coverage(k: pd.DataFrame) -> dict[str, Any]:
 
 def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
     k = analysis.kernels
-    g = kernel_rollup(k, {"name": k["name"].astype(str).to_numpy()},
+    g = kernel_rollup(k, {"name": text_of(k["name"])},
                       extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)})
-    g["kernel_class"] = k.groupby(k["name"].astype(str).to_numpy(), sort=False)["kernel_class"].first().astype(str).to_numpy()
+    g["kernel_class"] = k.groupby(text_of(k["name"]), sort=False)["kernel_class"].first().astype(str).to_numpy()
     total = g["time_ns"].sum()
     g["share"] = g["time_ns"] / total if total else np.nan
     cols = ["name", "kernel_class", "count", "time_ns", "flops", "bytes", "t_min_ns", "t_min_sustained_ns", "over_peak", "share",

@@ -5,23 +5,27 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+from typing import TYPE_CHECKING
 
-from tracekit.analysis import Analysis, build
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.link import link
 from tracekit.parsers import parse
 from tracekit.trace import Trace
 
+if TYPE_CHECKING:  # `tracekit info` only loads a trace: the analysis stages are imported when used
+    from tracekit.analysis import Analysis
 
-def load(path: str | os.PathLike, progress=None) -> Trace:
+
+def load(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:
     """Parse a trace (Kineto JSON / .json.gz, or Nsight Systems SQLite) and link it.
-    `progress(done, total)`, if given, is called as the events are read.
+    `progress(done, total)`, if given, is called as the events are read. `workers`: processes
+    that decode a large JSON trace (default: the cores available; 1: this process only).
 
     Raises tracekit.TraceError, carrying the path and a plain reason, for bad input.
     Problems that cost only part of the trace are listed in `trace.warnings`.
     """
     with _gc_paused():
-        return link(parse(path, progress))
+        return link(parse(path, progress, workers))
 
 
 @contextlib.contextmanager
@@ -51,11 +55,14 @@ def device_name(trace: Trace) -> str | None:
 
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
-            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None) -> Analysis:
+            sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
+            workers: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
-    what the op shapes cannot and predicts each step."""
+    what the op shapes cannot and predicts each step. `workers`: processes that decode a
+    large JSON trace (default: the cores available; 1: this process only)."""
+    from tracekit.analysis import build
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
@@ -66,7 +73,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             model = ModelOptions(config=os.fspath(model))
 
         load_config(model.config, model.weight_dtype)
-    trace = load(path, progress)
+    trace = load(path, progress, workers)
     gpu_work = len(trace.kernels) > 0
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)

@@ -12,12 +12,13 @@ from tracekit import __version__
 from tracekit.errors import TraceError
 
 FORMATS = click.Choice(["table", "json"])
+_WORKERS_HELP = "Processes that read a large JSON trace (default: one per core; 1: none)."
 
 
-def _load(path: str):
+def _load(path: str, workers: int | None = None):
     from tracekit.api import load
 
-    trace = load(path)
+    trace = load(path, workers=workers)
     for warning in trace.warnings:
         click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace
@@ -72,12 +73,13 @@ def cli() -> None:
 @click.argument("path")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
 @click.option("--top", default=10, show_default=True, help="How many kernels to list.")
-def info(path: str, fmt: str, top: int) -> None:
+@click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP)
+def info(path: str, fmt: str, top: int, workers: int | None) -> None:
     """What is in a trace: format, devices, event counts, link shares, top kernels."""
     from tracekit.inventory import inventory
     from tracekit.reports import info as render
 
-    inv = inventory(_load(path), top=top)
+    inv = inventory(_load(path, workers), top=top)
     if fmt == "json":
         click.echo(render.to_json(inv))
     else:
@@ -93,7 +95,7 @@ def info(path: str, fmt: str, top: int) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
-@click.option("--workers", type=click.IntRange(1, 256), help="Worker processes for several ranks (default: one per core).")
+@click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
 @click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
@@ -125,7 +127,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     from tracekit.api import analyze as run
 
     with _progress(f"reading {os.path.basename(path)}") as progress:
-        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress, model=model_options)
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress,
+                       model=model_options, workers=workers)
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 

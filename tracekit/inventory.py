@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 
@@ -19,7 +20,7 @@ def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
     k = trace.kernels
     is_kernel = (k["kind"] == "kernel").to_numpy()
     gpu_rows = len(k)
-    op_has_shapes = trace.ops["input_dims"].map(has_shapes).to_numpy(dtype=bool) if len(trace.ops) else np.zeros(0, bool)
+    op_has_shapes = _ops_with_shapes(trace.ops["input_dims"].to_numpy())
     op = k["op"].to_numpy()
     with_op = op >= 0
     with_shapes = with_op.copy()
@@ -58,6 +59,16 @@ def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
     }
 
 
+def _ops_with_shapes(dims: np.ndarray) -> np.ndarray:
+    """has_shapes per op, decided once per distinct object: parsers intern equal inputs, so
+    a trace's hundreds of thousands of ops share a few thousand dims lists."""
+    if not len(dims):
+        return np.zeros(0, dtype=bool)
+    ids = np.fromiter(map(id, dims), dtype=np.uint64, count=len(dims))
+    distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return np.array([has_shapes(dims[i]) for i in first], dtype=bool)[inverse]
+
+
 def _share(mask: np.ndarray) -> dict[str, Any]:
     n = int(mask.sum())
     return {"count": n, "share": (n / len(mask)) if len(mask) else 0.0}
@@ -68,7 +79,17 @@ def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
     if not len(k):
         return []
     duration = (k["end"] - k["start"]).rename("time_ns")
-    grouped = pd.DataFrame({"name": k["name"].astype(str), "time_ns": duration}).groupby("name", sort=False)["time_ns"].agg(["sum", "count"])
+    # Per name by category code (bincount), names in order of first appearance as
+    # groupby(sort=False) gives them: no string column of one row per kernel is built.
+    names = k["name"].astype("category")
+    codes = names.cat.codes.to_numpy()
+    named = codes >= 0
+    present, first = np.unique(codes[named], return_index=True)
+    present = present[np.argsort(first, kind="stable")]
+    sums = np.bincount(codes[named], weights=duration.to_numpy()[named], minlength=len(names.cat.categories))
+    counts = np.bincount(codes[named], minlength=len(names.cat.categories))
+    grouped = pd.DataFrame({"sum": sums[present].astype(np.int64), "count": counts[present]},
+                           index=pd.Index([str(c) for c in names.cat.categories[present]], name="name"))
     total = float(duration.sum()) or 1.0
     rows = grouped.sort_values("sum", ascending=False).head(top)
     return [

@@ -35,10 +35,11 @@ def link(trace: Trace) -> Trace:
     frame_row = _enclosing(ranges, _thread_group(ranges), has_launch, launch_pid, launch_tid, launch_start, ~user)
     gpu_range = _gpu_enclosing(ranges, kernels)
 
-    launch_names = launches["name"].astype(str).to_numpy() if len(launches) else np.array([], dtype=object)
     graph = np.zeros(len(kernels), dtype=bool)
-    if has_launch.any():
-        graph[has_launch] = np.char.find(launch_names[launch[has_launch]].astype(str), _GRAPH_LAUNCH) >= 0
+    if has_launch.any():  # one substring test per distinct launch API name
+        names = launches["name"].astype("category")
+        by_code = np.array([_GRAPH_LAUNCH in str(c) for c in names.cat.categories] + [False])
+        graph[has_launch] = by_code[names.cat.codes.to_numpy()[launch[has_launch]]]
     linked = kernels.assign(
         launch=launch,
         op=op,

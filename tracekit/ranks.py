@@ -80,11 +80,12 @@ def rank_of(path: str, analysis: Analysis) -> int | None:
 
 
 def analyze_one(path: str, device: str | None = None, device_file: str | None = None, rules: str | None = None,
-                sustained: float = 0.8) -> RankResult:
-    """One rank's analysis; a top-level function so worker processes and Dask can run it."""
+                sustained: float = 0.8, parse_workers: int | None = 1) -> RankResult:
+    """One rank's analysis; a top-level function so worker processes and Dask can run it.
+    `parse_workers`: 1 when the ranks already run side by side (one process per core)."""
     from tracekit.api import analyze
 
-    a = analyze(path, device=device, device_file=device_file, sustained=sustained, rules=rules)
+    a = analyze(path, device=device, device_file=device_file, sustained=sustained, rules=rules, workers=parse_workers)
     a.trace = None  # the linked trace stays in the worker
     rank = rank_of(path, a)
     return RankResult(rank if rank is not None else -1, path, a, a.meta.get("origin_abs_ns"))
@@ -98,9 +99,10 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
     if scheduler:
         results = _on_dask(paths, args, scheduler)
     else:
+        asked = workers
         workers = workers or min(len(paths), os.cpu_count() or 1)
-        if workers <= 1:
-            results = [analyze_one(p, *args) for p in paths]
+        if workers <= 1:  # one rank at a time: each may read its trace with the cores (unless told 1)
+            results = [analyze_one(p, *args, parse_workers=asked) for p in paths]
         else:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 results = list(pool.map(analyze_one, paths, *([a] * len(paths) for a in args)))

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 # torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
@@ -35,12 +36,15 @@ def step_rows(trace: Trace) -> np.ndarray:
     r = trace.ranges
     if r.empty:
         return np.zeros(0, dtype=np.int64)
-    names = r["name"].astype(str)
-    codes = pd.Series(names.unique())
-    host = ~r["domain"].astype(str).isin(["python", "gpu"]).to_numpy()
+    names = r["name"].astype("category")
+    host = ~np.isin(as_text(r["domain"]), ["python", "gpu"])
     # One regex search per distinct name, not per range.
-    primary = names.isin(set(codes[[bool(STEP.search(n[:256])) for n in codes]])).to_numpy() & host
-    serving = names.isin(set(codes[[bool(SERVING_STEP.search(n[:256])) for n in codes]])).to_numpy() & host & ~primary
+    def matching(pattern: re.Pattern) -> np.ndarray:
+        by_code = np.array([bool(pattern.search(str(n)[:256])) for n in names.cat.categories] + [False])
+        return by_code[names.cat.codes.to_numpy()]
+
+    primary = matching(STEP) & host
+    serving = matching(SERVING_STEP) & host & ~primary
     steps = np.flatnonzero(primary)
     if serving.any():
         start, end = r["start"].to_numpy(), r["end"].to_numpy()
@@ -87,7 +91,7 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     gpu_range = kernels["gpu_range"].to_numpy()
     fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
     if fallback.any():
-        names = r["name"].astype(str).to_numpy()
+        names = as_text(r["name"])
         parent = r["parent"].to_numpy()
         host_by_name = {names[s]: s for s in steps}
         # one walk up the annotation tree per distinct annotation, not per kernel
@@ -109,22 +113,35 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
         return pd.DataFrame(columns=STEP_COLUMNS)
     owner = kernel_steps(trace, kernels) if owner is None else owner
     r = trace.ranges
-    names = r["name"].astype(str).to_numpy()
+    names = as_text(r["name"])
     nbytes = (kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64)
     duration_k = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
     costed = ~np.isnan(nbytes)
+    # Per step sums in one pass over the kernels (bincount by the step's position), not one
+    # pass per step.
+    position = np.full(len(r) + 1, len(steps), dtype=np.int64)
+    position[steps] = np.arange(len(steps))
+    slot = position[np.where(owner >= 0, owner, len(r))]  # len(steps): no step
+
+    def per_step(weights: np.ndarray | None = None, mask: np.ndarray | None = None) -> np.ndarray:
+        rows = slice(None) if mask is None else mask
+        w = None if weights is None else weights[rows]
+        return np.bincount(slot[rows], weights=w, minlength=len(steps) + 1)[: len(steps)]
+
+    counts, times = per_step(), per_step(duration_k)
+    costed_times, moved_all = per_step(duration_k, costed), per_step(np.nan_to_num(nbytes), costed)
+    busy = per_step(np.asarray(exclusive, dtype=np.float64))
     rows = []
-    for s in steps:
-        mine = owner == s
+    for i, s in enumerate(steps):
         duration = int(r["end"].iat[s] - r["start"].iat[s])
-        time = float(duration_k[mine].sum())
-        coverage = float(duration_k[mine & costed].sum() / time) if time > 0 else float("nan")
+        time = float(times[i])
+        coverage = float(costed_times[i] / time) if time > 0 else float("nan")
         known = coverage >= MIN_COVERAGE
-        moved = float(nbytes[mine & costed].sum()) if known else float("nan")
+        moved = float(moved_all[i]) if known else float("nan")
         rate = moved / (duration * 1e-9) if duration > 0 and known else float("nan")
         rows.append({
-            "step": names[s], "start_ns": int(r["start"].iat[s]), "duration_ns": duration, "kernels": int(mine.sum()),
-            "busy_ns": int(exclusive[mine].sum()), "coverage": coverage, "bytes": moved,
+            "step": names[s], "start_ns": int(r["start"].iat[s]), "duration_ns": duration, "kernels": int(counts[i]),
+            "busy_ns": int(busy[i]), "coverage": coverage, "bytes": moved,
             # bytes per second over the step's wall time, against the device's bandwidth
             "achieved_tbps": rate / 1e12,
             "bandwidth_share_peak": rate / bandwidth if bandwidth else float("nan"),

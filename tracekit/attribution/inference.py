@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
+from tracekit.column_text import as_text as text_of
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
@@ -31,7 +32,7 @@ WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the
 
 def identical_signatures(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(name + launch configuration, name alone) codes per kernel."""
-    name = pd.factorize(k["name"].astype(str))[0]
+    name = pd.factorize(text_of(k["name"]))[0]
     full = pd.MultiIndex.from_arrays([name, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"], k["block_y"]])
     return pd.factorize(full)[0], name
 
@@ -65,10 +66,9 @@ def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray) 
     todo = is_gemm & (block == DEFAULT_BLOCK)
     if not todo.any():
         return block
-    names = k["name"].astype(str)
-    codes, uniques = pd.factorize(names)
-    act_by_code = np.array([bool(ACTIVATION.search(u[:512])) for u in uniques], dtype=bool)
-    activation = act_by_code[codes] & ~is_gemm
+    names = k["name"].astype("category")  # one search per distinct name
+    act_by_code = np.array([bool(ACTIVATION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
+    activation = act_by_code[names.cat.codes.to_numpy()] & ~is_gemm
     attention = kernel_class == "attention"
     out = block.copy()
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))

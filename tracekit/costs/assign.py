@@ -24,6 +24,7 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.dtypes import element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
+from tracekit.column_text import as_text
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
@@ -39,7 +40,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
         "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
     }
     duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
-    kind = k["kind"].astype(str).to_numpy()
+    kind = as_text(k["kind"])
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
@@ -109,39 +110,62 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"])
     if not todo.any():
         return
-    rows = np.flatnonzero(todo)
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
     # their time; a computing op's cost goes to its compute kernels only, not to the layout
     # transposes and workspace fills a convolution library launches around them.
-    kernel_names = k["name"].astype(str).to_numpy()
-    auxiliary = np.zeros(len(k), dtype=bool)
-    auxiliary[rows] = is_auxiliary(k["name"].iloc[rows])
-    names = ops["name"].astype(str).to_numpy()
+    # Kernels are grouped by op with one sort; only the cost itself is computed op by op
+    # (once per distinct op name and inputs), and it is spread back to kernels in one go.
+    rows = np.flatnonzero(todo)
+    rows = rows[np.argsort(op[rows], kind="stable")]
+    op_rows, group_start, group_size = np.unique(op[rows], return_index=True, return_counts=True)
+    group = np.repeat(np.arange(len(op_rows)), group_size)  # per entry of rows: its op's group
+    auxiliary = is_auxiliary(k["name"].iloc[rows])
+    helpers_in_group = np.bincount(group, weights=auxiliary, minlength=len(op_rows))
+    op_names = as_text(ops["name"])
+    kernel_names = None
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     cache: dict[tuple, Cost | Unknown] = {}
     hints = conv_hints(ops)
-    for op_row, group in pd.Series(rows).groupby(op[rows]):
+    receives = np.ones(len(rows), dtype=bool)  # kernels that take a share of their op's cost
+    costs: list[Cost | None] = [None] * len(op_rows)
+    for g, op_row in enumerate(op_rows.tolist()):
         # Interned inputs: equal inputs are the same objects, so ids make a cheap cache key.
         hint = hints.get(op_row)
-        key = (names[op_row], id(dims[op_row]), id(types[op_row]), id(concrete[op_row]), repr(hint) if hint else None)
+        name = op_names[op_row]
+        key = (name, id(dims[op_row]), id(types[op_row]), id(concrete[op_row]), repr(hint) if hint else None)
         cost = cache.get(key)
         if cost is None:
-            cost = cache[key] = op_cost(names[op_row], dims[op_row], types[op_row], concrete[op_row], hint)
-        kernel_rows = group.to_numpy()
+            cost = cache[key] = op_cost(name, dims[op_row], types[op_row], concrete[op_row], hint)
+        members = slice(group_start[g], group_start[g] + group_size[g])
         if isinstance(cost, Unknown):
-            out["unknown_reason"][kernel_rows] = cost.reason
+            out["unknown_reason"][rows[members]] = cost.reason
+            receives[members] = False
             continue
-        if cost.flops > 0 and len(kernel_rows) > 1:
-            helpers = auxiliary[kernel_rows]
-            if helpers.any() and not helpers.all():
-                out["unknown_reason"][kernel_rows[helpers]] = (
-                    f"layout or workspace kernel of {names[op_row]}: the op's FLOPs and minimum bytes belong to its "
-                    "compute kernels, and which tensor this kernel moves is not recorded")
-                kernel_rows = kernel_rows[~helpers]
-        cost = _element_size_from_kernels(cost, kernel_names, kernel_rows)
-        total = duration[kernel_rows].sum()
-        share = duration[kernel_rows] / total if total > 0 else np.full(len(kernel_rows), 1.0 / len(kernel_rows))
-        _set(out, kernel_rows, cost, share, "op shapes")
+        if cost.flops > 0 and 0 < helpers_in_group[g] < group_size[g]:
+            helpers = np.flatnonzero(auxiliary[members]) + group_start[g]
+            out["unknown_reason"][rows[helpers]] = (
+                f"layout or workspace kernel of {name}: the op's FLOPs and minimum bytes belong to its "
+                "compute kernels, and which tensor this kernel moves is not recorded")
+            receives[helpers] = False
+        if ASSUMED_FP32 in cost.note:
+            kernel_names = as_text(k["name"]) if kernel_names is None else kernel_names
+            cost = _element_size_from_kernels(cost, kernel_names, rows[members][receives[members]])
+        costs[g] = cost
+    taking, their_group = rows[receives], group[receives]
+    total = np.bincount(their_group, weights=duration[taking], minlength=len(op_rows))
+    count = np.bincount(their_group, minlength=len(op_rows))
+    share = np.where(total[their_group] > 0, duration[taking] / np.where(total > 0, total, 1.0)[their_group], 1.0 / np.maximum(count, 1)[their_group])
+    known = [c for c in costs if c is not None]
+    if not known:
+        return
+    per_group = {f: np.array([getattr(c, f) if c is not None else np.nan for c in costs], dtype=np.float64)
+                 for f in ("flops", "bytes_read", "bytes_written")}
+    for f, values in per_group.items():
+        out[f][taking] = values[their_group] * share
+    for col, f in (("cost_kind", "kind"), ("dtype", "dtype")):
+        out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in costs], dtype=object)[their_group]
+    out["cost_source"][taking] = "op shapes"
+    out["unknown_reason"][taking] = None
 
 
 METADATA = "trace metadata (Inductor)"
@@ -204,7 +228,7 @@ def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.nd
 
 
 def _inferred(k: pd.DataFrame, out: dict) -> None:
-    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (k["kind"].astype(str).to_numpy() == "kernel")
+    unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (as_text(k["kind"]) == "kernel")
     if not unknown.any():
         return
     signature = pd.MultiIndex.from_arrays([k["name"].cat.codes, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"]])
@@ -222,11 +246,13 @@ def _inferred(k: pd.DataFrame, out: dict) -> None:
     )
     same = ref[(ref["flops_min"] == ref["flops_max"]) & (ref["read_min"] == ref["read_max"])]
     first_known = pd.Series(np.flatnonzero(known), index=sig[known]).groupby(level=0).first()
-    for row in np.flatnonzero(unknown):
-        s = sig[row]
-        if s in same.index:
-            donor = first_known[s]
-            r = same.loc[s]
-            out["flops"][row], out["bytes_read"][row], out["bytes_written"][row] = r["flops"], r["read"], r["written"]
-            out["cost_kind"][row], out["dtype"][row] = out["cost_kind"][donor], out["dtype"][donor]
-            out["cost_source"][row] = "inferred from identical kernels"
+    rows = np.flatnonzero(unknown)
+    rows = rows[np.isin(sig[rows], same.index.to_numpy())]
+    if not len(rows):
+        return
+    # Donors have an op and these rows have none, so no row is both: one vectorised copy.
+    donor = first_known.reindex(sig[rows]).to_numpy()
+    match = same.reindex(sig[rows])
+    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = (match[c].to_numpy() for c in ("flops", "read", "written"))
+    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
+    out["cost_source"][rows] = "inferred from identical kernels"

@@ -20,8 +20,9 @@ def sniff(path: str) -> str:
     raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
 
 
-def parse(path: str | os.PathLike, progress=None) -> Trace:
-    """`progress(done, total)`, if given, follows the events read (JSON traces)."""
+def parse(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:
+    """`progress(done, total)`, if given, follows the events read (JSON traces). `workers`:
+    processes that decode one large JSON trace (default: the cores available; 1: none)."""
     path = check_readable(path)
     fmt = sniff(path)
     if fmt == "nsys":
@@ -30,4 +31,4 @@ def parse(path: str | os.PathLike, progress=None) -> Trace:
         return parse_nsys(path)
     from tracekit.parsers.kineto import parse_kineto
 
-    return parse_kineto(path, progress)
+    return parse_kineto(path, progress, workers)

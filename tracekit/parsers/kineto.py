@@ -100,15 +100,23 @@ def _metadata_costs(args: list[Any]) -> dict[str, np.ndarray]:
     return {"meta_flops": flops, "meta_bytes": nbytes}
 
 
-def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None) -> Trace:
-    """`progress(done, total)` is called as chunks of events are read, for a progress bar."""
+def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Trace:
+    """`progress(done, total)` is called as chunks of events are read, for a progress bar.
+    `workers`: processes to decode a large trace with (default: the cores available; see
+    kineto_parallel.py); 1 reads it in this process."""
     source = read_source(path)
+    if workers != 1:
+        from tracekit.parsers.kineto_parallel import parse_parallel
+
+        trace = parse_parallel(path, source, workers, progress)
+        if trace is not None:
+            return trace
     document = decode_document(path, source.data)
     decoder = EventDecoder(source.data)
     tables = _Tables()
     raws = document.raw_events
     for first in range(0, len(raws), CHUNK_EVENTS):
-        tables.add(_bucket(tables.with_usable_times(decoder.decode(raws[first : first + CHUNK_EVENTS]))))
+        tables.add_events(decoder.decode(raws[first : first + CHUNK_EVENTS]))
         if progress:
             progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
@@ -122,27 +130,36 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None) 
     return trace
 
 
-def _bucket(events: list[Event]) -> dict[str, list[Event]]:
+def _bucket(events: list[Event]) -> dict[str, Any]:
     """Events by what they become, in file order; 2021 user ranges moved to ranges.
-    Categories are factorised in C rather than looked up event by event."""
-    buckets: dict[str, list[Event]] = {}
+    Categories are factorised in C rather than looked up event by event. GPU activities and
+    ranges stay in one list each, in file order, with their kinds beside them: how a file is
+    cut into chunks (or pieces for worker processes) then never changes a table's order."""
+    buckets: dict[str, Any] = {}
     if not events:
         return buckets
     codes, categories = pd.factorize(np.array(list(map(_CAT, events)), dtype=object))
     kinds = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)[codes]
-    for kind in set(_CATEGORY_KIND.values()):
-        rows = np.flatnonzero(kinds == kind)
-        if len(rows) == 1:
-            buckets[kind] = [events[rows[0]]]
-        elif len(rows):
-            buckets[kind] = list(itemgetter(*rows.tolist())(events))
-    if any(e.cat == "Operator" for e in buckets.get("op", ())[:1]):
-        ops, ranges = [], buckets.setdefault("range:user", [])
-        for e in buckets["op"]:
-            (ranges if _LEGACY_USER_RANGE.search(e.name) else ops).append(e)
-        buckets["op"] = ops
+    legacy = np.array([c == "Operator" for c in categories] + [False])[codes]
+    if legacy.any():
+        # The 2021 schema: record_function ranges are `Operator` events too, told by name.
         buckets["legacy"] = []  # a marker: this is the 2021 schema
+        for i in np.flatnonzero(legacy):
+            if _LEGACY_USER_RANGE.search(events[i].name):
+                kinds[i] = "range:user"
+    for kind in ("launch", "op", "window"):
+        rows = np.flatnonzero(kinds == kind)
+        if len(rows):
+            buckets[kind] = _take(events, rows)
+    for group, members in (("gpu", _GPU_KINDS), ("range", tuple(f"range:{d}" for d in _RANGE_DOMAINS))):
+        rows = np.flatnonzero(np.isin(kinds, members))
+        if len(rows):
+            buckets[group] = (_take(events, rows), kinds[rows])
     return buckets
+
+
+def _take(events: list[Event], rows: np.ndarray) -> list[Event]:
+    return [events[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows.tolist())(events))
 
 
 class _Interner:
@@ -217,20 +234,43 @@ class _Tables:
         return not (self.gpu.rows or self.launch.rows or self.op.rows or self.range.rows)
 
     # -- one chunk ---------------------------------------------------------------------
-    def add(self, buckets: dict[str, list[Event]]) -> None:
+    def add_events(self, events: list[Event]) -> None:
+        """One chunk of decoded events, in file order (the serial loop, or a worker's piece)."""
+        self.add(_bucket(self.with_usable_times(events)))
+
+    def add(self, buckets: dict[str, Any]) -> None:
         self.legacy |= "legacy" in buckets
-        gpu = [e for k in _GPU_KINDS for e in buckets.get(k, ())]
-        if gpu:
-            self._add_gpu(gpu, np.repeat(np.array(_GPU_KINDS), [len(buckets.get(k, ())) for k in _GPU_KINDS]))
+        if "gpu" in buckets:
+            self._add_gpu(*buckets["gpu"])
         if buckets.get("launch"):
             self._add_launches(buckets["launch"])
         if buckets.get("op"):
             self._add_ops(buckets["op"])
-        ranges = [e for d in _RANGE_DOMAINS for e in buckets.get(f"range:{d}", ())]
-        if ranges:
-            domains = np.repeat(np.array(_RANGE_DOMAINS), [len(buckets.get(f"range:{d}", ())) for d in _RANGE_DOMAINS])
-            self._add_ranges(ranges, domains)
+        if "range" in buckets:
+            events, kinds = buckets["range"]
+            self._add_ranges(events, np.array([k[len("range:"):] for k in kinds], dtype=object))
         self.windows += [(e.ts, e.ts + e.dur) for e in buckets.get("window", ())]
+
+    def merge(self, other: "_Tables") -> None:
+        """Append the tables of the events that follow this one's in the file (a worker's
+        piece): its name codes are renumbered into this one's, in order of first sight, so
+        the result is what one pass over both would have built."""
+        for mine, theirs, interners in (
+            (self.gpu, other.gpu, {"name": (self.names["gpu"], other.names["gpu"]), **{c: (self.strings[c], other.strings[c]) for c in self.strings}}),
+            (self.launch, other.launch, {"name": (self.names["launch"], other.names["launch"])}),
+            (self.op, other.op, {"name": (self.names["op"], other.names["op"]), **{c: (self.inputs[c], other.inputs[c]) for c in self.inputs}}),
+            (self.range, other.range, {"name": (self.names["range"], other.names["range"])}),
+        ):
+            remap = {col: np.array([ours._code(v) for v in their.values] + [-1], dtype=np.int32) for col, (ours, their) in interners.items()}
+            for col, parts in theirs.parts.items():
+                mine.parts[col] += [remap[col][p] for p in parts] if col in remap else parts
+            mine.rows += theirs.rows
+        self.windows += other.windows
+        self.legacy |= other.legacy
+        for what, n in other.bad_args.items():
+            self.bad_args[what] += n
+        for message, n in other.checks.counts.items():
+            self.checks.count(message, n)
 
     def _decode_args(self, what: str, events: list[Event], typ: type) -> list[Any]:
         # One decode of all the chunk's args as a JSON array: far cheaper than one per event.
@@ -265,7 +305,7 @@ class _Tables:
             m = _COPY_KIND.match(events[i].name)
             copy_kind[i] = m.group(1) if m else (args[i].kind or None)
         self.gpu.add(
-            kind=kinds,
+            kind=_codes(kinds, _GPU_KINDS),  # int8 codes: a big table's Categorical is then free
             **self._common("gpu", events),
             **{f: self._column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
             grid=self._triples(args, "grid"),
@@ -307,7 +347,7 @@ class _Tables:
         columns = self._common("range", events)
         # A GPU annotation lives on a device (Kineto puts the device in its pid).
         columns["tid"] = np.where(domains == "gpu", columns["pid"], columns["tid"])
-        self.range.add(**columns, domain=domains)
+        self.range.add(**columns, domain=_codes(domains, _RANGE_DOMAINS))
 
     # -- the whole trace ---------------------------------------------------------------
     def build(self, path: str, source: Source, document: Document) -> Trace:
@@ -327,12 +367,12 @@ class _Tables:
         if not c.rows:
             return make_table(KERNEL_COLUMNS)
         start, end = clock.start_end(c)
-        kinds = c.array("kind", object)
+        kinds = c.array("kind", np.int8)
         # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
         device, stream = c.array("device"), c.array("stream")
         grid, block = np.concatenate(c.parts["grid"]), np.concatenate(c.parts["block"])
         data = {
-            "kind": pd.Categorical(kinds, categories=list(_GPU_KINDS)),
+            "kind": pd.Categorical.from_codes(kinds, categories=list(_GPU_KINDS)),
             "name": self.names["gpu"].categorical(c.array("name", np.int32)),
             "device": self.checks.ints(np.where(device >= 0, device, c.array("pid")), "device", np.int32),
             "stream": np.where(stream >= 0, stream, c.array("tid")),
@@ -343,7 +383,7 @@ class _Tables:
             "block_x": block[:, 0], "block_y": block[:, 1], "block_z": block[:, 2],
             "registers": self.checks.ints(c.array("registers"), "registers per thread", np.int32),
             "shared_memory": c.array("shared_memory"),
-            "bytes": np.where(kinds == "kernel", -1, c.array("bytes")),
+            "bytes": np.where(kinds == _GPU_KINDS.index("kernel"), -1, c.array("bytes")),
             "coll_in_elems": c.array("in_elems"),
             "coll_out_elems": c.array("out_elems"),
             "coll_group_size": self.checks.ints(c.array("group_size"), "Group size", np.int32),
@@ -351,7 +391,8 @@ class _Tables:
         }
         for col, interner in self.strings.items():
             data[col] = interner.categorical(c.array(col, np.int32))
-        return make_table(KERNEL_COLUMNS, data).sort_values("start", kind="stable").reset_index(drop=True)
+        # Ties in start: kernels, then copies, then memsets, each in file order.
+        return make_table(KERNEL_COLUMNS, data).sort_values(["start", "kind"], kind="stable").reset_index(drop=True)
 
     def _launch_table(self, clock: "_Clock", gpu_correlations: np.ndarray) -> pd.DataFrame:
         c = self.launch
@@ -362,7 +403,7 @@ class _Tables:
         correlation = c.array("correlation")
         # Keep calls that launched captured work, or that launch work by their name.
         launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
-        keep = np.isin(correlation, gpu_correlations) | launches_work[names.codes]
+        keep = _isin(correlation, gpu_correlations) | launches_work[names.codes]
         data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation}
         table = make_table(LAUNCH_COLUMNS, data)[keep]
         table["name"] = table["name"].cat.remove_unused_categories()
@@ -391,10 +432,12 @@ class _Tables:
         start, end = clock.start_end(c)
         data = {
             "name": self.names["range"].categorical(c.array("name", np.int32)),
-            "domain": pd.Categorical(c.array("domain", object), categories=list(_RANGE_DOMAINS)),
+            "domain": pd.Categorical.from_codes(c.array("domain", np.int8), categories=list(_RANGE_DOMAINS)),
             "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
         }
-        return make_table(RANGE_COLUMNS, data)
+        # User ranges, then GPU annotations, then Python frames, each in file order.
+        order = np.argsort(data["domain"].codes, kind="stable")
+        return make_table(RANGE_COLUMNS, {k: v[order] for k, v in data.items()})
 
 
 class _Clock:
@@ -413,6 +456,24 @@ class _Clock:
     def start_end(self, columns: _Columns) -> tuple[np.ndarray, np.ndarray]:
         start = np.rint((columns.array("ts", np.float64) - self.origin_us) * 1000.0).astype(np.int64)
         return start, start + np.rint(np.maximum(columns.array("dur", np.float64), 0.0) * 1000.0).astype(np.int64)
+
+
+def _isin(values: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """np.isin; by a lookup table when the ids span a range not much larger than their count
+    (correlation ids count up from 1: millions of them hash slowly, index fast)."""
+    if len(values) and len(members):
+        lo, hi = int(min(values.min(), members.min())), int(max(values.max(), members.max()))
+        if hi - lo < 8 * (len(values) + len(members)) + 1024:
+            return np.isin(values, members, kind="table")
+    return np.isin(values, members)
+
+
+def _codes(values: np.ndarray, categories: tuple[str, ...]) -> np.ndarray:
+    """Labels from a short fixed list -> their positions (int8)."""
+    out = np.zeros(len(values), dtype=np.int8)
+    for i, label in enumerate(categories[1:], start=1):
+        out[values == label] = i
+    return out
 
 
 def _thread_ids(values: list[int | str]) -> np.ndarray:

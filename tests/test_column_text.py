@@ -1,0 +1,20 @@
+"""as_text(): a categorical column's text, from its categories, as astype(str) gives it."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from tracekit.column_text import as_text
+
+
+def test_labels_match_astype_str_and_missing_is_none():
+    column = pd.Series(pd.Categorical(["aten::mm", None, "aten::mm", "nccl:all_reduce", "ProfilerStep#3"]))
+    out = as_text(column)
+    assert out.tolist() == ["aten::mm", None, "aten::mm", "nccl:all_reduce", "ProfilerStep#3"]
+    present = column.notna().to_numpy()
+    assert out[present].tolist() == column.astype(str).to_numpy()[present].tolist()
+
+
+def test_labels_of_a_plain_column_and_of_non_string_categories():
+    assert as_text(pd.Series(["b", "a", "b"])).tolist() == ["b", "a", "b"]
+    assert as_text(pd.Series(pd.Categorical([3, 1, 3]))).tolist() == ["3", "1", "3"]

@@ -1,0 +1,97 @@
+"""One Kineto trace read by worker processes builds the very Trace the serial parser builds.
+
+The pieces are made small here (a few hundred KB) so that every shared trace is cut into
+many pieces, each decoded in sub-chunks, by two forked workers; the serial parser's own
+chunking is shrunk too, to show that no table depends on where a file is cut.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+
+import pandas as pd
+import pytest
+
+import tracekit.parsers.kineto as kineto
+import tracekit.parsers.kineto_parallel as parallel
+from tracekit.parsers import parse
+
+SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "torch"
+TRACES = sorted(SHARED.glob("*.json.gz")) + sorted((SHARED / "v100_dlrm_8ranks").glob("rank0.json.gz"))
+
+
+@pytest.fixture
+def small_pieces(monkeypatch):
+    """Parallel parsing from the first byte, in pieces of ~256 KB; records what _run returned."""
+    monkeypatch.setattr(parallel, "MIN_PARALLEL_BYTES", 0)
+    monkeypatch.setattr(parallel, "MIN_PIECE_BYTES", 1 << 18)
+    monkeypatch.setattr(parallel, "SUB_BYTES", 1 << 17)
+    runs: list[list | None] = []
+    real_run = parallel._run
+
+    def spy(pieces, *args):
+        result = real_run(pieces, *args)
+        runs.append(None if result is None else pieces)
+        return result
+
+    monkeypatch.setattr(parallel, "_run", spy)
+    return runs
+
+
+def assert_same_trace(a, b) -> None:
+    for table in ("kernels", "launches", "ops", "ranges"):
+        pd.testing.assert_frame_equal(getattr(a, table), getattr(b, table), check_exact=True, obj=table)
+    assert a.meta == b.meta
+    assert a.warnings == b.warnings
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_workers_build_the_serial_trace(path, small_pieces):
+    serial = parse(path, workers=1)
+    together = parse(path, workers=2)
+    assert small_pieces and small_pieces[0] is not None, "the parallel path fell back to the serial parser"
+    # Cut into many pieces: the uncompressed JSON over ~256 KB pieces (8 per worker at most).
+    assert len(small_pieces[0]) >= min(8, serial.meta["size_bytes"] // (1 << 18))
+    assert_same_trace(serial, together)
+    # The counts are the file's: kernels (GPU activities) by category, read with the stdlib.
+    with gzip.open(path, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    gpu = sum(1 for e in events if e.get("ph") == "X" and str(e.get("cat", "")).lower() in
+              ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"))
+    assert len(together.kernels) == gpu
+
+
+def test_serial_chunking_changes_nothing(monkeypatch):
+    path = SHARED / "mi300x_resnet_act_checkpoint_rank0.json.gz"
+    whole = parse(path, workers=1)
+    monkeypatch.setattr(kineto, "CHUNK_EVENTS", 997)  # 57 chunks, cut anywhere
+    assert_same_trace(whole, parse(path, workers=1))
+
+
+def test_nested_objects_that_look_like_event_boundaries(tmp_path, small_pieces):
+    """Events whose args hold lists of objects keyed like events (`}, {"name": ...`): a cut
+    may land inside one; that piece does not decode whole, and the file is read serially."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"aten::op{i}", "pid": 1, "tid": 1, "ts": i * 10.0, "dur": 5.0,
+               "args": {"External id": i, "list": [{"name": "x}, {", "id": j} for j in range(40)]}}
+              for i in range(3000)]
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=1))
+    serial = parse(path, workers=1)
+    assert_same_trace(serial, parse(path, workers=2))
+    assert len(small_pieces) == 1  # the parallel path was tried (here it hands the file back)
+    assert len(serial.ops) == 3000
+
+
+def test_cut_short_trace_reads_as_serial(tmp_path, small_pieces):
+    """A file cut mid-event goes to the serial parser, which salvages it and says so."""
+    with gzip.open(SHARED / "h100_qwen1.5-0.5b_hf_inference.json.gz", "rb") as f:
+        data = f.read()
+    path = tmp_path / "cut.json"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    serial = parse(path, workers=1)
+    together = parse(path, workers=2)
+    assert small_pieces == [None]  # the workers' pieces did not all decode
+    assert_same_trace(serial, together)
+    assert any("cut short" in w for w in together.warnings)

@@ -1,0 +1,19 @@
+"""A categorical column's values as plain str, built from its categories (see as_text).
+
+`series.astype(str)` on a categorical builds a new string array row by row (under pandas 3
+an Arrow string array: ~3 µs per row, 0.3 s for a 50 MB trace's tables). The names in a
+trace are categoricals with a few thousand distinct values, so their text is made once per
+category and picked by code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def as_text(column: pd.Series) -> np.ndarray:
+    """Object array of str, one per row; None where the value is missing."""
+    cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    text = np.array([str(c) for c in cat.cat.categories] + [None], dtype=object)
+    return text[cat.cat.codes.to_numpy()]
