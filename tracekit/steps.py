@@ -91,19 +91,25 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     gpu_range = kernels["gpu_range"].to_numpy()
     fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
     if fallback.any():
-        names = as_text(r["name"])
-        parent = r["parent"].to_numpy()
-        host_by_name = {names[s]: s for s in steps}
-        # one walk up the annotation tree per distinct annotation, not per kernel
-        annotations, inverse = np.unique(gpu_range[fallback], return_inverse=True)
-        mapped = np.full(len(annotations), -1, dtype=np.int64)
-        for j, node in enumerate(annotations):
-            while node >= 0 and names[node] not in host_by_name:
-                node = parent[node]
-            if node >= 0:
-                mapped[j] = host_by_name[names[node]]
-        owner[fallback] = mapped[inverse]
+        owner[fallback] = host_range_by_gpu_annotation(r, gpu_range[fallback], steps)
     return owner
+
+
+def host_range_by_gpu_annotation(r: pd.DataFrame, annotations: np.ndarray, hosts: np.ndarray) -> np.ndarray:
+    """For each GPU-side annotation row: the host range among `hosts` with the name of it or
+    of its nearest enclosing annotation (Kineto copies a host range onto the GPU under the
+    same name); -1 for none. One walk up the annotation tree per distinct annotation."""
+    names = as_text(r["name"])
+    parent = r["parent"].to_numpy()
+    host_by_name = {names[s]: s for s in hosts}
+    distinct, inverse = np.unique(annotations, return_inverse=True)
+    mapped = np.full(len(distinct), -1, dtype=np.int64)
+    for j, node in enumerate(distinct):
+        while node >= 0 and names[node] not in host_by_name:
+            node = parent[node]
+        if node >= 0:
+            mapped[j] = host_by_name[names[node]]
+    return mapped[inverse]
 
 
 def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandwidth: float | None, sustained: float,

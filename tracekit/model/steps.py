@@ -15,7 +15,7 @@ import pandas as pd
 from tracekit.model.batch import ANNOTATION
 from tracekit.trace import Trace
 
-from tracekit.steps import step_rows
+from tracekit.steps import host_range_by_gpu_annotation, step_rows
 
 
 def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
@@ -92,13 +92,5 @@ def kernel_owner(trace: Trace, kernels: pd.DataFrame, step_ranges: list[int], st
     gpu = kernels["gpu_range"].to_numpy()
     blind = free & ~has & (gpu >= 0)
     if blind.any():
-        names, parent = r["name"].astype(str).to_numpy(), r["parent"].to_numpy()
-        by_name = {names[row]: row for row in extra}
-        ranges, inverse = np.unique(gpu[blind], return_inverse=True)
-        mapped = np.full(len(ranges), -1, dtype=np.int64)
-        for j, node in enumerate(ranges):
-            while node >= 0 and names[node] not in by_name:
-                node = parent[node]
-            mapped[j] = by_name[names[node]] if node >= 0 else -1
-        owner[blind] = mapped[inverse]
+        owner[blind] = host_range_by_gpu_annotation(r, gpu[blind], np.asarray(extra, dtype=np.int64))
     return owner
