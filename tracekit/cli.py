@@ -72,7 +72,7 @@ def cli() -> None:
 @cli.command()
 @click.argument("path")
 @click.option("--format", "fmt", type=FORMATS, default="table", show_default=True)
-@click.option("--top", default=10, show_default=True, help="How many kernels to list.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP)
 def info(path: str, fmt: str, top: int, workers: int | None) -> None:
     """What is in a trace: format, devices, event counts, link shares, top kernels."""
@@ -94,7 +94,7 @@ def info(path: str, fmt: str, top: int, workers: int | None) -> None:
 @click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
-@click.option("--top", default=15, show_default=True, help="How many kernels and ops to list.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
 @click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
@@ -249,7 +249,7 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
 @click.argument("new")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
-@click.option("--top", default=15, show_default=True, help="How many ops and kernels to list.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many ops and kernels to list.")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
 def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None) -> None:
     """What changed between two runs: steps, phase x block, ops, kernels, collectives.

@@ -167,7 +167,8 @@ def _short_kernels(a) -> dict[str, Any]:
         return {"count": 0, "time_ns": 0.0, "launch_ns": 0.0, "kernels": 0, "top": []}
     launches = a.trace.launches
     row = k["launch"].to_numpy()
-    is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0)
+    # A graph launch issues all of its kernels in one call: no kernel of it is "behind" it.
+    is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0) & ~k["graph_launch"].to_numpy(dtype=bool)
     call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
     short = is_kernel & (k["duration_ns"].to_numpy() < call)
     names = k["name"].astype(str).to_numpy()[short]
@@ -218,9 +219,10 @@ def headline(a, f: Findings) -> list[str]:
             where += f"; the GPU was idle {_pct(idle / f.idle_window_ns)} of the time {f.idle_window}"
         sentences.append(where + ".")
     k = a.kernels
-    modeled = k["t_min_ns"].notna().to_numpy()
+    # kernels only: a costed memcpy says nothing of what bounds the kernels
+    modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
     covered = float(c.get("modeled_share") or 0.0)
-    if modeled.any():
+    if modeled.any() and covered > 0:
         t = pd.Series(k["duration_ns"].to_numpy(dtype=float)[modeled])
         by_bound = t.groupby(k["bound"].astype(str).to_numpy()[modeled]).sum().sort_values(ascending=False) / t.sum()
         names = {"comm": "interconnect"}
@@ -258,4 +260,7 @@ def headline(a, f: Findings) -> list[str]:
 
 
 def _cpu_headline(a) -> list[str]:
+    if any("cut short" in w for w in a.warnings):  # a GPU trace may have lost its GPU events
+        return ["The part of the trace that could be read (it is cut short) holds no GPU activity: "
+                "its ops are costed against CPU time, with no roofline."]
     return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline."]

@@ -3,7 +3,8 @@
 A step owns every kernel launched inside its time window on any thread of its process: the
 backward pass runs on autograd's own thread, outside the step range's call stack, but it is
 still that step's work. Kernels without a launch (issued before the capture, or graph
-replays seen only on the GPU) fall back to the GPU-side copy of the step annotation.
+replays seen only on the GPU) fall back to the GPU-side copy of the step annotation, and
+failing that to the step whose window they ran in.
 
 Per step: wall time, kernels, GPU busy time, bytes moved and achieved bandwidth against the
 device's peak and sustained. Bytes come only from kernels with a cost; when those cover less
@@ -27,7 +28,7 @@ STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)
 SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(")
 MIN_COVERAGE = 0.5  # below this share of kernel time with a cost, a sum of costs is unknown
 
-STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "coverage", "bytes", "achieved_tbps",
+STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "busy_in_window_ns", "coverage", "bytes", "achieved_tbps",
                 "bandwidth_share_peak", "bandwidth_share_sustained"]
 
 
@@ -92,6 +93,16 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
     if fallback.any():
         owner[fallback] = host_range_by_gpu_annotation(r, gpu_range[fallback], steps)
+    # Still nothing (issued before the capture, no GPU-side annotation): the step whose
+    # window the kernel ran in, the window the idle time inside steps is measured over.
+    blind = np.flatnonzero((owner < 0) & ~has_launch)
+    if len(blind):
+        kstart = kernels["start"].to_numpy()[blind]
+        by_time = np.argsort(kstart, kind="stable")
+        for i in order:
+            lo = np.searchsorted(kstart[by_time], start[i], side="left")
+            hi = np.searchsorted(kstart[by_time], end[i], side="right")
+            owner[blind[by_time[lo:hi]]] = steps[i]
     return owner
 
 
@@ -110,6 +121,26 @@ def host_range_by_gpu_annotation(r: pd.DataFrame, annotations: np.ndarray, hosts
         if node >= 0:
             mapped[j] = host_by_name[names[node]]
     return mapped[inverse]
+
+
+def _busy_in_windows(kernels: pd.DataFrame, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per window: the time any GPU activity ran inside it (union per device, clipped to the
+    window, summed over devices): what the window's idle time is the rest of. A step's
+    own kernels can run past its window (launched late, run after it): this counts the
+    window, `busy_ns` the kernels."""
+    from tracekit.timeline import union
+
+    out = np.zeros(len(starts), dtype=np.int64)
+    if not len(kernels):
+        return out
+    device = kernels["device"].to_numpy()
+    for dev in np.unique(device):
+        merged = union(kernels[["start", "end"]].to_numpy()[device == dev])
+        for i, (lo, hi) in enumerate(zip(starts, ends)):
+            a, b = np.searchsorted(merged[:, 1], lo, side="right"), np.searchsorted(merged[:, 0], hi, side="left")
+            part = merged[a:b]
+            out[i] += int((np.minimum(part[:, 1], hi) - np.maximum(part[:, 0], lo)).clip(min=0).sum())
+    return out
 
 
 def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandwidth: float | None, sustained: float,
@@ -137,6 +168,7 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
     counts, times = per_step(), per_step(duration_k)
     costed_times, moved_all = per_step(duration_k, costed), per_step(np.nan_to_num(nbytes), costed)
     busy = per_step(np.asarray(exclusive, dtype=np.float64))
+    in_window = _busy_in_windows(kernels, r["start"].to_numpy()[steps], r["end"].to_numpy()[steps])
     rows = []
     for i, s in enumerate(steps):
         duration = int(r["end"].iat[s] - r["start"].iat[s])
@@ -147,7 +179,7 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
         rate = moved / (duration * 1e-9) if duration > 0 and known else float("nan")
         rows.append({
             "step": names[s], "start_ns": int(r["start"].iat[s]), "duration_ns": duration, "kernels": int(counts[i]),
-            "busy_ns": int(busy[i]), "coverage": coverage, "bytes": moved,
+            "busy_ns": int(busy[i]), "busy_in_window_ns": int(in_window[i]), "coverage": coverage, "bytes": moved,
             # bytes per second over the step's wall time, against the device's bandwidth
             "achieved_tbps": rate / 1e12,
             "bandwidth_share_peak": rate / bandwidth if bandwidth else float("nan"),

@@ -92,13 +92,18 @@ def _interrupts_deferred() -> Iterator[None]:
 
 def _make_temporary(target: str) -> str:
     """Beside the target (one rename puts it in place); inside it when only the target
-    itself is writable (then its entries are moved in one by one)."""
+    itself is writable (then its entries are moved in one by one). mkdtemp makes it 0700:
+    the bundle gets the mode any directory the user makes would have (umask)."""
     try:
-        return tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+        path = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
     except PermissionError:
         if not os.path.isdir(target):
             raise
-        return tempfile.mkdtemp(prefix=".tracekit-", dir=target)
+        path = tempfile.mkdtemp(prefix=".tracekit-", dir=target)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o777 & ~umask)
+    return path
 
 
 def _install(tmp: str, target: str) -> None:

@@ -45,10 +45,13 @@ def summary_line(a) -> str:
 
 
 def step_rows(a) -> tuple[list[str], list[list[str]]]:
-    head = ["step", "batch", "GPU busy", "wall", "predicted", "error", "bytes (weights + KV)", "TB/s", "of peak BW", "roofline eff.", "coverage"]
+    head = ["step", "batch", "GPU busy", "wall", "predicted", "error", "bytes (weights + KV + activations)", "TB/s", "of peak BW",
+            "roofline eff.", "coverage"]
     rows = []
     for r in a.model.steps.to_dict(orient="records"):
-        parts = f"{_si(r['bytes'], 'B')} ({_si(r['weight_bytes'], 'B')} + {_si(r['kv_bytes'], 'B')})"
+        known = all(v is not None and v == v for v in (r["bytes"], r["weight_bytes"], r["kv_bytes"]))
+        rest = r["bytes"] - r["weight_bytes"] - r["kv_bytes"] if known else None
+        parts = f"{_si(r['bytes'], 'B')} ({_si(r['weight_bytes'], 'B')} + {_si(r['kv_bytes'], 'B')} + {_si(rest, 'B')})"
         tbps = UNKNOWN if r["achieved_tbps"] is None or r["achieved_tbps"] != r["achieved_tbps"] else f"{r['achieved_tbps']:.3f}"
         rows.append([r["step"], r["batch"], _time(r["busy_ns"]), _time(r["wall_ns"]), _time(r["predicted_ns"]), _signed(r["error"]),
                      parts, tbps, _pct(r["bandwidth_share_peak"]), _pct(r["roofline_efficiency"]), _pct(r["coverage"])])

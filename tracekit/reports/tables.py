@@ -76,7 +76,7 @@ def headline(a: Analysis) -> list[str]:
 
 def fix_ops(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["#", "op", "input shapes", "kernels", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["#", "op", "input shapes", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
              _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
     return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
@@ -93,10 +93,12 @@ def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
 
 def fix_blocks(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["phase / block", "kernels", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["phase / block", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[r["what"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]), _pct(r["share"]),
              _pct(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
-    return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2])
+    return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2],
+                   note="recoverable = the sum over the group's kernels of max(0, time - roofline minimum): a kernel "
+                        "faster than its roofline (cache-resident data) takes nothing back from the slower ones")
 
 
 _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
@@ -130,7 +132,9 @@ def block_rows(a: Analysis) -> Section:
              _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"),
              f"{_pct(_measured(r, 'efficiency'))} / {_pct(_measured(r, 'efficiency_sustained'))}", _text(r["bound"]), _pct(r["coverage"])]
             for r in a.blocks.to_dict(orient="records")]
-    return Section("Blocks (phase x block)", head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1, left=(0, 1))
+    devices = a.kernels["device"].nunique() if len(a.kernels) else 0
+    title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
+    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1, left=(0, 1))
 
 
 def device_rows(a: Analysis) -> Section:
@@ -144,11 +148,14 @@ def device_rows(a: Analysis) -> Section:
 
 
 def step_rows(a: Analysis) -> Section:
-    head = ["step", "duration", "kernels", "GPU busy", "bytes", "TB/s", "of peak BW", "of sustained BW"]
-    rows = [[r["step"], _dur(r["duration_ns"]), f"{r['kernels']:,}", _dur(r["busy_ns"]), si(r["bytes"], "B"),
-             _num(r["achieved_tbps"], "{:.3f}"), _pct(r["bandwidth_share_peak"]), _pct(r["bandwidth_share_sustained"])]
+    head = ["step", "duration", "kernels", "busy in window", "its kernels' busy", "coverage", "bytes", "TB/s", "of peak BW",
+            "of sustained BW"]
+    rows = [[r["step"], _dur(r["duration_ns"]), f"{r['kernels']:,}", _dur(r.get("busy_in_window_ns")), _dur(r["busy_ns"]),
+             _pct(r["coverage"]), si(r["bytes"], "B"), _num(r["achieved_tbps"], "{:.3f}"), _pct(r["bandwidth_share_peak"]),
+             _pct(r["bandwidth_share_sustained"])]
             for r in a.steps.to_dict(orient="records")]
-    return Section("Steps", head, rows, [0, 0, 1, 0, 2, 2, 1, 3], flex=0)
+    return Section("Steps (kernels: launched in the step's window on any thread of its process; busy in window: any GPU "
+                   "activity inside the window, the complement of its idle time)", head, rows, [0, 0, 1, 0, 3, 2, 2, 2, 1, 3], flex=0)
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
