@@ -83,12 +83,14 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
 
 
 def render_devices(devices: dict, console: Console) -> None:
-    table = Table(title="Known devices (dense peaks)", header_style="bold")
-    for col in ("key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"):
-        table.add_column(col, overflow="fold")
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+
+    head = ["key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
+    rows = []
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
-        table.add_row(*[terminal(c) for c in (d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"),
-                        _num(d.vector_tflops.get("fp32"), "{:,.1f}"), f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}",
-                        ", ".join(d.aliases), d.source)])
-    console.print(table)
+        rows.append([d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"), _num(d.vector_tflops.get("fp32"), "{:,.1f}"),
+                     f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), d.source])
+    print_section(Section("Known devices (dense peaks; the full sources are in tracekit/hardware/devices.toml)", head, rows,
+                          [0, 1, 0, 2, 2, 0, 2, 3, 1], flex=8, left=(0, 1, 7, 8)), console)

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from tracekit.reports.format import duration, kernel_label, percent
+from tracekit.reports.format import duration, percent
 from tracekit.reports.text import terminal
 from tracekit.strict_json import dumps
 
@@ -27,28 +26,19 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
         console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
 
-    counts = Table(title="Events", show_header=True, header_style="bold")
-    for key in inv["counts"]:
-        counts.add_column(key.replace("_", " "), justify="right")
-    counts.add_row(*(f"{v:,}" for v in inv["counts"].values()))
-    console.print(counts)
+    from tracekit.names import labels
+    from tracekit.reports.tables import Section
+    from tracekit.reports.terminal import print_section
+
+    head = [key.replace("_", " ") for key in inv["counts"]]
+    print_section(Section("Events", head, [[f"{v:,}" for v in inv["counts"].values()]], [0] * len(head), flex=-1, left=()), console)
 
     links = inv["links"]
-    table = Table(title=f"Links ({links['gpu_activities']:,} GPU activities)", header_style="bold")
-    table.add_column("linked to")
-    table.add_column("count", justify="right")
-    table.add_column("share", justify="right")
-    for key in ("to_launch", "to_op", "to_op_with_shapes"):
-        table.add_row(key.replace("_", " "), f"{links[key]['count']:,}", percent(links[key]["share"]))
-    table.add_row("launched by a graph", f"{links['graph_launched']:,}", "")
-    table.add_row("launched before capture", f"{links['launched_before_capture']:,}", "")
-    console.print(table)
+    rows = [[key.replace("_", " "), f"{links[key]['count']:,}", percent(links[key]["share"])] for key in ("to_launch", "to_op", "to_op_with_shapes")]
+    rows += [["launched by a graph", f"{links['graph_launched']:,}", ""], ["launched before capture", f"{links['launched_before_capture']:,}", ""]]
+    print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities)", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
 
-    top = Table(title="Top kernels by total time", header_style="bold")
-    top.add_column("kernel", overflow="fold")
-    top.add_column("calls", justify="right")
-    top.add_column("time", justify="right")
-    top.add_column("share", justify="right")
-    for row in inv["top_kernels"]:
-        top.add_row(terminal(kernel_label(row["name"])), f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"]))
-    console.print(top)
+    # the same short labels as `tracekit analyze` gives the same kernels
+    short = labels([row["name"] for row in inv["top_kernels"]])
+    rows = [[short[row["name"]], f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"])] for row in inv["top_kernels"]]
+    print_section(Section("Top kernels by total time", ["kernel", "calls", "time", "share"], rows, [0, 1, 0, 0], flex=0), console)
