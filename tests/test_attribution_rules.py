@@ -19,19 +19,27 @@ def _labels(path):
 
 def test_dualpipe_chunk_ranges_give_backward_and_weight_gradient_phases(tmp_path):
     b = KinetoBuilder()
-    b.range("MoELayer0 (F)", 0, 100)
-    b.kernel("fwd_gemm_kernel_gemm", 10, 200, 5)
-    b.range("MoELayer0 (B)", 100, 100)
-    b.kernel("bwd_input_gemm_kernel_gemm", 110, 300, 5)
-    b.range("MoELayer0 (W)", 200, 100)
-    b.kernel("bwd_weight_gemm_kernel_gemm", 210, 400, 5)
-    b.range("Block(B)uffer", 300, 100)  # (B) inside a word is not a chunk marker
-    b.kernel("buffer_kernel_gemm", 310, 500, 5)
+    for chunk, start, kernel in (("MoELayer0 (F)", 0, "fwd_gemm_kernel_gemm"), ("MoELayer0 (B)", 100, "bwd_input_gemm_kernel_gemm"),
+                                 ("MoELayer0 (W)", 200, "bwd_weight_gemm_kernel_gemm"), ("Block(B)uffer", 300, "buffer_kernel_gemm")):
+        b.range(chunk, start, 100)  # "Block(B)uffer": (B) inside a word is not a chunk marker
+        b.op("aten::mm", start + 5, 20)
+        b.kernel(kernel, start + 10, start + 200, 5)
     _, labels = _labels(b.write(tmp_path / "dualpipe.json"))
     assert labels["fwd_gemm_kernel_gemm"][0] == "forward"
     assert labels["bwd_input_gemm_kernel_gemm"][0] == "backward"
     assert labels["bwd_weight_gemm_kernel_gemm"][0] == "backward"
     assert labels["buffer_kernel_gemm"][0] == "forward"
+
+
+def test_work_no_framework_op_launched_has_no_default_phase(tmp_path):
+    # A CUDA application's kernel (a launch outside any op) is not "forward": nothing says
+    # which phase it is. Under an op it is forward, the default for inference without ranges.
+    b = KinetoBuilder()
+    b.kernel("saxpy_kernel", 10, 100, 5)
+    b.op("aten::mul", 20, 10)
+    b.kernel("vectorized_elementwise_kernel_mul", 25, 120, 5)
+    _, labels = _labels(b.write(tmp_path / "app.json"))
+    assert labels["saxpy_kernel"][0] == "unknown" and labels["vectorized_elementwise_kernel_mul"][0] == "forward"
 
 
 def test_deepep_dispatch_and_combine_are_communication_and_overlap_sees_them(tmp_path):

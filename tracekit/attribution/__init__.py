@@ -81,10 +81,13 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     rules = rules or default_rules()
     matcher = _Matcher(trace, kernel_class)
     phase = _first_match(matcher, rules.phase, DEFAULT_PHASE)
-    # No launch and no GPU-side range: nothing says which phase it belongs to.
+    # "forward" is the default only for work a framework op launched (an inference without
+    # phase ranges). No launch and no GPU-side range, or a launch outside any op (a CUDA
+    # application, an MPI code): nothing says which phase it belongs to.
     k = trace.kernels
     phase = np.asarray(phase, dtype=object)
-    blind = ((k["launch"] < 0) & (k["gpu_range"] < 0)).to_numpy() & (phase == DEFAULT_PHASE)
+    no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
+    blind = no_context.to_numpy() & (phase == DEFAULT_PHASE)
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     block = np.asarray(_first_match(matcher, rules.block, DEFAULT_BLOCK), dtype=object)
     phase, block = infer_missing(k, kernel_class, phase, block)
