@@ -31,7 +31,8 @@ def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
         "format": meta.get("format"),
         "schema": meta.get("schema"),
         "tool_versions": meta.get("tool_versions", {}),
-        "devices": meta.get("devices", []),
+        # devices the trace names; else the ids its GPU activity ran on, unnamed
+        "devices": meta.get("devices") or [{"id": int(d), "name": None} for d in sorted(set(trace.kernels["device"].tolist()))],
         "rank": meta.get("rank"),
         "world_size": meta.get("world_size"),
         "span_ns": meta.get("span_ns"),

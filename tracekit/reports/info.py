@@ -21,7 +21,8 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
     console.print(terminal(f"format      {inv['format']} ({inv['schema']}){'; ' + versions if versions else ''}"))
     for dev in inv["devices"] or [{"id": "?", "name": "not in trace (pass --device)"}]:
         extra = ", ".join(f"{k}={dev[k]}" for k in ("sm_count", "memory_bytes", "memory_bandwidth") if dev.get(k) is not None)
-        console.print(terminal(f"device {dev.get('id')}    {dev.get('name')}{' (' + extra + ')' if extra else ''}"))
+        name = dev.get("name") or "not named in the trace (pass --device to analyze)"
+        console.print(terminal(f"device {dev.get('id')}    {name}{' (' + extra + ')' if extra else ''}"))
     if inv["rank"] is not None:
         console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
