@@ -219,12 +219,15 @@ def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_fi
         result = fit(list(paths), _model(config, **model), device=device, device_file=device_file)
     render_calibration(result, _console())
     if out_file:
-        from tracekit.reports.prediction import write_json_atomic
+        from tracekit.reports.atomic import write_file
+        from tracekit.strict_json import dumps
 
-        write_json_atomic(out_file, result)
+        write_file(out_file, dumps(result, indent=2) + "\n")
         click.echo(f"tracekit: wrote {out_file}", err=True)
     else:
-        click.echo(json.dumps(result, indent=2))
+        from tracekit.strict_json import dumps
+
+        click.echo(dumps(result, indent=2))
 
 
 @cli.command()

@@ -20,6 +20,7 @@ import pandas as pd
 
 from tracekit.costs.comm import bus_factor
 from tracekit.costs.dtypes import canonical, element_bytes
+from tracekit.timeline import union
 
 _TYPES = [  # (normalised type, pattern over metadata / kernel / op / range names)
     ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
@@ -114,18 +115,6 @@ def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str 
     return float(n * element_bytes(dtype)), dtype
 
 
-def union_intervals(intervals: np.ndarray) -> np.ndarray:
-    """Sorted, merged [start, end) intervals."""
-    if not len(intervals):
-        return intervals.reshape(0, 2)
-    iv = intervals[np.argsort(intervals[:, 0])]
-    ends = np.maximum.accumulate(iv[:, 1])
-    new = np.r_[True, iv[1:, 0] > ends[:-1]]
-    starts = iv[new, 0]
-    group_end = np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))
-    return np.column_stack([starts, group_end])
-
-
 def _intersection(a: np.ndarray, b: np.ndarray) -> int:
     total, i, j = 0, 0, 0
     while i < len(a) and j < len(b):
@@ -148,8 +137,8 @@ def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
     for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
         on = kernels["device"].to_numpy() == device
         iv = kernels[["start", "end"]].to_numpy()
-        comm = union_intervals(iv[on & is_comm])
-        compute = union_intervals(iv[on & is_kernel & ~is_comm])
+        comm = union(iv[on & is_comm])
+        compute = union(iv[on & is_kernel & ~is_comm])
         comm_ns = int((comm[:, 1] - comm[:, 0]).sum()) if len(comm) else 0
         overlapped = _intersection(comm, compute)
         rows.append({"device": int(device), "comm_ns": comm_ns, "overlapped_ns": overlapped, "exposed_ns": comm_ns - overlapped,

@@ -22,9 +22,9 @@ import pandas as pd
 
 from tracekit.parsers.launch_api import SYNC_API
 from tracekit.timeline import IDLE_CATEGORIES, idle_gaps, union
+from tracekit.unknown import MIN_COVERAGE
 
 # Below this share of kernel time with a cost, a group efficiency is not a measurement.
-MIN_COVERAGE = 0.5
 
 FIX_COLUMNS = ["what", "detail", "count", "time_ns", "t_min_ns", "recoverable_ns", "share", "cumulative_share"]
 

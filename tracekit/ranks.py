@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracekit.analysis import Analysis
 from tracekit.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
-from tracekit.collectives import union_intervals
+from tracekit.timeline import union
 from tracekit.errors import TraceError
 
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
@@ -218,6 +218,6 @@ def compute_work_ns(kernels: pd.DataFrame) -> int:
     k = kernels[compute]
     total = 0
     for _, part in k.groupby("device"):
-        merged = union_intervals(part[["start", "end"]].to_numpy(dtype=np.int64))
+        merged = union(part[["start", "end"]].to_numpy(dtype=np.int64))
         total += int((merged[:, 1] - merged[:, 0]).sum())
     return total

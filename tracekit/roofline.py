@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from tracekit.costs.dtypes import dominant_matrix_dtype
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 
 OVER_PEAK = 1.05  # efficiencies above this are counted as "above the roofline"
@@ -72,23 +73,11 @@ def group_efficiency(t_min: pd.Series, measured: pd.Series) -> float:
     return float(t_min[known].sum() / total) if total > 0 else float("nan")
 
 
-def dominant_matrix_dtype(kernels: pd.DataFrame) -> str | None:
-    """The compute dtype of most matrix-kernel time: the roof a plot of this run should
-    bend at (bf16 work on an H100 meets its 989 TFLOP/s roof, not fp8's 1,979)."""
-    if not len(kernels) or "cost_kind" not in kernels:
-        return None
-    matrix = (kernels["cost_kind"].astype(str) == "matrix").to_numpy()
-    if not matrix.any():
-        return None
-    time = (kernels["end"] - kernels["start"]).to_numpy()[matrix]
-    by_dtype = pd.Series(time).groupby(kernels["dtype"].astype(str).to_numpy()[matrix]).sum()
-    return str(by_dtype.idxmax())
-
-
 def roof_flops(device: Device, kernels: pd.DataFrame) -> tuple[float, str]:
     """Peak FLOP/s (and its label) of the roof for this run: the matrix peak of its dominant
     matrix dtype, else the fp32 vector peak."""
-    dtype = dominant_matrix_dtype(kernels)
+    dtype = dominant_matrix_dtype(kernels["cost_kind"], kernels["dtype"], kernels["end"] - kernels["start"]) \
+        if len(kernels) and "cost_kind" in kernels else None
     peak = device.peak_flops("matrix", dtype) if dtype else None
     if peak:
         return peak, f"matrix {dtype}"

@@ -20,13 +20,13 @@ import pandas as pd
 
 from tracekit.column_text import as_text
 from tracekit.trace import Trace
+from tracekit.unknown import MIN_COVERAGE
 
 # torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
 STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)")
 # A serving engine's batch annotation (vLLM `execute_context_N(..)_generation_M(..)`): a step
 # of its own only where no step range above overlaps it (SGLang nests it in `step[DECODE ..]`).
 SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(")
-MIN_COVERAGE = 0.5  # below this share of kernel time with a cost, a sum of costs is unknown
 
 STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "busy_in_window_ns", "coverage", "bytes", "achieved_tbps",
                 "bandwidth_share_peak", "bandwidth_share_sustained"]
@@ -78,15 +78,8 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     order = np.lexsort((start, depth))
     for pid_value in np.unique(pid):
         in_process = has_launch & ((launch_pid == pid_value) | (launch_pid < 0) | (pid_value < 0))
-        rows = np.flatnonzero(in_process)
-        rows = rows[np.argsort(launch_start[rows], kind="stable")]
-        times = launch_start[rows]
-        for i in order:
-            if pid[i] != pid_value:
-                continue
-            lo = np.searchsorted(times, start[i], side="left")
-            hi = np.searchsorted(times, end[i], side="right")
-            owner[rows[lo:hi]] = steps[i]
+        mine = order[pid[order] == pid_value]
+        _claim_by_time(owner, np.flatnonzero(in_process), launch_start, steps[mine], start[mine], end[mine])
 
     # No launch: the GPU-side annotation of a step (same name as the host range) decides.
     gpu_range = kernels["gpu_range"].to_numpy()
@@ -97,13 +90,18 @@ def kernel_steps(trace: Trace, kernels: pd.DataFrame | None = None) -> np.ndarra
     # window the kernel ran in, the window the idle time inside steps is measured over.
     blind = np.flatnonzero((owner < 0) & ~has_launch)
     if len(blind):
-        kstart = kernels["start"].to_numpy()[blind]
-        by_time = np.argsort(kstart, kind="stable")
-        for i in order:
-            lo = np.searchsorted(kstart[by_time], start[i], side="left")
-            hi = np.searchsorted(kstart[by_time], end[i], side="right")
-            owner[blind[by_time[lo:hi]]] = steps[i]
+        _claim_by_time(owner, blind, kernels["start"].to_numpy(), steps[order], start[order], end[order])
     return owner
+
+
+def _claim_by_time(owner: np.ndarray, rows: np.ndarray, times: np.ndarray, steps: np.ndarray, start: np.ndarray,
+                   end: np.ndarray) -> None:
+    """owner[row] = the last of `steps` (in the order given) whose [start, end] holds times[row]."""
+    rows = rows[np.argsort(times[rows], kind="stable")]
+    sorted_times = times[rows]
+    for step, lo_t, hi_t in zip(steps, start, end):
+        lo, hi = np.searchsorted(sorted_times, lo_t, side="left"), np.searchsorted(sorted_times, hi_t, side="right")
+        owner[rows[lo:hi]] = step
 
 
 def host_range_by_gpu_annotation(r: pd.DataFrame, annotations: np.ndarray, hosts: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from tracekit.costs.autograd import conv_hints
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
-from tracekit.costs.dtypes import element_bytes, element_bytes_from_kernel, sized_dtype
+from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
 from tracekit.column_text import as_text
 from tracekit.trace import Trace
@@ -193,7 +193,7 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
     has = todo & ~(np.isnan(flops) & np.isnan(nbytes))
     if not has.any():
         return
-    matrix_dtype = _dominant_matrix_dtype(out, duration)
+    matrix_dtype = dominant_matrix_dtype(out["cost_kind"], out["dtype"], duration)
     for row in np.flatnonzero(has):
         f = flops[row] if not np.isnan(flops[row]) else 0.0
         b = nbytes[row] if not np.isnan(nbytes[row]) else np.nan
@@ -204,13 +204,6 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
         cost = Cost(f, b, 0.0, "matrix" if computes else "memory", (matrix_dtype or "unknown") if computes else "b8",
                     "Inductor kernel_flop / kernel_num_gb" + ("; dtype: the trace's dominant matrix dtype" if computes else ""))
         _set(out, np.array([row]), cost, 1.0, METADATA)
-
-
-def _dominant_matrix_dtype(out: dict, duration: np.ndarray) -> str | None:
-    matrix = out["cost_kind"] == "matrix"
-    if not matrix.any():
-        return None
-    return str(pd.Series(duration[matrix]).groupby(out["dtype"][matrix].astype(str)).sum().idxmax())
 
 
 def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:

@@ -56,3 +56,17 @@ def element_bytes_from_kernel(name: str) -> float | None:
 
 def sized_dtype(nbytes: float) -> str:
     return f"b{int(nbytes * 8)}"
+
+
+def dominant_matrix_dtype(kind, dtype, time) -> str | None:
+    """The compute dtype of most matrix-work time (per-kernel arrays of cost kind, dtype and
+    duration): the dtype a run's tensor-core work runs in, for its roof and for kernels whose
+    own dtype is not recorded. None without matrix work."""
+    import numpy as np
+    import pandas as pd
+
+    kind, dtype, time = np.asarray(kind, dtype=object), np.asarray(dtype, dtype=object), np.asarray(time, dtype=np.float64)
+    matrix = kind == "matrix"
+    if not matrix.any():
+        return None
+    return str(pd.Series(time[matrix]).groupby(dtype[matrix].astype(str)).sum().idxmax())

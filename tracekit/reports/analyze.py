@@ -53,7 +53,7 @@ def device_line(analysis: Analysis) -> str:
 
 
 def roofline_line(analysis: Analysis) -> str:
-    from tracekit.findings import MIN_COVERAGE
+    from tracekit.unknown import MIN_COVERAGE
 
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")

@@ -6,9 +6,6 @@ and Markdown only through the Markdown renderer's cell escaping.
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 from typing import Any
 
 from rich.console import Console
@@ -99,16 +96,3 @@ def render_calibration(result: dict[str, Any], console: Console) -> None:
     for t in result["traces"]:
         traces.add_row(Text(str(t["path"])), Text(t["device"]), str(t["steps"]), _pct(t["mape_peak"]), _pct(t["mape_fitted"]))
     console.print(traces)
-
-
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write strict JSON (no NaN) through a temporary file renamed into place."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tracekit-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise

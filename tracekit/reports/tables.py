@@ -119,18 +119,11 @@ def idle(a: Analysis) -> Section:
     return Section(f"Overhead no roofline shows: GPU idle time {f.idle_window}, by cause", head, rows, [0, 2, 0, 1, 0], flex=0, note=note)
 
 
-def _measured(r: dict, key: str):
-    """A group's efficiency, or None when less than half its kernel time has a cost."""
-    from tracekit.findings import MIN_COVERAGE
-
-    return None if _missing(r.get("coverage")) or r["coverage"] < MIN_COVERAGE else r[key]
-
-
 def block_rows(a: Analysis) -> Section:
     head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
     rows = [[r["phase"], r["block"], _dur(r["gpu_time_ns"]), _pct(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
              _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"),
-             f"{_pct(_measured(r, 'efficiency'))} / {_pct(_measured(r, 'efficiency_sustained'))}", _text(r["bound"]), _pct(r["coverage"])]
+             f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}", _text(r["bound"]), _pct(r["coverage"])]
             for r in a.blocks.to_dict(orient="records")]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
     title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
