@@ -194,16 +194,16 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
     if not has.any():
         return
     matrix_dtype = dominant_matrix_dtype(out["cost_kind"], out["dtype"], duration)
-    for row in np.flatnonzero(has):
-        f = flops[row] if not np.isnan(flops[row]) else 0.0
-        b = nbytes[row] if not np.isnan(nbytes[row]) else np.nan
-        if np.isnan(b):
-            out["unknown_reason"][row] = "Inductor states FLOPs but not bytes for this kernel"
-            continue
-        computes = f > 0
-        cost = Cost(f, b, 0.0, "matrix" if computes else "memory", (matrix_dtype or "unknown") if computes else "b8",
-                    "Inductor kernel_flop / kernel_num_gb" + ("; dtype: the trace's dominant matrix dtype" if computes else ""))
-        _set(out, np.array([row]), cost, 1.0, METADATA)
+    no_bytes = has & np.isnan(nbytes)
+    out["unknown_reason"][no_bytes] = "Inductor states FLOPs but not bytes for this kernel"
+    rows = np.flatnonzero(has & ~no_bytes)  # one vectorised write: compiled traces have many such kernels
+    computes = np.nan_to_num(flops[rows]) > 0
+    out["flops"][rows] = np.nan_to_num(flops[rows])
+    out["bytes_read"][rows], out["bytes_written"][rows] = nbytes[rows], 0.0  # one total: counted as read
+    out["cost_kind"][rows] = np.where(computes, "matrix", "memory")
+    out["dtype"][rows] = np.where(computes, matrix_dtype or "unknown", "b8")
+    out["cost_source"][rows] = METADATA
+    out["unknown_reason"][rows] = None
 
 
 def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:
