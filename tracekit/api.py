@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.link import link
-from tracekit.parsers import parse
+from tracekit.parsers import as_trace, parse_tables
 from tracekit.trace import Trace
 
 if TYPE_CHECKING:  # `tracekit info` only loads a trace: the analysis stages are imported when used
@@ -24,8 +24,15 @@ def load(path: str | os.PathLike, progress=None, workers: int | None = None) -> 
     Raises tracekit.TraceError, carrying the path and a plain reason, for bad input.
     Problems that cost only part of the trace are listed in `trace.warnings`.
     """
+    return as_trace(scan(path, progress, workers))
+
+
+def scan(path: str | os.PathLike, progress=None, workers: int | None = None):
+    """`load` without building the DataFrames where the format allows it: a Kineto trace
+    comes back as linked numpy column tables (tracekit.tables.ColumnTrace), which is all
+    `tracekit info` needs and costs no pandas import; Nsight Systems traces as a Trace."""
     with _gc_paused():
-        return link(parse(path, progress, workers))
+        return link(parse_tables(path, progress, workers))
 
 
 @contextlib.contextmanager

@@ -16,9 +16,9 @@ _WORKERS_HELP = "Processes that read a large JSON trace (default: one per core; 
 
 
 def _load(path: str, workers: int | None = None):
-    from tracekit.api import load
+    from tracekit.api import scan
 
-    trace = load(path, workers=workers)
+    trace = scan(path, workers=workers)  # linked tables; no DataFrames are built for a Kineto trace
     for warning in trace.warnings:
         click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
-from tracekit.column_text import as_text
-from tracekit.trace import Trace
+from tracekit.tables import coded, column
 
 
 def has_shapes(input_dims: Any) -> bool:
@@ -16,15 +14,18 @@ def has_shapes(input_dims: Any) -> bool:
     return isinstance(input_dims, list) and any(isinstance(d, list) and len(d) > 0 for d in input_dims)
 
 
-def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
+def inventory(trace: Any, top: int = 10) -> dict[str, Any]:
+    """`trace`: a linked Trace, or the linked column tables `api.scan` gives (no pandas)."""
     k = trace.kernels
-    is_kernel = (k["kind"] == "kernel").to_numpy()
+    kind = coded(k, "kind")
+    is_kernel = kind.equals("kernel")
     gpu_rows = len(k)
-    op_has_shapes = _ops_with_shapes(trace.ops["input_dims"].to_numpy())
-    op = k["op"].to_numpy()
+    op_has_shapes = _ops_with_shapes(column(trace.ops, "input_dims"))
+    op = column(k, "op")
     with_op = op >= 0
     with_shapes = with_op.copy()
     with_shapes[with_op] = op_has_shapes[op[with_op]]
+    python = coded(trace.ranges, "domain").equals("python")
     meta = trace.meta
     return {
         "path": meta.get("path"),
@@ -32,30 +33,30 @@ def inventory(trace: Trace, top: int = 10) -> dict[str, Any]:
         "schema": meta.get("schema"),
         "tool_versions": meta.get("tool_versions", {}),
         # devices the trace names; else the ids its GPU activity ran on, unnamed
-        "devices": meta.get("devices") or [{"id": int(d), "name": None} for d in sorted(set(trace.kernels["device"].tolist()))],
+        "devices": meta.get("devices") or [{"id": int(d), "name": None} for d in np.unique(column(k, "device")).tolist()],
         "rank": meta.get("rank"),
         "world_size": meta.get("world_size"),
         "span_ns": meta.get("span_ns"),
         "origin_abs_ns": meta.get("origin_abs_ns"),
         "counts": {
             "kernels": int(is_kernel.sum()),
-            "memcpys": int((k["kind"] == "memcpy").sum()),
-            "memsets": int((k["kind"] == "memset").sum()),
+            "memcpys": int(kind.equals("memcpy").sum()),
+            "memsets": int(kind.equals("memset").sum()),
             "launches": len(trace.launches),
             "ops": len(trace.ops),
             "ops_with_shapes": int(op_has_shapes.sum()),
-            "ranges": int((trace.ranges["domain"] != "python").sum()) if len(trace.ranges) else 0,
-            "python_frames": int((trace.ranges["domain"] == "python").sum()) if len(trace.ranges) else 0,
+            "ranges": int((~python).sum()),
+            "python_frames": int(python.sum()),
         },
         "links": {
             "gpu_activities": gpu_rows,
-            "to_launch": _share(k["launch"].to_numpy() >= 0),
+            "to_launch": _share(column(k, "launch") >= 0),
             "to_op": _share(with_op),
             "to_op_with_shapes": _share(with_shapes),
-            "graph_launched": int(k["graph_launch"].sum()),
-            "launched_before_capture": int(k["launched_before_capture"].sum()),
+            "graph_launched": int(column(k, "graph_launch").sum()),
+            "launched_before_capture": int(column(k, "launched_before_capture").sum()),
         },
-        "top_kernels": _top_kernels(trace, top),
+        "top_kernels": _top_kernels(k, top),
         "warnings": list(trace.warnings),
     }
 
@@ -67,7 +68,7 @@ def _ops_with_shapes(dims: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     ids = np.fromiter(map(id, dims), dtype=np.uint64, count=len(dims))
     distinct, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    return np.array([has_shapes(dims[i]) for i in first], dtype=bool)[inverse]
+    return np.array([has_shapes(dims[i]) for i in first], dtype=bool)[inverse.reshape(-1)]
 
 
 def _share(mask: np.ndarray) -> dict[str, Any]:
@@ -75,25 +76,22 @@ def _share(mask: np.ndarray) -> dict[str, Any]:
     return {"count": n, "share": (n / len(mask)) if len(mask) else 0.0}
 
 
-def _top_kernels(trace: Trace, top: int) -> list[dict[str, Any]]:
-    k = trace.kernels
+def _top_kernels(k: Any, top: int) -> list[dict[str, Any]]:
+    """The names with the most GPU time: sums per name code (bincount); ties keep the names'
+    order of first appearance. No string column of one row per kernel is built."""
     if not len(k):
         return []
-    duration = (k["end"] - k["start"]).rename("time_ns")
-    # Per name by category code (bincount), names in order of first appearance as
-    # groupby(sort=False) gives them: no string column of one row per kernel is built.
-    names = k["name"].astype("category")
-    codes = names.cat.codes.to_numpy()
-    named = codes >= 0
-    present, first = np.unique(codes[named], return_index=True)
+    duration = column(k, "end") - column(k, "start")
+    names = coded(k, "name")
+    named = names.codes >= 0
+    codes = names.codes[named]
+    present, first = np.unique(codes, return_index=True)
     present = present[np.argsort(first, kind="stable")]
-    sums = np.bincount(codes[named], weights=duration.to_numpy()[named], minlength=len(names.cat.categories))
-    counts = np.bincount(codes[named], minlength=len(names.cat.categories))
-    grouped = pd.DataFrame({"sum": sums[present].astype(np.int64), "count": counts[present]},
-                           index=pd.Index([str(c) for c in names.cat.categories[present]], name="name"))
+    sums = np.bincount(codes, weights=duration[named], minlength=len(names.labels))[present].astype(np.int64)
+    counts = np.bincount(codes, minlength=len(names.labels))[present]
     total = float(duration.sum()) or 1.0
-    rows = grouped.sort_values("sum", ascending=False).head(top)
+    order = np.argsort(-sums, kind="stable")[:top]
     return [
-        {"name": name, "time_ns": int(r["sum"]), "count": int(r["count"]), "share": float(r["sum"]) / total}
-        for name, r in rows.iterrows()
+        {"name": str(names.labels[present[i]]), "time_ns": int(sums[i]), "count": int(counts[i]), "share": float(sums[i]) / total}
+        for i in order
     ]

@@ -1,55 +1,67 @@
 """Linking: kernel -> launch -> innermost op -> enclosing ranges.
 
 Adds to the kernel table the columns in trace.LINK_COLUMNS, and `parent` / `depth` to the
-op and range tables. Reads only the Trace; returns a new Trace.
+op and range tables. Reads only the trace's tables; returns a new trace of the same form.
+numpy only: the Kineto parser's column tables (tables.py) are linked before pandas is
+imported, and an Nsight Systems trace's DataFrames are read through the same accessors.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tracekit.intervals import NO_ROW, innermost_enclosing, nest
-from tracekit.trace import Trace
+from tracekit.tables import ColumnTrace, coded, column
 
 _GRAPH_LAUNCH = "GraphLaunch"
 
 
-def link(trace: Trace) -> Trace:
-    kernels, launches = trace.kernels, trace.launches
+def link(trace: Any) -> Any:
+    """A Trace (DataFrames) or a ColumnTrace, with the link columns added."""
+    kernel_columns, op_nesting, range_nesting = link_columns(trace.kernels, trace.launches, trace.ops, trace.ranges)
+    if isinstance(trace, ColumnTrace):
+        return dataclasses.replace(trace, kernels=trace.kernels.with_columns(**kernel_columns),
+                                   ops=trace.ops.with_columns(**op_nesting), ranges=trace.ranges.with_columns(**range_nesting))
+    return dataclasses.replace(trace, kernels=trace.kernels.assign(**kernel_columns), ops=trace.ops.assign(**op_nesting),
+                               ranges=trace.ranges.assign(**range_nesting))
+
+
+def link_columns(kernels, launches, ops, ranges) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(the kernels' link columns, the ops' parent/depth, the ranges' parent/depth)."""
     launch = _join_launches(kernels, launches)
     has_launch = launch >= 0
-    launch_start = _gather(launches["start"].to_numpy(), launch, 0)
-    launch_pid = _gather(launches["pid"].to_numpy(), launch, -1)
-    launch_tid = _gather(launches["tid"].to_numpy(), launch, -1)
+    launch_start = _gather(column(launches, "start"), launch, 0)
+    launch_pid = _gather(column(launches, "pid"), launch, -1)
+    launch_tid = _gather(column(launches, "tid"), launch, -1)
 
-    ops = _with_nesting(trace.ops, _thread_group(trace.ops))
-    ranges = _with_nesting(trace.ranges, _range_group(trace.ranges))
+    op_pid, op_tid = column(ops, "pid"), column(ops, "tid")
+    op_parent, op_depth = nest(_pair_code(op_pid, op_tid), column(ops, "start"), column(ops, "end"))
+    domain = coded(ranges, "domain")
+    python, gpu = domain.equals("python"), domain.equals("gpu")
+    range_pid, range_tid = column(ranges, "pid"), column(ranges, "tid")
+    # Ranges nest per thread and per domain kind: Python frames, user ranges, GPU ranges.
+    kind = np.where(python, 1, np.where(gpu, 2, 0))
+    range_parent, range_depth = nest(_pair_code(_pair_code(range_pid, range_tid), kind), column(ranges, "start"), column(ranges, "end"))
 
-    op = _enclosing(ops, _thread_group(ops), has_launch, launch_pid, launch_tid, launch_start)
-    user = trace.ranges["domain"].to_numpy() != "python"
-    cpu_ranges = (ranges["domain"] != "gpu").to_numpy()
-    range_row = _enclosing(ranges, _thread_group(ranges), has_launch, launch_pid, launch_tid, launch_start, user & cpu_ranges)
-    frame_row = _enclosing(ranges, _thread_group(ranges), has_launch, launch_pid, launch_tid, launch_start, ~user)
-    gpu_range = _gpu_enclosing(ranges, kernels)
-
+    op_rows = _Intervals(op_pid, op_tid, column(ops, "start"), column(ops, "end"), op_parent)
+    range_rows = _Intervals(range_pid, range_tid, column(ranges, "start"), column(ranges, "end"), range_parent)
+    query = (has_launch, launch_pid, launch_tid, launch_start)
     graph = np.zeros(len(kernels), dtype=bool)
     if has_launch.any():  # one substring test per distinct launch API name
-        names = launches["name"].astype("category")
-        by_code = np.array([_GRAPH_LAUNCH in str(c) for c in names.cat.categories] + [False])
-        graph[has_launch] = by_code[names.cat.codes.to_numpy()[launch[has_launch]]]
-    linked = kernels.assign(
-        launch=launch,
-        op=op,
-        range=range_row,
-        frame=frame_row,
-        gpu_range=gpu_range,
-        graph_launch=graph,
-        launched_before_capture=_before_capture(kernels, launches, has_launch),
-    )
-    return dataclasses.replace(trace, kernels=linked, ops=ops, ranges=ranges)
+        graph[has_launch] = coded(launches, "name").where(lambda name: _GRAPH_LAUNCH in str(name))[launch[has_launch]]
+    kernel_columns = {
+        "launch": launch,
+        "op": op_rows.enclosing(*query),
+        "range": range_rows.enclosing(*query, rows_mask=~python & ~gpu),
+        "frame": range_rows.enclosing(*query, rows_mask=python),
+        "gpu_range": _gpu_enclosing(range_rows, gpu, kernels),
+        "graph_launch": graph,
+        "launched_before_capture": _before_capture(kernels, launches, has_launch),
+    }
+    return kernel_columns, {"parent": op_parent, "depth": op_depth}, {"parent": range_parent, "depth": range_depth}
 
 
 def _gather(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
@@ -60,96 +72,100 @@ def _gather(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:
     return out
 
 
-def _join_launches(kernels: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
-    """Row of each kernel's launch: same correlation id, same process where both say it."""
+def _join_launches(kernels, launches) -> np.ndarray:
+    """Row of each kernel's launch: same correlation id, same process where both say it.
+    Graph kernels and backtrace rows can repeat an id; the first launch row is the launch."""
+    out = np.full(len(kernels), NO_ROW, dtype=np.int64)
     if not len(kernels) or not len(launches):
-        return np.full(len(kernels), NO_ROW, dtype=np.int64)
-    by_process = bool((kernels["pid"] >= 0).any())
-    keys = ["pid", "correlation"] if by_process else ["correlation"]
-    # Graph kernels and backtrace rows can repeat an id; the first launch row is the launch.
-    table = launches[keys].assign(launch=np.arange(len(launches))).drop_duplicates(keys)
-    joined = kernels[keys].merge(table, on=keys, how="left", sort=False)
-    row = joined["launch"].to_numpy(dtype=float, na_value=np.nan)
-    out = np.where(np.isnan(row), NO_ROW, row).astype(np.int64)
-    out[kernels["correlation"].to_numpy() < 0] = NO_ROW
+        return out
+    kernel_corr, launch_corr = column(kernels, "correlation"), column(launches, "correlation")
+    kernel_pid = column(kernels, "pid")
+    if (kernel_pid >= 0).any():
+        kernel_key, launch_key = _joint_keys((kernel_pid, kernel_corr), (column(launches, "pid"), launch_corr))
+    else:
+        kernel_key, launch_key = kernel_corr, launch_corr
+    keys, first = np.unique(launch_key, return_index=True)  # first: the first row of each key
+    at = np.minimum(np.searchsorted(keys, kernel_key), len(keys) - 1)
+    found = (keys[at] == kernel_key) & (kernel_corr >= 0)
+    out[found] = first[at[found]]
     return out
 
 
-def _before_capture(kernels: pd.DataFrame, launches: pd.DataFrame, has_launch: np.ndarray) -> np.ndarray:
+def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 per row for tuples of integer columns, equal exactly where the tuples are:
+    each column is replaced by its rank among the values of both sides (so the product of
+    the ranks' ranges stays far inside int64), then the ranks are combined."""
+    n_left = len(left[0])
+    key = np.zeros(n_left + len(right[0]), dtype=np.int64)
+    for a, b in zip(left, right):
+        uniques, rank = np.unique(np.concatenate((a, b)), return_inverse=True)
+        key = key * len(uniques) + rank.reshape(-1)
+        key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)  # re-rank: never overflows
+    return key[:n_left], key[n_left:]
+
+
+def _before_capture(kernels, launches, has_launch: np.ndarray) -> np.ndarray:
     """No launch row and an id older than every captured launch: issued before the window."""
     if not len(launches):
         return ~has_launch
-    first_id = int(launches["correlation"][launches["correlation"] >= 0].min()) if (launches["correlation"] >= 0).any() else 0
-    first_start = int(launches["start"].min())
-    corr = kernels["correlation"].to_numpy()
-    return ~has_launch & ((corr < first_id) | (kernels["start"].to_numpy() < first_start))
-
-
-def _thread_group(table: pd.DataFrame) -> np.ndarray:
-    return _pair_code(table["pid"].to_numpy(), table["tid"].to_numpy())
-
-
-def _range_group(ranges: pd.DataFrame) -> np.ndarray:
-    """Ranges nest per thread and per domain kind: Python frames, user ranges, GPU ranges."""
-    kind = ranges["domain"].map({"python": 1, "gpu": 2}).fillna(0).astype(np.int64).to_numpy() if len(ranges) else np.zeros(0, np.int64)
-    return _pair_code(_thread_group(ranges), kind)
+    launch_corr = column(launches, "correlation")
+    first_id = int(launch_corr[launch_corr >= 0].min()) if (launch_corr >= 0).any() else 0
+    first_start = int(column(launches, "start").min())
+    return ~has_launch & ((column(kernels, "correlation") < first_id) | (column(kernels, "start") < first_start))
 
 
 def _pair_code(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """One integer per distinct (a, b) pair."""
     if not len(a):
         return np.zeros(0, dtype=np.int64)
-    code_a, _ = pd.factorize(a)
-    code_b, uniques_b = pd.factorize(b)
-    codes, _ = pd.factorize(code_a.astype(np.int64) * len(uniques_b) + code_b)
-    return codes.astype(np.int64)
+    return _joint_keys((np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)), (np.zeros(0, np.int64), np.zeros(0, np.int64)))[0]
 
 
-def _with_nesting(table: pd.DataFrame, group: np.ndarray) -> pd.DataFrame:
-    parent, depth = nest(group, table["start"].to_numpy(), table["end"].to_numpy())
-    return table.assign(parent=parent, depth=depth)
+@dataclasses.dataclass
+class _Intervals:
+    """A nested table's rows per (pid, tid), for "which row encloses this launch"."""
 
+    pid: np.ndarray
+    tid: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    parent: np.ndarray
 
-def _enclosing(table, group, has_launch, pid, tid, time, rows_mask=None) -> np.ndarray:
-    """Innermost row of `table` (optionally only rows in `rows_mask`) enclosing each launch."""
-    out = np.full(len(has_launch), NO_ROW, dtype=np.int64)
-    if not len(table) or not has_launch.any():
+    def enclosing(self, has_launch, pid, tid, time, rows_mask=None) -> np.ndarray:
+        """Innermost row (optionally only rows in `rows_mask`) enclosing each launch."""
+        out = np.full(len(has_launch), NO_ROW, dtype=np.int64)
+        if not len(self.start) or not has_launch.any():
+            return out
+        keep = np.ones(len(self.start), dtype=bool) if rows_mask is None else rows_mask
+        if not keep.any():
+            return out
+        rows = np.flatnonzero(keep)
+        # Query groups use the same codes as the table's (pid, tid) groups; -1: no such thread.
+        codes, query_codes = _joint_keys((self.pid[rows], self.tid[rows]), (pid[has_launch], tid[has_launch]))
+        known = np.isin(query_codes, codes)
+        query_codes = np.where(known, query_codes, -1)
+        # Parent pointers are table rows; map them into positions among the kept rows.
+        position = np.full(len(self.start), NO_ROW, dtype=np.int64)
+        position[rows] = np.arange(len(rows))
+        parent = self.parent[rows]
+        parent = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
+        found = innermost_enclosing(codes, self.start[rows], self.end[rows], parent, query_codes, time[has_launch])
+        out[has_launch] = np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)
         return out
-    keep = np.ones(len(table), dtype=bool) if rows_mask is None else rows_mask
-    if not keep.any():
-        return out
-    # Query groups must use the same codes as the table's (pid, tid) groups.
-    index = pd.MultiIndex.from_arrays([table["pid"].to_numpy()[keep], table["tid"].to_numpy()[keep]])
-    codes, uniques = index.factorize()
-    query = pd.MultiIndex.from_arrays([pid[has_launch], tid[has_launch]])
-    query_codes = uniques.get_indexer(query)
-    rows = np.flatnonzero(keep)
-    # Parent pointers are table rows; map them into positions among the kept rows.
-    position = np.full(len(table), NO_ROW, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    parent = table["parent"].to_numpy()[keep]
-    parent = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
-    found = innermost_enclosing(
-        codes.astype(np.int64), table["start"].to_numpy()[keep], table["end"].to_numpy()[keep], parent,
-        query_codes.astype(np.int64), time[has_launch],
-    )
-    out[has_launch] = np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)
-    return out
 
 
-def _gpu_enclosing(ranges: pd.DataFrame, kernels: pd.DataFrame) -> np.ndarray:
-    """GPU-side annotations enclose kernels by time on their device."""
+def _gpu_enclosing(ranges: _Intervals, gpu: np.ndarray, kernels) -> np.ndarray:
+    """GPU-side annotations enclose kernels by time on their device (their tid)."""
     out = np.full(len(kernels), NO_ROW, dtype=np.int64)
-    gpu = (ranges["domain"] == "gpu").to_numpy() if len(ranges) else np.zeros(0, dtype=bool)
     if not gpu.any() or not len(kernels):
         return out
     rows = np.flatnonzero(gpu)
-    position = np.full(len(ranges), NO_ROW, dtype=np.int64)
+    position = np.full(len(ranges.start), NO_ROW, dtype=np.int64)
     position[rows] = np.arange(len(rows))
-    parent = ranges["parent"].to_numpy()[rows]
+    parent = ranges.parent[rows]
     parent = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
     found = innermost_enclosing(
-        ranges["tid"].to_numpy()[rows].astype(np.int64), ranges["start"].to_numpy()[rows], ranges["end"].to_numpy()[rows], parent,
-        kernels["device"].to_numpy().astype(np.int64), kernels["start"].to_numpy(),
+        ranges.tid[rows].astype(np.int64), ranges.start[rows], ranges.end[rows], parent,
+        column(kernels, "device").astype(np.int64), column(kernels, "start"),
     )
     return np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)

@@ -12,8 +12,9 @@ import json
 import math
 from typing import Any
 
+import sys
+
 import numpy as np
-import pandas as pd
 
 
 def clean(value: Any) -> Any:
@@ -31,7 +32,7 @@ def clean(value: Any) -> Any:
         return clean(value.item())
     if value is None or isinstance(value, (str, int, bool)):
         return value
-    if value is pd.NA or value is pd.NaT:
+    if _is_pandas_missing(value):
         return None
     return str(value)  # dates, paths, categories: their text
 
@@ -39,3 +40,9 @@ def clean(value: Any) -> Any:
 def dumps(value: Any, **kwargs: Any) -> str:
     kwargs.setdefault("indent", 2)
     return json.dumps(clean(value), allow_nan=False, **kwargs)
+
+
+def _is_pandas_missing(value: Any) -> bool:
+    """pd.NA / pd.NaT, without importing pandas (a value can only be one if pandas is loaded)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and (value is pd.NA or value is pd.NaT)

@@ -11,10 +11,12 @@ integer row positions into the other table, -1 when absent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a table is built: the parsers and linking run without it
+    import pandas as pd
 
 NO_ROW = -1
 
@@ -101,6 +103,8 @@ def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: i
 
     Defaults say "absent": -1 for integers, None for categories and objects, False for flags.
     """
+    import pandas as pd
+
     data = data or {}
     if data:
         n = len(next(iter(data.values())))

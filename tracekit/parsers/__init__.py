@@ -6,6 +6,7 @@ import os
 
 from tracekit.errors import TraceError
 from tracekit.parsers.source import GZIP_MAGIC, SQLITE_MAGIC, check_readable, read_head
+from tracekit.tables import ColumnTrace
 from tracekit.trace import Trace
 
 
@@ -20,9 +21,11 @@ def sniff(path: str) -> str:
     raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
 
 
-def parse(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:
-    """`progress(done, total)`, if given, follows the events read (JSON traces). `workers`:
-    processes that decode one large JSON trace (default: the cores available; 1: none)."""
+def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace | ColumnTrace:
+    """The trace's tables in the form its parser builds: numpy columns for Kineto JSON (no
+    pandas: see tables.py), DataFrames for Nsight Systems. `progress(done, total)`, if given,
+    follows the events read (JSON traces). `workers`: processes that decode one large JSON
+    trace (default: the cores available; 1: none)."""
     path = check_readable(path)
     fmt = sniff(path)
     if fmt == "nsys":
@@ -32,3 +35,12 @@ def parse(path: str | os.PathLike, progress=None, workers: int | None = None) ->
     from tracekit.parsers.kineto import parse_kineto
 
     return parse_kineto(path, progress, workers)
+
+
+def parse(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:
+    """The trace as the Trace contract's DataFrames (unlinked)."""
+    return as_trace(parse_tables(path, progress, workers))
+
+
+def as_trace(tables: Trace | ColumnTrace) -> Trace:
+    return tables.to_trace() if isinstance(tables, ColumnTrace) else tables

@@ -13,7 +13,6 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 import numpy as np
-import pandas as pd
 
 # Times (ns from the capture's first event) must leave room for `end = start + duration`
 # and for differences between tables without overflowing int64 (9.2e18 ns).
@@ -42,8 +41,7 @@ class Checks:
         inside the type's range (too large, infinite, fractional, text) too, and are counted."""
         dtype = np.dtype(dtype)
         lo, hi = _INT_BOUNDS[dtype]
-        if isinstance(values, pd.Series):
-            values = values.to_numpy()
+        values = _numpy(values)
         array = values if isinstance(values, np.ndarray) and values.dtype != object else None
         if array is None:
             try:
@@ -117,19 +115,24 @@ def _object_ints(values: Iterable[Any]) -> np.ndarray:
 
 
 def _as_float(values: Any) -> np.ndarray:
-    if isinstance(values, pd.Series):
-        values = values.to_numpy()
+    values = _numpy(values)
     values = np.asarray(values)
     if values.dtype.kind in "iuf":
         return values.astype(np.float64)
+    import pandas as pd  # only for a column of mixed objects (SQL values): the Kineto path never comes here
+
     return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _as_int(values: Any, as_float: np.ndarray) -> np.ndarray:
     """Exact int64 where the column already is integer (floats lose ns above 2^53)."""
-    if isinstance(values, pd.Series):
-        values = values.to_numpy()
+    values = _numpy(values)
     values = np.asarray(values)
     if values.dtype.kind in "iu":
         return values.astype(np.int64)
     return np.where(np.isfinite(as_float), as_float, 0).astype(np.int64)
+
+
+def _numpy(values: Any) -> Any:
+    """A pandas Series' values (without importing pandas: the Kineto parser never has one)."""
+    return values.to_numpy() if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray) else values

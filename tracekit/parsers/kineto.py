@@ -1,4 +1,4 @@
-"""torch.profiler / Kineto JSON -> Trace.
+"""torch.profiler / Kineto JSON -> the Trace's tables (as numpy columns: tables.py).
 
 Handles the current schema (`kernel`, `cpu_op`, `cuda_runtime`, ...) and the 2021 one
 (`Kernel`, `Operator`, `Runtime`, ...), NVIDIA and AMD. Events are decoded a chunk at a
@@ -15,14 +15,14 @@ from typing import Any, Callable
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from tracekit.errors import TraceError
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.parsers.kineto_decode import Document, Event, EventDecoder, decode_document, json_array
 from tracekit.parsers.launch_api import LAUNCH_API
 from tracekit.parsers.source import Source, read_source
-from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
+from tracekit.tables import Coded, ColumnTable, ColumnTrace, Interner
+from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS
 
 CHUNK_EVENTS = 200_000
 
@@ -100,8 +100,9 @@ def _metadata_costs(args: list[Any]) -> dict[str, np.ndarray]:
     return {"meta_flops": flops, "meta_bytes": nbytes}
 
 
-def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> Trace:
-    """`progress(done, total)` is called as chunks of events are read, for a progress bar.
+def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> ColumnTrace:
+    """The trace's tables as numpy columns (tables.py: no pandas here or in the workers).
+    `progress(done, total)` is called as chunks of events are read, for a progress bar.
     `workers`: processes to decode a large trace with (default: the cores available; see
     kineto_parallel.py); 1 reads it in this process."""
     source = read_source(path)
@@ -138,7 +139,9 @@ def _bucket(events: list[Event]) -> dict[str, Any]:
     buckets: dict[str, Any] = {}
     if not events:
         return buckets
-    codes, categories = pd.factorize(np.array(list(map(_CAT, events)), dtype=object))
+    interner = Interner()
+    codes = interner.codes(list(map(_CAT, events)))
+    categories = interner.values
     kinds = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)[codes]
     legacy = np.array([c == "Operator" for c in categories] + [False])[codes]
     if legacy.any():
@@ -160,29 +163,6 @@ def _bucket(events: list[Event]) -> dict[str, Any]:
 
 def _take(events: list[Event], rows: np.ndarray) -> list[Event]:
     return [events[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows.tolist())(events))
-
-
-class _Interner:
-    """Strings (or raw JSON values) -> stable integer codes across chunks."""
-
-    def __init__(self) -> None:
-        self.index: dict[Any, int] = {}
-        self.values: list[Any] = []
-
-    def codes(self, values: list[Any]) -> np.ndarray:
-        local, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=True)
-        mapping = np.array([self._code(u) for u in uniques] + [-1], dtype=np.int32)
-        return mapping[local]  # local == -1 (a missing value) picks the trailing -1
-
-    def _code(self, value: Any) -> int:
-        code = self.index.get(value)
-        if code is None:
-            code = self.index[value] = len(self.values)
-            self.values.append(value)
-        return code
-
-    def categorical(self, codes: np.ndarray) -> pd.Categorical:
-        return pd.Categorical.from_codes(codes, categories=pd.Index(self.values, dtype=object))
 
 
 class _Columns:
@@ -213,9 +193,9 @@ class _Tables:
 
     def __init__(self) -> None:
         self.gpu, self.launch, self.op, self.range = _Columns(), _Columns(), _Columns(), _Columns()
-        self.names = {t: _Interner() for t in ("gpu", "launch", "op", "range")}
-        self.strings = {c: _Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
-        self.inputs = {c: _Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
+        self.names = {t: Interner() for t in ("gpu", "launch", "op", "range")}
+        self.strings = {c: Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
+        self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
         self.windows: list[tuple[float, float]] = []
         self.legacy = False
         self.bad_args: dict[str, int] = defaultdict(int)
@@ -261,7 +241,7 @@ class _Tables:
             (self.op, other.op, {"name": (self.names["op"], other.names["op"]), **{c: (self.inputs[c], other.inputs[c]) for c in self.inputs}}),
             (self.range, other.range, {"name": (self.names["range"], other.names["range"])}),
         ):
-            remap = {col: np.array([ours._code(v) for v in their.values] + [-1], dtype=np.int32) for col, (ours, their) in interners.items()}
+            remap = {col: np.array([ours.code(v) for v in their.values] + [-1], dtype=np.int32) for col, (ours, their) in interners.items()}
             for col, parts in theirs.parts.items():
                 mine.parts[col] += [remap[col][p] for p in parts] if col in remap else parts
             mine.rows += theirs.rows
@@ -350,30 +330,30 @@ class _Tables:
         self.range.add(**columns, domain=_codes(domains, _RANGE_DOMAINS))
 
     # -- the whole trace ---------------------------------------------------------------
-    def build(self, path: str, source: Source, document: Document) -> Trace:
+    def build(self, path: str, source: Source, document: Document) -> ColumnTrace:
         clock = _Clock([c for c in (self.gpu, self.launch, self.op, self.range) if c.rows], self.windows)
         kernels = self._kernel_table(clock)
-        launches = self._launch_table(clock, kernels["correlation"].to_numpy())
+        launches = self._launch_table(clock, kernels["correlation"])
         ops = self._op_table(clock)
         ranges = self._range_table(clock)
         meta = _meta(path, source, _checked_header(document.header, self.checks), self.legacy, clock)
         if meta.get("rank") is not None:
-            kernels["rank"] = np.int32(meta["rank"])
+            kernels = kernels.with_columns(rank=np.full(len(kernels), meta["rank"], dtype=np.int32))
         warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
-        return Trace(kernels, launches, ops, ranges, meta, warnings)
+        return ColumnTrace(kernels, launches, ops, ranges, meta, warnings)
 
-    def _kernel_table(self, clock: "_Clock") -> pd.DataFrame:
+    def _kernel_table(self, clock: "_Clock") -> ColumnTable:
         c = self.gpu
         if not c.rows:
-            return make_table(KERNEL_COLUMNS)
+            return ColumnTable(KERNEL_COLUMNS, {})
         start, end = clock.start_end(c)
         kinds = c.array("kind", np.int8)
         # Without args.device / args.stream, Kineto's GPU pid is the device and tid the stream.
         device, stream = c.array("device"), c.array("stream")
         grid, block = np.concatenate(c.parts["grid"]), np.concatenate(c.parts["block"])
         data = {
-            "kind": pd.Categorical.from_codes(kinds, categories=list(_GPU_KINDS)),
-            "name": self.names["gpu"].categorical(c.array("name", np.int32)),
+            "kind": Coded(kinds, list(_GPU_KINDS), object_labels=False),
+            "name": self.names["gpu"].coded(c.array("name", np.int32)),
             "device": self.checks.ints(np.where(device >= 0, device, c.array("pid")), "device", np.int32),
             "stream": np.where(stream >= 0, stream, c.array("tid")),
             "start": start,
@@ -390,32 +370,31 @@ class _Tables:
             "meta_flops": c.array("meta_flops", np.float64), "meta_bytes": c.array("meta_bytes", np.float64),
         }
         for col, interner in self.strings.items():
-            data[col] = interner.categorical(c.array(col, np.int32))
-        # Ties in start: kernels, then copies, then memsets, each in file order.
-        return make_table(KERNEL_COLUMNS, data).sort_values(["start", "kind"], kind="stable").reset_index(drop=True)
+            data[col] = interner.coded(c.array(col, np.int32))
+        # Ties in start: kernels, then copies, then memsets, each in file order (lexsort is stable).
+        return ColumnTable(KERNEL_COLUMNS, data).take(np.lexsort((kinds, start)))
 
-    def _launch_table(self, clock: "_Clock", gpu_correlations: np.ndarray) -> pd.DataFrame:
+    def _launch_table(self, clock: "_Clock", gpu_correlations: np.ndarray) -> ColumnTable:
         c = self.launch
         if not c.rows:
-            return make_table(LAUNCH_COLUMNS)
+            return ColumnTable(LAUNCH_COLUMNS, {})
         start, end = clock.start_end(c)
-        names = self.names["launch"].categorical(c.array("name", np.int32))
+        names = self.names["launch"].coded(c.array("name", np.int32))
         correlation = c.array("correlation")
         # Keep calls that launched captured work, or that launch work by their name.
-        launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
-        keep = _isin(correlation, gpu_correlations) | launches_work[names.codes]
+        keep = _isin(correlation, gpu_correlations) | names.where(LAUNCH_API.search)
         data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation}
-        table = make_table(LAUNCH_COLUMNS, data)[keep]
-        table["name"] = table["name"].cat.remove_unused_categories()
-        return table.sort_values("start", kind="stable").reset_index(drop=True)
+        table = ColumnTable(LAUNCH_COLUMNS, data).take(np.flatnonzero(keep))
+        table.columns["name"] = table.columns["name"].without_unused()
+        return table.take(np.argsort(table["start"], kind="stable"))
 
-    def _op_table(self, clock: "_Clock") -> pd.DataFrame:
+    def _op_table(self, clock: "_Clock") -> ColumnTable:
         c = self.op
         if not c.rows:
-            return make_table(OP_COLUMNS)
+            return ColumnTable(OP_COLUMNS, {})
         start, end = clock.start_end(c)
         data = {
-            "name": self.names["op"].categorical(c.array("name", np.int32)),
+            "name": self.names["op"].coded(c.array("name", np.int32)),
             "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
             "external_id": c.array("external_id"), "sequence": c.array("sequence"),
             "meta_flops": c.array("meta_flops", np.float64), "meta_bytes": c.array("meta_bytes", np.float64),
@@ -423,21 +402,21 @@ class _Tables:
         for col, interner in self.inputs.items():
             decoded = np.array([_decode_json(v) for v in interner.values] + [None], dtype=object)
             data[col] = decoded[c.array(col, np.int32)]  # rows share the decoded (read-only) lists
-        return make_table(OP_COLUMNS, data)
+        return ColumnTable(OP_COLUMNS, data)
 
-    def _range_table(self, clock: "_Clock") -> pd.DataFrame:
+    def _range_table(self, clock: "_Clock") -> ColumnTable:
         c = self.range
         if not c.rows:
-            return make_table(RANGE_COLUMNS)
+            return ColumnTable(RANGE_COLUMNS, {})
         start, end = clock.start_end(c)
+        domain = c.array("domain", np.int8)
         data = {
-            "name": self.names["range"].categorical(c.array("name", np.int32)),
-            "domain": pd.Categorical.from_codes(c.array("domain", np.int8), categories=list(_RANGE_DOMAINS)),
+            "name": self.names["range"].coded(c.array("name", np.int32)),
+            "domain": Coded(domain, list(_RANGE_DOMAINS), object_labels=False),
             "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end,
         }
         # User ranges, then GPU annotations, then Python frames, each in file order.
-        order = np.argsort(data["domain"].codes, kind="stable")
-        return make_table(RANGE_COLUMNS, {k: v[order] for k, v in data.items()})
+        return ColumnTable(RANGE_COLUMNS, data).take(np.argsort(domain, kind="stable"))
 
 
 class _Clock:

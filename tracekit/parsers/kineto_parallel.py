@@ -29,7 +29,7 @@ import msgspec
 
 from tracekit.parsers.kineto_decode import Document, EventDecoder, _address, decode_document
 from tracekit.parsers.source import Source
-from tracekit.trace import Trace
+from tracekit.tables import ColumnTrace
 
 # Below this many bytes of JSON the serial parser wins: forking the workers and joining
 # their columns costs about what the second core saves. Measured on a 2-core machine
@@ -67,7 +67,7 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def parse_parallel(path: str, source: Source, workers: int | None, progress: Callable[[int, int], None] | None) -> Trace | None:
+def parse_parallel(path: str, source: Source, workers: int | None, progress: Callable[[int, int], None] | None) -> ColumnTrace | None:
     """The trace read by `workers` processes (default: the cores available), or None when the
     serial parser should read it (too small to gain, one worker, or anything unexpected)."""
     global _data

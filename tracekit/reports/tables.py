@@ -6,10 +6,13 @@ narrow terminal drops the least useful columns first (0: never dropped)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from tracekit.analysis import Analysis, top_kernels
 from tracekit.names import demangle, labels
 from tracekit.reports.format import duration, percent, si
+
+if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and pandas)
+    from tracekit.analysis import Analysis
 
 
 class Named(str):
@@ -152,6 +155,8 @@ def step_rows(a: Analysis) -> Section:
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
+    from tracekit.analysis import top_kernels
+
     head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "FLOP/B", "eff. peak / sust.", "bound"]
     rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", _dur(r["time_ns"]), _pct(r["share"]),
              _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),

@@ -1,0 +1,197 @@
+"""Tables as plain numpy columns: what the Kineto parser builds and linking reads, before
+(or instead of) pandas.
+
+Importing pandas costs ~0.3 s, most of what `tracekit info` on an everyday trace would
+otherwise spend, and the parser's worker processes never need it. So the Kineto parser
+builds `ColumnTable`s (one numpy array per column; names as integer codes beside their
+labels, `Coded`), linking adds its columns with numpy alone, and `to_frame` turns a table
+into the Trace's DataFrame (trace.py) only when a stage that needs pandas asks for it.
+
+`column` and `coded` read a column from either form, so a stage that needs no pandas
+(linking, the inventory) reads the DataFrames of an Nsight Systems trace the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Coded:
+    """A categorical column: `labels[codes[i]]` is row i's value; code -1 is missing.
+    `object_labels`: the labels are kept as Python objects in the DataFrame's categories
+    (trace names), not inferred (pandas 3 would make a list of str a pyarrow string index)."""
+
+    codes: np.ndarray
+    labels: list[Any]
+    object_labels: bool = True
+
+    def __len__(self) -> int:
+        return len(self.codes)
+
+    def take(self, rows: np.ndarray) -> "Coded":
+        return Coded(self.codes[rows], self.labels, self.object_labels)
+
+    def where(self, predicate) -> np.ndarray:
+        """Rows whose value satisfies `predicate` (called once per label, not per row)."""
+        by_code = np.array([bool(predicate(label)) for label in self.labels] + [False], dtype=bool)
+        return by_code[self.codes]
+
+    def equals(self, value: Any) -> np.ndarray:
+        return self.where(lambda label: label == value)
+
+    def without_unused(self) -> "Coded":
+        """Only the labels some row uses, in their original order (pandas'
+        remove_unused_categories)."""
+        used = np.zeros(len(self.labels) + 1, dtype=bool)
+        used[self.codes] = True
+        used = used[:-1]
+        if used.all():
+            return self
+        remap = np.full(len(self.labels) + 1, -1, dtype=self.codes.dtype)
+        remap[np.flatnonzero(used)] = np.arange(int(used.sum()))
+        return Coded(remap[self.codes], [label for label, u in zip(self.labels, used) if u], self.object_labels)
+
+
+Column = "np.ndarray | Coded"
+
+
+@dataclass
+class ColumnTable:
+    """One table of the Trace contract (`spec`: trace.KERNEL_COLUMNS, ...) as numpy columns.
+    A column the source did not give reads as the contract's "absent" default."""
+
+    spec: dict[str, str]
+    columns: dict[str, Any]
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        if self.columns:
+            self.n = len(next(iter(self.columns.values())))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, name: str) -> Any:
+        value = self.columns.get(name)
+        return default_column(self.spec.get(name, "int64"), self.n) if value is None else value
+
+    def take(self, rows: np.ndarray) -> "ColumnTable":
+        return ColumnTable(self.spec, {k: v.take(rows) if isinstance(v, Coded) else v[rows] for k, v in self.columns.items()})
+
+    def with_columns(self, **columns: Any) -> "ColumnTable":
+        return ColumnTable({**self.spec, **{k: _dtype_of(v) for k, v in columns.items() if k not in self.spec}},
+                           {**self.columns, **columns}, self.n)
+
+    def to_frame(self):
+        """The Trace's DataFrame (exactly the contract's columns, plus those linking added)."""
+        import pandas as pd
+
+        from tracekit.trace import make_table
+
+        data = {}
+        for name, value in self.columns.items():
+            if isinstance(value, Coded):
+                labels = pd.Index(value.labels, dtype=object) if value.object_labels else value.labels
+                value = pd.Categorical.from_codes(value.codes, categories=labels)
+            data[name] = value
+        if not data:
+            return make_table(self.spec, n=self.n)
+        return make_table(self.spec, data)
+
+
+@dataclass
+class ColumnTrace:
+    """The Trace's four tables as ColumnTables; `to_trace()` gives the pandas Trace."""
+
+    kernels: ColumnTable
+    launches: ColumnTable
+    ops: ColumnTable
+    ranges: ColumnTable
+    meta: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_trace(self):
+        from tracekit.trace import Trace
+
+        return Trace(self.kernels.to_frame(), self.launches.to_frame(), self.ops.to_frame(), self.ranges.to_frame(),
+                     self.meta, self.warnings)
+
+
+def default_column(dtype: str, n: int) -> Any:
+    """The contract's "absent" value for a column of this dtype (as trace.make_table fills)."""
+    if dtype == "category":
+        return Coded(np.full(n, -1, dtype=np.int32), [])
+    if dtype == "object":
+        return np.full(n, None, dtype=object)
+    if dtype == "bool":
+        return np.zeros(n, dtype=bool)
+    if dtype == "float64":
+        return np.full(n, np.nan)
+    return np.full(n, -1, dtype=dtype)
+
+
+def _dtype_of(value: Any) -> str:
+    return "category" if isinstance(value, Coded) else str(np.asarray(value).dtype)
+
+
+# -- reading a column from either form ------------------------------------------------------
+
+def column(table: Any, name: str) -> np.ndarray:
+    """A column's values as a numpy array (labels for a categorical), from a ColumnTable or a
+    DataFrame."""
+    if isinstance(table, ColumnTable):
+        value = table[name]
+        if isinstance(value, Coded):
+            return np.array(list(value.labels) + [None], dtype=object)[value.codes]
+        return value
+    return table[name].to_numpy()
+
+
+def coded(table: Any, name: str) -> Coded:
+    """A categorical column as codes and labels, from a ColumnTable or a DataFrame."""
+    if isinstance(table, ColumnTable):
+        value = table[name]
+        if isinstance(value, Coded):
+            return value
+        return _factorized(np.asarray(value, dtype=object))
+    series = table[name]
+    if series.dtype.name != "category":
+        series = series.astype("category")
+    return Coded(series.cat.codes.to_numpy(), list(series.cat.categories))
+
+
+def _factorized(values: np.ndarray) -> Coded:
+    index: dict[Any, int] = {}
+    codes = np.fromiter((-1 if v is None else index.setdefault(v, len(index)) for v in values), dtype=np.int32, count=len(values))
+    return Coded(codes, list(index))
+
+
+class Interner:
+    """Values -> stable integer codes, in order of first sight across calls; None is -1."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {None: -1}  # None (a missing value) is never a label
+        self.values: list[Any] = []
+
+    def codes(self, values: list[Any]) -> np.ndarray:
+        index = self.index
+        # dict.fromkeys keeps first-sight order at C speed; only new values get a code here.
+        for value in dict.fromkeys(values):
+            if value not in index:
+                index[value] = len(self.values)
+                self.values.append(value)
+        return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+    def code(self, value: Any) -> int:
+        code = self.index.get(value)
+        if code is None:
+            code = self.index[value] = len(self.values)
+            self.values.append(value)
+        return code
+
+    def coded(self, codes: np.ndarray, object_labels: bool = True) -> Coded:
+        return Coded(codes, list(self.values), object_labels)
