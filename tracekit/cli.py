@@ -15,13 +15,26 @@ FORMATS = click.Choice(["table", "json"])
 _WORKERS_HELP = "Processes that read a large JSON trace (default: one per core; 1: none)."
 
 
-def _load(path: str, workers: int | None = None):
+def _load(path: str, workers: int | None = None, meanwhile=None):
     from tracekit.api import scan
 
-    trace = scan(path, workers=workers)  # linked tables; no DataFrames are built for a Kineto trace
+    trace = scan(path, workers=workers, meanwhile=meanwhile)  # linked tables; no DataFrames for a Kineto trace
     for warning in trace.warnings:
         click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     return trace
+
+
+def _importer(*modules: str):
+    """A `meanwhile` for api.load / api.scan: imports the modules a command needs next while
+    worker processes decode the trace, when this process would only wait for them."""
+
+    def run() -> None:
+        import importlib
+
+        for name in modules:
+            importlib.import_module(name)
+
+    return run
 
 
 def _console():
@@ -76,10 +89,11 @@ def cli() -> None:
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP)
 def info(path: str, fmt: str, top: int, workers: int | None) -> None:
     """What is in a trace: format, devices, event counts, link shares, top kernels."""
+    trace = _load(path, workers, meanwhile=_importer("tracekit.inventory", "tracekit.reports.info", "tracekit.reports.terminal"))
     from tracekit.inventory import inventory
     from tracekit.reports import info as render
 
-    inv = inventory(_load(path, workers), top=top)
+    inv = inventory(trace, top=top)
     if fmt == "json":
         click.echo(render.to_json(inv))
     else:
@@ -127,8 +141,9 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     from tracekit.api import analyze as run
 
     with _progress(f"reading {os.path.basename(path)}") as progress:
+        renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress,
-                       model=model_options, workers=workers)
+                       model=model_options, workers=workers, meanwhile=_importer(*renderers))
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 

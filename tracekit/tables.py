@@ -177,7 +177,9 @@ class Interner:
         self.index: dict[Any, int] = {None: -1}  # None (a missing value) is never a label
         self.values: list[Any] = []
 
-    def codes(self, values: list[Any]) -> np.ndarray:
+    def codes(self, values: list) -> np.ndarray:
+        if values.count(None) == len(values):  # a column most events leave empty (collectives, ...)
+            return np.full(len(values), -1, dtype=np.int32)
         index = self.index
         # dict.fromkeys keeps first-sight order at C speed; only new values get a code here.
         for value in dict.fromkeys(values):

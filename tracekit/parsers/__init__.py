@@ -21,11 +21,12 @@ def sniff(path: str) -> str:
     raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
 
 
-def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace | ColumnTrace:
+def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None) -> Trace | ColumnTrace:
     """The trace's tables in the form its parser builds: numpy columns for Kineto JSON (no
     pandas: see tables.py), DataFrames for Nsight Systems. `progress(done, total)`, if given,
     follows the events read (JSON traces). `workers`: processes that decode one large JSON
-    trace (default: the cores available; 1: none)."""
+    trace (default: the cores available; 1: none). `meanwhile()`: called once while worker
+    processes decode, if they do (see kineto_parallel.py)."""
     path = check_readable(path)
     fmt = sniff(path)
     if fmt == "nsys":
@@ -34,7 +35,7 @@ def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = N
         return parse_nsys(path)
     from tracekit.parsers.kineto import parse_kineto
 
-    return parse_kineto(path, progress, workers)
+    return parse_kineto(path, progress, workers, meanwhile)
 
 
 def parse(path: str | os.PathLike, progress=None, workers: int | None = None) -> Trace:

@@ -91,25 +91,34 @@ def _number(value: Any) -> float:
 
 def _metadata_costs(args: list[Any]) -> dict[str, np.ndarray]:
     """Inductor's `kernel_flop` / `kernel_num_gb` (GB = 1e9 bytes) as FLOPs and bytes; a value
-    that is not a finite, non-negative number is unknown (NaN), not zero."""
-    flops = np.array([_number(a.kernel_flop) for a in args], dtype=np.float64)
-    nbytes = np.array([_number(a.kernel_num_gb) for a in args], dtype=np.float64) * 1e9
-    with np.errstate(invalid="ignore"):
-        flops[~(np.isfinite(flops) & (flops >= 0))] = np.nan
-        nbytes[~(np.isfinite(nbytes) & (nbytes >= 0))] = np.nan
-    return {"meta_flops": flops, "meta_bytes": nbytes}
+    that is not a finite, non-negative number is unknown (NaN), not zero. Most events carry
+    neither: only the few that do are looked at one by one."""
+    return {"meta_flops": _finite_column(list(map(attrgetter("kernel_flop"), args))),
+            "meta_bytes": _finite_column(list(map(attrgetter("kernel_num_gb"), args))) * 1e9}
 
 
-def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None) -> ColumnTrace:
+def _finite_column(values: list[Any]) -> np.ndarray:
+    out = np.full(len(values), np.nan)
+    if values.count(None) == len(values):
+        return out
+    for i in np.flatnonzero(np.array([v is not None for v in values], dtype=bool)):
+        number = _number(values[i])
+        out[i] = number if number >= 0 else np.nan  # NaN stays NaN; -x and inf (>= 1e30 is NaN already) too
+    return out
+
+
+def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, workers: int | None = None,
+                 meanwhile: Callable[[], None] | None = None) -> ColumnTrace:
     """The trace's tables as numpy columns (tables.py: no pandas here or in the workers).
     `progress(done, total)` is called as chunks of events are read, for a progress bar.
     `workers`: processes to decode a large trace with (default: the cores available; see
-    kineto_parallel.py); 1 reads it in this process."""
+    kineto_parallel.py); 1 reads it in this process. `meanwhile()`: called once while the
+    workers decode, for work that needs no trace (importing the next stages)."""
     source = read_source(path)
     if workers != 1:
         from tracekit.parsers.kineto_parallel import parse_parallel
 
-        trace = parse_parallel(path, source, workers, progress)
+        trace = parse_parallel(path, source, workers, progress, meanwhile)
         if trace is not None:
             return trace
     document = decode_document(path, source.data)

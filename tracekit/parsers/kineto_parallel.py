@@ -40,7 +40,7 @@ MIN_PARALLEL_BYTES = 32 << 20
 # on the machine does not hold up the rest; each is decoded in sub-chunks of SUB_BYTES so a
 # worker's memory stays bounded by what it keeps (columns), not by what it decodes.
 PIECES_PER_WORKER = 4
-MIN_PIECE_BYTES = 16 << 20
+MIN_PIECE_BYTES = 8 << 20
 SUB_BYTES = 24 << 20
 
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
@@ -67,7 +67,8 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def parse_parallel(path: str, source: Source, workers: int | None, progress: Callable[[int, int], None] | None) -> ColumnTrace | None:
+def parse_parallel(path: str, source: Source, workers: int | None, progress: Callable[[int, int], None] | None,
+                   meanwhile: Callable[[], None] | None = None) -> ColumnTrace | None:
     """The trace read by `workers` processes (default: the cores available), or None when the
     serial parser should read it (too small to gain, one worker, or anything unexpected)."""
     global _data
@@ -81,13 +82,15 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     if head is None:
         return None
     first = head.end()
-    n = max(1, min(workers * PIECES_PER_WORKER, (len(data) - first) // MIN_PIECE_BYTES))
-    # The last piece, whose end (the array's `]`) its worker finds, is kept small.
-    targets = [first + (len(data) - SUB_BYTES - first) * i // n for i in range(1, n)] + [len(data) - SUB_BYTES]
+    # Equal pieces, the same number for every worker: with fewer pieces than workers, or a
+    # last piece larger than the rest, one worker would still be decoding while the others wait.
+    per_worker = max(1, min(PIECES_PER_WORKER, (len(data) - first) // (workers * MIN_PIECE_BYTES)))
+    n = workers * per_worker
+    targets = [first + (len(data) - first) * i // n for i in range(1, n)]
     pieces = cut(data, first, len(data), targets)
     _data = data
     try:
-        results = _run(pieces, workers, progress, len(data) - first)
+        results = _run(pieces, workers, progress, len(data) - first, meanwhile)
     finally:
         _data = None
     if results is None:
@@ -109,7 +112,7 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     return trace
 
 
-def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int) -> list | None:
+def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, meanwhile=None) -> list | None:
     try:
         context = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: the workers could not share the mapped file
@@ -119,6 +122,8 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int) -> l
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context) as pool:
             futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
+            if meanwhile is not None:  # this process is idle until the pieces come back
+                meanwhile()
             for future in as_completed(futures):
                 result = future.result()
                 if result is None:
