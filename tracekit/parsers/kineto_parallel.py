@@ -86,7 +86,10 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     # last piece larger than the rest, one worker would still be decoding while the others wait.
     per_worker = max(1, min(PIECES_PER_WORKER, (len(data) - first) // (workers * MIN_PIECE_BYTES)))
     n = workers * per_worker
-    targets = [first + (len(data) - first) * i // n for i in range(1, n)]
+    # The piece with the array's end is decoded whole (a copy) to find its `]`: a small extra
+    # piece, so that copy stays small too.
+    tail = min(SUB_BYTES, (len(data) - first) // (4 * n))
+    targets = [first + (len(data) - first) * i // n for i in range(1, n)] + [len(data) - tail]
     pieces = cut(data, first, len(data), targets)
     _data = data
     try:
