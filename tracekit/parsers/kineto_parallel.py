@@ -33,9 +33,9 @@ from tracekit.tables import ColumnTrace
 
 # Below this many bytes of JSON the serial parser wins: forking the workers and joining
 # their columns costs about what the second core saves. Measured on a 2-core machine
-# (benchmarks/bench_speed.py --crossover, CPU time on the critical path): 20 MB 0.18 s
-# serial vs 0.14 s with 2 workers, 55 MB 0.48 vs 0.29 s, 150 MB 1.18 vs 0.66 s.
-MIN_PARALLEL_BYTES = 32 << 20
+# (parse alone, 2 workers forced, median of 6 interleaved runs): 10 MB 0.086 s serial vs
+# 0.089 s with 2 workers, 20 MB 0.113 vs 0.087 s, 55 MB 0.371 vs 0.193 s.
+MIN_PARALLEL_BYTES = 16 << 20
 # Pieces handed to the workers: several per worker, so that a worker slowed by other load
 # on the machine does not hold up the rest; each is decoded in sub-chunks of SUB_BYTES so a
 # worker's memory stays bounded by what it keeps (columns), not by what it decodes.
