@@ -394,6 +394,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("tracekit: aborted", err=True)
         sys.exit(130)
     except BrokenPipeError:
+        # The reader went away (`| head`): done, quietly. stdout is pointed at /dev/null so
+        # that the interpreter's last flush of the unwritten rest does not fail again (exit 1).
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     except Exception as exc:  # a bug in tracekit, not in the input
         if debug:
