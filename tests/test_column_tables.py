@@ -1,0 +1,88 @@
+"""The Kineto parser's numpy column tables (tracekit/tables.py) and the pandas-free `info`.
+
+The column tables are what `tracekit info` reads; the DataFrames of `tracekit.load` are
+built from them after linking. Both forms must say the same thing about every trace, and
+`info` must not pay for importing pandas.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracekit
+from tracekit.api import scan
+from tracekit.inventory import inventory
+from tracekit.tables import Coded, ColumnTrace, Interner
+
+SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+KINETO = sorted((SHARED / "torch").glob("*.json.gz"))
+NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
+
+
+@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+def test_column_tables_are_the_trace(path):
+    tables = scan(path)
+    assert isinstance(tables, ColumnTrace)
+    frames = tables.to_trace()
+    loaded = tracekit.load(path)
+    for name in ("kernels", "launches", "ops", "ranges"):
+        pd.testing.assert_frame_equal(getattr(frames, name), getattr(loaded, name), check_exact=True, obj=name)
+    # info from the column tables is info from the DataFrames
+    assert inventory(tables, top=20) == inventory(loaded, top=20)
+
+
+def test_column_inventory_counts_match_the_raw_file():
+    path = SHARED / "torch" / "h100_qwen1.5-0.5b_hf_inference.json.gz"
+    with gzip.open(path, "rt") as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    inv = inventory(scan(path), top=3)
+    assert inv["counts"]["kernels"] == len(kernels)
+    assert inv["counts"]["ops"] == sum(e.get("cat") == "cpu_op" for e in events)
+    # the top kernel's time: the sum of its durations in the file (us -> ns, rounded per event)
+    by_name: dict[str, float] = {}
+    for e in kernels:
+        by_name[e["name"]] = by_name.get(e["name"], 0) + e["dur"] * 1000
+    name, total = max(by_name.items(), key=lambda kv: kv[1])
+    assert inv["top_kernels"][0]["name"] == name
+    assert abs(inv["top_kernels"][0]["time_ns"] - total) <= sum(e["name"] == name for e in kernels)
+
+
+@pytest.mark.parametrize("path", NSYS[:1], ids=lambda p: p.name)
+def test_nsys_traces_are_scanned_as_dataframes(path):
+    trace = scan(path)  # the nsys parser builds DataFrames; linking reads them the same way
+    assert not isinstance(trace, ColumnTrace)
+    assert inventory(trace) == inventory(tracekit.load(path))
+
+
+def test_info_does_not_import_pandas(tmp_path):
+    path = SHARED / "torch" / "h100_qwen1.5-0.5b_hf_inference.json.gz"
+    code = ("import sys\nfrom tracekit.cli import main\ntry:\n    main(['info', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+            "print('PANDAS' if 'pandas' in sys.modules else 'NO PANDAS', file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert "top kernels" in result.stdout.lower() or "kernels" in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "NO PANDAS"
+
+
+def test_interner_codes_in_order_of_first_sight_with_none_missing():
+    interner = Interner()
+    assert interner.codes(["b", None, "a", "b"]).tolist() == [0, -1, 1, 0]
+    assert interner.codes([None, None]).tolist() == [-1, -1]
+    assert interner.codes(["c", "a"]).tolist() == [2, 1]
+    assert interner.values == ["b", "a", "c"]
+
+
+def test_coded_without_unused_keeps_label_order():
+    coded = Coded(np.array([2, -1, 2, 0], dtype=np.int32), ["x", "y", "z"])
+    kept = coded.without_unused()
+    assert kept.labels == ["x", "z"]
+    assert kept.codes.tolist() == [1, -1, 1, 0]
+    assert coded.where(lambda label: label in ("y", "z")).tolist() == [True, False, True, False]
