@@ -24,17 +24,21 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
-from tracekit.column_text import as_text as text_of
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
 
 
 def identical_signatures(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(name + launch configuration, name alone) codes per kernel."""
-    name = pd.factorize(text_of(k["name"]))[0]
-    full = pd.MultiIndex.from_arrays([name, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"], k["block_y"]])
-    return pd.factorize(full)[0], name
+    """(name + launch configuration, name alone) codes per kernel: equal codes, identical kernels."""
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    name = names.cat.codes.to_numpy().astype(np.int64)
+    full = np.zeros(len(k), dtype=np.int64)
+    for column in (name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y"))):
+        values = np.unique(column, return_inverse=True)[1].reshape(-1)
+        # mixed radix, renumbered after each column so the code never overflows
+        full = np.unique(full * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
+    return full, name
 
 
 def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tuple[np.ndarray, np.ndarray],
@@ -48,15 +52,19 @@ def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tu
     if not todo.any() or not donors.any():
         return labels
     out = labels.copy()
+    label_code, label_text = pd.factorize(labels)
     for sig, rows in ((signatures[0], todo & grid_known), (signatures[1], todo & ~grid_known)):
         if not rows.any():
             continue
-        frame = pd.DataFrame({"sig": sig[donors], "label": labels[donors]})
-        per_sig = frame.groupby("sig")["label"].agg(["nunique", "first"])
-        unanimous = per_sig.loc[per_sig["nunique"] == 1, "first"]
-        found = pd.Series(sig[rows]).map(unanimous).to_numpy()
-        has = pd.notna(found)
-        out[np.flatnonzero(rows)[has]] = found[has]
+        sig = sig - int(sig.min())  # name codes start at -1 (no name)
+        # per signature: the smallest and largest donor label; one label when they agree
+        lowest = np.full(int(sig.max()) + 1, len(label_text), dtype=np.int64)
+        highest = np.full(int(sig.max()) + 1, -1, dtype=np.int64)
+        np.minimum.at(lowest, sig[donors], label_code[donors])
+        np.maximum.at(highest, sig[donors], label_code[donors])
+        wanted = np.flatnonzero(rows)
+        unanimous = (highest[sig[wanted]] >= 0) & (lowest[sig[wanted]] == highest[sig[wanted]])
+        out[wanted[unanimous]] = np.asarray(label_text, dtype=object)[lowest[sig[wanted[unanimous]]]]
     return out
 
 
