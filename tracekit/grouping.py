@@ -102,15 +102,24 @@ class Groups:
         return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.n)
 
 
+def combine(columns: list[np.ndarray]) -> np.ndarray:
+    """Per row, a code for its combination of values in `columns` (integer arrays of one
+    length): equal combinations, equal codes; codes are 0..m-1 in sorted order."""
+    combined = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    for column in columns:
+        values = np.unique(column, return_inverse=True)[1].reshape(-1)
+        # mixed radix, renumbered after each column so the code never overflows
+        combined = np.unique(combined * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
+    return combined
+
+
 def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
     """Number the distinct combinations of `keys` in order of first appearance. With
     `dropna`, rows with a missing key belong to no group (pandas' default)."""
-    combined = np.zeros(n_rows, dtype=np.int64)
+    combined = combine([codes for codes, _ in keys]) if keys else np.zeros(n_rows, dtype=np.int64)
     missing = np.zeros(n_rows, dtype=bool)
     for codes, _ in keys:
         missing |= codes < 0
-        # Mixed radix, renumbered after each key so the combined code never overflows.
-        combined = np.unique(combined * (int(codes.max(initial=-1)) + 2) + (codes + 1), return_inverse=True)[1].reshape(-1)
     rows = np.flatnonzero(~missing) if dropna else np.arange(n_rows)
     group = np.full(n_rows, -1, dtype=np.int64)
     if not len(rows):

@@ -39,7 +39,7 @@ def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device | None, 
         peak[np.asarray(rows)] = value if value else np.nan
     bandwidth = np.full(len(kernels), device.bandwidth)
     bandwidth[kind == "comm"] = device.interconnect if device.interconnect else np.nan
-    host = kernels["copy_kind"].astype(str).isin(["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]).to_numpy()
+    host = kernels["copy_kind"].isin(["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]).to_numpy()
     bandwidth[host] = device.host_link_gbps * 1e9
 
     # No FLOPs needs no compute peak; FLOPs without a peak for their dtype leave t_min unknown.

@@ -23,6 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
@@ -33,11 +34,7 @@ def identical_signatures(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """(name + launch configuration, name alone) codes per kernel: equal codes, identical kernels."""
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
     name = names.cat.codes.to_numpy().astype(np.int64)
-    full = np.zeros(len(k), dtype=np.int64)
-    for column in (name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y"))):
-        values = np.unique(column, return_inverse=True)[1].reshape(-1)
-        # mixed radix, renumbered after each column so the code never overflows
-        full = np.unique(full * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
+    full = combine([name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y"))])
     return full, name
 
 

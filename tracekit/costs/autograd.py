@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.column_text import as_text
+
 CONV_FORWARD = {"aten::cudnn_convolution", "aten::miopen_convolution", "aten::_convolution", "aten::convolution"}
 CONV_BACKWARD_INPUT = {"aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input"}
 CONV_BACKWARD_WEIGHT = {"aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight"}
@@ -35,7 +37,8 @@ def _sequence_owner(ops: pd.DataFrame) -> np.ndarray:
 def conv_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
     """op row -> sizes taken from its autograd partner: output_shape for a forward
     convolution, input_size / weight_size for a backward one."""
-    names = ops["name"].astype(str).to_numpy()
+    names = as_text(ops["name"])  # text per distinct name, not an Arrow string per row
+    names[names == None] = "nan"  # noqa: E711  (what astype(str) made of a missing name)
     wanted = np.isin(names, list(CONV_FORWARD | CONV_BACKWARD_INPUT | CONV_BACKWARD_WEIGHT))
     if not wanted.any() or "sequence" not in ops or (ops["sequence"] < 0).all():
         return {}
