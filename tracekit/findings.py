@@ -161,8 +161,8 @@ def _gaps(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
         launches = a.trace.launches
         row = k["launch"].to_numpy()
         launch_start = np.where(row >= 0, launches["start"].to_numpy()[np.maximum(row, 0)], -1)
-        names = launches["name"].astype(str)
-        is_sync = names.str.contains(SYNC_API).to_numpy(dtype=bool)
+        name = key_of(launches["name"], missing="nan")  # one search per distinct call name
+        is_sync = np.array([bool(SYNC_API.search(str(n))) for n in name[1]], dtype=bool)[name[0]]
         sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
     return idle_gaps(k, launch_start, sync_calls, windows)
 
@@ -190,8 +190,13 @@ def _short_kernels(a) -> dict[str, Any]:
     is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0) & ~k["graph_launch"].to_numpy(dtype=bool)
     call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
     short = is_kernel & (k["duration_ns"].to_numpy() < call)
-    names = k["name"].astype(str).to_numpy()[short]
-    top = pd.Series(k["duration_ns"].to_numpy()[short]).groupby(names).agg(["size", "sum"]).sort_values("size", ascending=False).head(5)
+    name = key_of(k["name"], missing="nan")
+    groups = group_rows([(name[0][short], name[1])], int(short.sum()), dropna=False)
+    names = label_column((name[0][short], name[1]), groups.first)
+    # by name first (groupby's order), so that equal counts rank as they always did
+    order = sorted(range(groups.n), key=lambda i: names[i])
+    top = pd.DataFrame({"size": groups.size[order], "sum": groups.sum(k["duration_ns"].to_numpy()[short])[order]},
+                       index=names[order]).sort_values("size", ascending=False).head(5)
     return {"count": int(short.sum()), "time_ns": float(k["duration_ns"].to_numpy()[short].sum()),
             "launch_ns": float(call[short].sum()), "kernels": int(is_kernel.sum()),
             "top": [{"name": n, "count": int(r["size"]), "time_ns": float(r["sum"])} for n, r in top.iterrows()]}
@@ -242,8 +247,12 @@ def headline(a, f: Findings) -> list[str]:
     modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
     covered = float(c.get("modeled_share") or 0.0)
     if modeled.any() and covered > 0:
-        t = pd.Series(k["duration_ns"].to_numpy(dtype=float)[modeled])
-        by_bound = t.groupby(k["bound"].astype(str).to_numpy()[modeled]).sum().sort_values(ascending=False) / t.sum()
+        t = k["duration_ns"].to_numpy(dtype=float)[modeled]
+        bound = key_of(k["bound"], missing="nan")
+        time_by_bound = np.bincount(bound[0][modeled] + 1, weights=t, minlength=len(bound[1]))  # code -1 (missing) first
+        present = np.bincount(bound[0][modeled] + 1, minlength=len(bound[1])) > 0
+        labels = np.r_[bound[1][-1:], bound[1][:-1]]
+        by_bound = pd.Series(time_by_bound[present], index=labels[present]).sort_index().sort_values(ascending=False) / t.sum()
         names = {"comm": "interconnect"}
         parts = [f"{_pct(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
         if parts:
