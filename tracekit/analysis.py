@@ -202,15 +202,11 @@ def shape_key(dims: np.ndarray, op_rows: np.ndarray, text=_shapes) -> Key:
     Made once per distinct op row, and once per distinct input list: parsers intern equal
     inputs, so calls with the same shapes share one list object."""
     distinct, inverse = np.unique(op_rows, return_inverse=True)
-    by_object: dict[int, str] = {}
-    texts = []
-    for d in dims[distinct]:
-        t = by_object.get(id(d))
-        if t is None:
-            t = by_object[id(d)] = text(d)
-        texts.append(t)
-    codes, labels = key_of(texts)
-    return codes[inverse.reshape(-1)], labels
+    objects = dims[distinct]
+    ids, first, per_row = np.unique(np.fromiter(map(id, objects), dtype=np.int64, count=len(objects)),
+                                    return_index=True, return_inverse=True)
+    codes, labels = key_of([text(d) for d in objects[first]])
+    return codes[per_row.reshape(-1)][inverse.reshape(-1)], labels
 
 
 OP_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
