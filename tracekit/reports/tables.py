@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pandas as pd
+
 from tracekit.analysis import Analysis, top_kernels
+from tracekit.grouping import key_of
 from tracekit.names import demangle, labels
 from tracekit.reports.format import duration, percent, si
 
@@ -61,7 +64,10 @@ class Labels:
     """Short, unique labels for the kernel names of one analysis."""
 
     def __init__(self, a: Analysis):
-        names = a.kernels["name"].astype(str).unique() if len(a.kernels) else []
+        names = []
+        if len(a.kernels):  # distinct names in order of appearance (labels number equal ones in that order)
+            codes, text = key_of(a.kernels["name"], missing="nan")
+            names = text[pd.unique(codes)]
         self.map = labels(names)
 
     def __call__(self, name: str) -> Named:
