@@ -147,29 +147,27 @@ def kernel_rollup(columns: dict[str, np.ndarray], keys: dict[str, Key], extra: d
     from each group's first kernel."""
     time, bound = columns["time"], columns["bound"]
     groups = group_rows(list(keys.values()), len(time))
-    g = pd.DataFrame({
-        **{name: label_column(key, groups.first) for name, key in keys.items()},
-        "count": groups.size, "time_ns": groups.sum(time),
-        "flops": groups.known_sum(columns["flops"]), "bytes": groups.known_sum(columns["bytes"]),
-        "t_min_ns": groups.known_sum(columns["t_min_ns"]), "t_min_sustained_ns": groups.known_sum(columns["t_min_sustained_ns"]),
-        "costed_ns": groups.sum(time, ~np.isnan(columns["flops"])), "roofed_ns": groups.sum(time, ~np.isnan(columns["t_min_ns"])),
-        **{f"{b}_ns": groups.sum(time, bound == b) for b in BOUNDS},
-        **{name: groups.sum(np.asarray(values)) for name, values in (extra or {}).items()},
-    })
-    for name, values in (firsts or {}).items():
-        g[name] = np.asarray(values)[groups.first]
-    costed_ns = g["costed_ns"].where(g["costed_ns"] > 0)
-    roofed_ns = g["roofed_ns"].where(g["roofed_ns"] > 0)
-    g["coverage"] = covered(g["costed_ns"], g["time_ns"])
+    count, total = groups.size, groups.sum(time)
+    flops, nbytes = groups.known_sum(columns["flops"]), groups.known_sum(columns["bytes"])
+    t_min, t_min_sustained = groups.known_sum(columns["t_min_ns"]), groups.known_sum(columns["t_min_sustained_ns"])
+    costed_ns, roofed_ns = groups.sum(time, ~np.isnan(columns["flops"])), groups.sum(time, ~np.isnan(columns["t_min_ns"]))
+    by_bound = {b: groups.sum(time, bound == b) for b in BOUNDS}
     # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
-    g["achieved_tflops"] = g["flops"] / costed_ns / 1e3
-    g["achieved_tbps"] = g["bytes"] / costed_ns / 1e3
-    g["intensity"] = g["flops"] / g["bytes"].where(g["bytes"] > 0)
-    g["efficiency"] = g["t_min_ns"] / roofed_ns
-    g["efficiency_sustained"] = g["t_min_sustained_ns"] / roofed_ns
-    g["bound"] = majority_bound({b: g[f"{b}_ns"] for b in BOUNDS}, g["roofed_ns"])
-    g = mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
-    return g.drop(columns=["costed_ns", "roofed_ns", *(f"{b}_ns" for b in BOUNDS)])
+    costed_or_nan = np.where(costed_ns > 0, costed_ns, np.nan)
+    roofed_or_nan = np.where(roofed_ns > 0, roofed_ns, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = pd.DataFrame({
+            **{name: label_column(key, groups.first) for name, key in keys.items()},
+            "count": count, "time_ns": total, "flops": flops, "bytes": nbytes, "t_min_ns": t_min, "t_min_sustained_ns": t_min_sustained,
+            **{name: groups.sum(np.asarray(values)) for name, values in (extra or {}).items()},
+            **{name: np.asarray(values)[groups.first] for name, values in (firsts or {}).items()},
+            "coverage": covered(costed_ns, total),
+            "achieved_tflops": flops / costed_or_nan / 1e3, "achieved_tbps": nbytes / costed_or_nan / 1e3,
+            "intensity": flops / np.where(nbytes > 0, nbytes, np.nan),
+            "efficiency": t_min / roofed_or_nan, "efficiency_sustained": t_min_sustained / roofed_or_nan,
+            "bound": majority_bound(by_bound, roofed_ns),
+        })
+    return mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
 
 
 BOUNDS = ("compute", "memory", "comm")
