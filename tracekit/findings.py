@@ -98,20 +98,14 @@ def _without_scalars(dims) -> str:
 
 
 def _shapes(a) -> Key:
-    """Per kernel: a code for its op's input shapes ("" for a kernel without an op)."""
-    k = a.kernels
-    op = k["op"].to_numpy()
-    codes = np.zeros(len(k), dtype=np.int64)
-    if a.trace is None or not len(a.trace.ops):
-        return codes, np.array(["", None], dtype=object)
+    """Per kernel: a code for its op's input shapes (-1 for a kernel without an op: those
+    are not ranked by op)."""
+    op = a.kernels["op"].to_numpy()
     linked = op >= 0
-    if not linked.any():
-        return codes, np.array(["", None], dtype=object)
-    linked_codes, labels = shape_key(a.trace.ops["input_dims"].to_numpy(), op[linked], _without_scalars)
-    codes[~linked] = len(labels) - 1
-    codes[linked] = linked_codes
-    # code len(labels) - 1 was the `missing` slot: it now labels the kernels without an op
-    labels = np.append(labels[:-1], ["", None]).astype(object)
+    if a.trace is None or not len(a.trace.ops) or not linked.any():  # no shapes recorded: ""
+        return np.zeros(len(op), dtype=np.int64), np.array(["", None], dtype=object)
+    codes = np.full(len(op), -1, dtype=np.int64)
+    codes[linked], labels = shape_key(a.trace.ops["input_dims"].to_numpy(), op[linked], _without_scalars)
     return codes, labels
 
 
