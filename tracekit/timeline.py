@@ -63,7 +63,7 @@ def union(intervals: np.ndarray) -> np.ndarray:
     return np.column_stack([iv[new, 0], np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))])
 
 
-def _covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
+def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the (merged) window intervals that lies before each time t."""
     if not len(window):
         return np.zeros(len(t), dtype=np.int64)
@@ -114,7 +114,7 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         if not len(gap):
             continue
         g_start, g_end, nxt = g_start[gap], g_end[gap], nxt[gap]
-        idle = _covered_before(window, g_end) - _covered_before(window, g_start)
+        idle = covered_before(window, g_end) - covered_before(window, g_start)
         synced = np.searchsorted(sync_end, g_start, side="left") < np.searchsorted(sync_end, g_end, side="right")
         launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
         late = (launched >= 0) & (launched > g_start)
