@@ -96,11 +96,15 @@ def _copies(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
 
 def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
     has_meta = k["collective"].notna().to_numpy() & (kind == "kernel")
-    for row in np.flatnonzero(has_meta):
-        cost = kernel_collective_cost(
-            str(k["collective"].iat[row]), int(k["coll_in_elems"].iat[row]), int(k["coll_out_elems"].iat[row]),
-            str(k["coll_dtype"].iat[row]) if pd.notna(k["coll_dtype"].iat[row]) else None, int(k["coll_group_size"].iat[row]),
-        )
+    rows = np.flatnonzero(has_meta)
+    if not len(rows):
+        return
+    # the fields as plain arrays, read once (not one pandas lookup per field per kernel)
+    name, in_elems, out_elems, dtype, group_size = (k[c].to_numpy()[rows] for c in (
+        "collective", "coll_in_elems", "coll_out_elems", "coll_dtype", "coll_group_size"))
+    for i, row in enumerate(rows.tolist()):
+        cost = kernel_collective_cost(str(name[i]), int(in_elems[i]), int(out_elems[i]),
+                                      str(dtype[i]) if pd.notna(dtype[i]) else None, int(group_size[i]))
         if cost is not None:
             _set(out, np.array([row]), cost, 1.0, "collective metadata")
 

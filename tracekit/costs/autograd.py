@@ -37,9 +37,12 @@ def _sequence_owner(ops: pd.DataFrame) -> np.ndarray:
 def conv_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
     """op row -> sizes taken from its autograd partner: output_shape for a forward
     convolution, input_size / weight_size for a backward one."""
-    names = as_text(ops["name"])  # text per distinct name, not an Arrow string per row
+    convolutions = CONV_FORWARD | CONV_BACKWARD_INPUT | CONV_BACKWARD_WEIGHT
+    cat = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
+    # one test per distinct name, and text per distinct name (not an Arrow string per row)
+    wanted = np.array([str(c) in convolutions for c in cat.cat.categories] + [False])[cat.cat.codes.to_numpy()]
+    names = as_text(cat)
     names[names == None] = "nan"  # noqa: E711  (what astype(str) made of a missing name)
-    wanted = np.isin(names, list(CONV_FORWARD | CONV_BACKWARD_INPUT | CONV_BACKWARD_WEIGHT))
     if not wanted.any() or "sequence" not in ops or (ops["sequence"] < 0).all():
         return {}
     owner = _sequence_owner(ops)
