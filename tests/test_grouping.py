@@ -121,3 +121,51 @@ def test_top_kernels_against_a_groupby_of_the_raw_trace():
     known = top["flops"].notna()
     assert known.sum() > 5
     assert (top["flops"][known] == by_name["flops"].reindex(top.index)[known]).all()  # exactly
+
+
+def _walk(rows, gemm, activation, attention, pos, step, window):
+    """The layer-pattern rule kernel by kernel (the loop layer_pattern replaced): the first
+    activation / attention kernel within `window` non-GEMM kernels, skipping the GEMMs right
+    next to `pos` but stopping at a GEMM further away."""
+    i, seen, in_run = pos + step, 0, True
+    while 0 <= i < len(rows) and seen < window:
+        if gemm[i]:
+            if not in_run:
+                return None
+        else:
+            in_run = False
+            seen += 1
+            if activation[rows[i]]:
+                return "activation"
+            if attention[rows[i]]:
+                return "attention"
+        i += step
+    return None
+
+
+def test_layer_pattern_matches_a_kernel_by_kernel_walk():
+    from tracekit.attribution.inference import WINDOW, layer_pattern
+
+    rng = np.random.default_rng(11)
+    kinds = np.array(["gemm", "attention", "elementwise", "norm"], dtype=object)
+    for _ in range(30):
+        n = int(rng.integers(1, 120))
+        kernel_class = kinds[rng.choice(4, n, p=[0.4, 0.1, 0.3, 0.2])]
+        act = rng.random(n) < 0.15
+        names = np.where(act, "silu_kernel", "other_kernel")
+        k = pd.DataFrame({"name": pd.Categorical(names), "device": rng.integers(0, 2, n).astype(np.int32),
+                          "stream": rng.integers(7, 9, n), "start": rng.permutation(n).astype(np.int64)})
+        block = np.where(rng.random(n) < 0.8, "other", "norm").astype(object)
+        expected = block.copy()
+        order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
+        is_gemm = kernel_class == "gemm"
+        activation, attention = act & ~is_gemm, kernel_class == "attention"
+        for lane in {(d, s) for d, s in zip(k["device"], k["stream"])}:
+            rows = order[(k["device"].to_numpy()[order] == lane[0]) & (k["stream"].to_numpy()[order] == lane[1])]
+            for pos in np.flatnonzero(is_gemm[rows] & (block[rows] == "other")):
+                seen = {_walk(rows, is_gemm[rows], activation, attention, pos, step, WINDOW) for step in (1, -1)}
+                if "activation" in seen:
+                    expected[rows[pos]] = "ffn"
+                elif "attention" in seen:
+                    expected[rows[pos]] = "attention"
+        assert layer_pattern(k, kernel_class, block).tolist() == expected.tolist()
