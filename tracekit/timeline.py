@@ -35,17 +35,30 @@ def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> p
     after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span."""
     if not len(kernels):
         return pd.DataFrame(columns=DEVICE_COLUMNS)
-    frame = pd.DataFrame({"device": kernels["device"].to_numpy(), "busy_ns": exclusive,
-                          "kernel_time_ns": (kernels["end"] - kernels["start"]).to_numpy(),
-                          "start": kernels["start"].to_numpy(), "end": kernels["end"].to_numpy()})
-    per = frame.groupby("device").agg(busy_ns=("busy_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"),
-                                      active_start_ns=("start", "min"), active_end=("end", "max")).reset_index()
+    # per device (sorted), with integer sums, minima and maxima: exact in any order
+    devices, device = np.unique(kernels["device"].to_numpy(), return_inverse=True)
+    device = device.reshape(-1)
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    active_start = np.full(len(devices), np.iinfo(np.int64).max)
+    active_end = np.full(len(devices), np.iinfo(np.int64).min)
+    np.minimum.at(active_start, device, start)
+    np.maximum.at(active_end, device, end)
+    per = pd.DataFrame({
+        "device": devices, "busy_ns": _int_sums(device, exclusive, len(devices)),
+        "kernel_time_ns": _int_sums(device, end - start, len(devices)), "active_start_ns": active_start, "active_end": active_end,
+    })
     per["active_ns"] = per["active_end"] - per["active_start_ns"]
     per["idle_ns"] = per["active_ns"] - per["busy_ns"]
     per["span_ns"] = span_ns
     per["idle_span_ns"] = span_ns - per["busy_ns"]
     per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
     return per[DEVICE_COLUMNS]
+
+
+def _int_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, np.asarray(values, dtype=np.int64))
+    return out
 
 
 # -- GPU idle time, split by its cause (in the style of HolisticTraceAnalysis' idle-time breakdown)
