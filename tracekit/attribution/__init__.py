@@ -13,8 +13,8 @@ import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
-from tracekit.intervals import NO_ROW
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
+from tracekit.intervals import NO_ROW
 from tracekit.trace import Trace
 
 __all__ = ["attribute", "load_rules", "default_rules", "Rules"]
