@@ -15,6 +15,7 @@ from tracekit.steps import kernel_steps, step_table
 from tracekit.timeline import device_time, exclusive_time
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 from tracekit.column_text import as_text as text_of
+from tracekit.grouping import Key, group_rows, key_of, label_column
 from tracekit.roofline import OVER_PEAK, group_efficiency, roofline
 from tracekit.trace import Trace
 from tracekit.unknown import MIN_COVERAGE, covered, known_sum, majority_bound, mask_unknown
@@ -125,44 +126,48 @@ def _collective_summary(c: pd.DataFrame) -> list[dict[str, Any]]:
     return _records(g)
 
 
-def kernel_rollup(k: pd.DataFrame, keys: dict[str, Any], extra: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Group kernels by `keys` (name -> per-kernel values) and sum what rolls up: time,
-    FLOPs, bytes, t_min; derive coverage, achieved rates and efficiency over the time of the
-    kernels with a cost, and the majority bound. Figures from less than half of a group's
-    time are unknown (tracekit.unknown)."""
-    time = k["duration_ns"].to_numpy(dtype=np.float64)
-    costed = k["flops"].notna().to_numpy()
-    roofed = k["t_min_ns"].notna().to_numpy()
-    bound = k["bound"].astype(object).to_numpy()
-    frame = pd.DataFrame({
-        **keys, "time_ns": time, "flops": k["flops"].to_numpy(), "bytes": (k["bytes_read"] + k["bytes_written"]).to_numpy(),
-        "t_min_ns": k["t_min_ns"].to_numpy(), "t_min_sustained_ns": k["t_min_sustained_ns"].to_numpy(),
-        "costed_ns": np.where(costed, time, 0.0), "roofed_ns": np.where(roofed, time, 0.0),
-        **{f"{b}_ns": np.where(bound == b, time, 0.0) for b in BOUNDS},
-    })
-    aggs: dict[str, tuple[str, Any]] = {
-        "count": ("time_ns", "size"), "time_ns": ("time_ns", "sum"),
-        "flops": ("flops", known_sum), "bytes": ("bytes", known_sum),
-        "t_min_ns": ("t_min_ns", known_sum), "t_min_sustained_ns": ("t_min_sustained_ns", known_sum),
-        "costed_ns": ("costed_ns", "sum"), "roofed_ns": ("roofed_ns", "sum"),
-        **{f"{b}_ns": (f"{b}_ns", "sum") for b in BOUNDS},
+def rollup_columns(k: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The per-kernel values kernel_rollup sums, as plain arrays (taken once per table)."""
+    return {
+        "time": k["duration_ns"].to_numpy(dtype=np.float64), "flops": k["flops"].to_numpy(dtype=np.float64),
+        "bytes": (k["bytes_read"] + k["bytes_written"]).to_numpy(dtype=np.float64),
+        "t_min_ns": k["t_min_ns"].to_numpy(dtype=np.float64), "t_min_sustained_ns": k["t_min_sustained_ns"].to_numpy(dtype=np.float64),
+        "bound": k["bound"].astype(object).to_numpy(),
     }
-    for name, values in (extra or {}).items():  # more per-kernel values to sum per group
-        frame[name] = values
-        aggs[name] = (name, "sum")
-    g = frame.groupby(list(keys), sort=False).agg(**aggs).reset_index()
-    costed_ns = g["costed_ns"].where(g["costed_ns"] > 0)
-    roofed_ns = g["roofed_ns"].where(g["roofed_ns"] > 0)
-    g["coverage"] = covered(g["costed_ns"], g["time_ns"])
+
+
+def kernel_rollup(columns: dict[str, np.ndarray], keys: dict[str, Key], extra: dict[str, Any] | None = None,
+                  firsts: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Group kernels by `keys` (column name -> codes and labels, tracekit.grouping) and sum
+    what rolls up (`columns`, from rollup_columns): time, FLOPs, bytes, t_min; derive
+    coverage, achieved rates and efficiency over the time of the kernels with a cost, and
+    the majority bound. Figures from less than half of a group's time are unknown
+    (tracekit.unknown). Rows with a missing key are left out; groups come in order of first
+    appearance. `extra`: more per-kernel values to sum; `firsts`: per-kernel values taken
+    from each group's first kernel."""
+    time, bound = columns["time"], columns["bound"]
+    groups = group_rows(list(keys.values()), len(time))
+    count, total = groups.size, groups.sum(time)
+    flops, nbytes = groups.known_sum(columns["flops"]), groups.known_sum(columns["bytes"])
+    t_min, t_min_sustained = groups.known_sum(columns["t_min_ns"]), groups.known_sum(columns["t_min_sustained_ns"])
+    costed_ns, roofed_ns = groups.sum(time, ~np.isnan(columns["flops"])), groups.sum(time, ~np.isnan(columns["t_min_ns"]))
+    by_bound = {b: groups.sum(time, bound == b) for b in BOUNDS}
     # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
-    g["achieved_tflops"] = g["flops"] / costed_ns / 1e3
-    g["achieved_tbps"] = g["bytes"] / costed_ns / 1e3
-    g["intensity"] = g["flops"] / g["bytes"].where(g["bytes"] > 0)
-    g["efficiency"] = g["t_min_ns"] / roofed_ns
-    g["efficiency_sustained"] = g["t_min_sustained_ns"] / roofed_ns
-    g["bound"] = majority_bound({b: g[f"{b}_ns"] for b in BOUNDS}, g["roofed_ns"])
-    g = mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
-    return g.drop(columns=["costed_ns", "roofed_ns", *(f"{b}_ns" for b in BOUNDS)])
+    costed_or_nan = np.where(costed_ns > 0, costed_ns, np.nan)
+    roofed_or_nan = np.where(roofed_ns > 0, roofed_ns, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = pd.DataFrame({
+            **{name: label_column(key, groups.first) for name, key in keys.items()},
+            "count": count, "time_ns": total, "flops": flops, "bytes": nbytes, "t_min_ns": t_min, "t_min_sustained_ns": t_min_sustained,
+            **{name: groups.sum(np.asarray(values)) for name, values in (extra or {}).items()},
+            **{name: np.asarray(values)[groups.first] for name, values in (firsts or {}).items()},
+            "coverage": covered(costed_ns, total),
+            "achieved_tflops": flops / costed_or_nan / 1e3, "achieved_tbps": nbytes / costed_or_nan / 1e3,
+            "intensity": flops / np.where(nbytes > 0, nbytes, np.nan),
+            "efficiency": t_min / roofed_or_nan, "efficiency_sustained": t_min_sustained / roofed_or_nan,
+            "bound": majority_bound(by_bound, roofed_ns),
+        })
+    return mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
 
 
 BOUNDS = ("compute", "memory", "comm")
@@ -178,7 +183,7 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     bytes, achieved TFLOP/s and TB/s, roofline efficiency over modeled kernels, bound, coverage."""
     if k.empty:
         return pd.DataFrame(columns=BLOCK_COLUMNS)
-    g = kernel_rollup(k, {"phase": text_of(k["phase"]), "block": text_of(k["block"])},
+    g = kernel_rollup(rollup_columns(k), {"phase": key_of(k["phase"]), "block": key_of(k["block"])},
                       extra={"gpu_time_ns": k["exclusive_ns"].to_numpy()})
     g = g.rename(columns={"time_ns": "kernel_time_ns"})
     busy = g["gpu_time_ns"].sum()
@@ -190,36 +195,47 @@ def _shapes(dims: Any) -> str:
     return "" if dims is None else str(dims)
 
 
+def shape_key(dims: np.ndarray, op_rows: np.ndarray, text=_shapes) -> Key:
+    """Per kernel (given its op's row): a code for the text of the op's input shapes.
+    Made once per distinct op row, and once per distinct input list: parsers intern equal
+    inputs, so calls with the same shapes share one list object."""
+    distinct, inverse = np.unique(op_rows, return_inverse=True)
+    objects = dims[distinct]
+    ids, first, per_row = np.unique(np.fromiter(map(id, objects), dtype=np.int64, count=len(objects)),
+                                    return_index=True, return_inverse=True)
+    codes, labels = key_of([text(d) for d in objects[first]])
+    return codes[per_row.reshape(-1)][inverse.reshape(-1)], labels
+
+
 OP_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
 
 
-def _op_work(linked: pd.DataFrame) -> pd.DataFrame:
+def _op_work(columns: dict[str, np.ndarray], cost_source: pd.Series, op: np.ndarray) -> dict[str, np.ndarray]:
     """An op's work is its own cost. When a call has a shape-derived cost, its other
     activities (workspace memsets, layout transposes) add time but no work of their own: a
     convolution's bytes are its tensors', not its tensors' plus cuDNN's workspace fills."""
-    from_shapes = text_of(linked["cost_source"]) == "op shapes"
-    call_has_cost = pd.Series(from_shapes).groupby(linked["op"].to_numpy()).transform("any").to_numpy()
+    from_shapes = (cost_source == "op shapes").to_numpy()
+    call_has_cost = (np.bincount(op, weights=from_shapes, minlength=int(op.max()) + 1) > 0)[op]
     overhead = call_has_cost & ~from_shapes
     if not overhead.any():
-        return linked
-    work = linked.copy()
-    for column in ("flops", "bytes_read", "bytes_written", "t_min_ns", "t_min_sustained_ns"):
-        work[column] = work[column].to_numpy(dtype=np.float64)
-        work.loc[overhead, column] = 0.0
-    work["bound"] = work["bound"].astype(object).where(~overhead, None)
+        return columns
+    work = dict(columns)
+    for column in ("flops", "bytes", "t_min_ns", "t_min_sustained_ns"):
+        work[column] = np.where(overhead, 0.0, columns[column])
+    work["bound"] = np.where(overhead, None, columns["bound"])
     return work
 
 
 def _ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
-    linked = kernels[kernels["op"] >= 0]
-    if linked.empty:
+    linked = np.flatnonzero(kernels["op"].to_numpy() >= 0)
+    if not len(linked):
         return pd.DataFrame(columns=OP_COLUMNS)
-    dims = trace.ops["input_dims"].to_numpy()
-    op_rows = linked["op"].to_numpy()
-    shape_text = {row: _shapes(dims[row]) for row in np.unique(op_rows)}
-    g = kernel_rollup(_op_work(linked), {"op": text_of(linked["op_name"]), "shapes": [shape_text[r] for r in op_rows]})
-    calls = pd.DataFrame({"op": text_of(linked["op_name"]), "shapes": [shape_text[r] for r in op_rows], "row": op_rows})
-    g["calls"] = calls.groupby(["op", "shapes"], sort=False)["row"].nunique().to_numpy()
+    op_rows = kernels["op"].to_numpy()[linked]
+    names, name_labels = key_of(kernels["op_name"])
+    keys = {"op": (names[linked], name_labels), "shapes": shape_key(trace.ops["input_dims"].to_numpy(), op_rows)}
+    columns = {c: v[linked] for c, v in rollup_columns(kernels).items()}
+    g = kernel_rollup(_op_work(columns, kernels["cost_source"].iloc[linked], op_rows), keys)
+    g["calls"] = group_rows(list(keys.values()), len(linked)).nunique(op_rows)
     g = g.rename(columns={"count": "kernels"})
     return g[OP_COLUMNS].sort_values("time_ns", ascending=False).reset_index(drop=True)
 
@@ -263,9 +279,17 @@ def _coverage(k: pd.DataFrame) -> dict[str, Any]:
     modeled = k["flops"].notna().to_numpy()
     total = float(time[is_kernel].sum())
     modeled_time = float(time[is_kernel & modeled].sum())
-    by_source = pd.Series(time[is_kernel & modeled]).groupby(text_of(k["cost_source"])[is_kernel & modeled]).sum()
-    unmodeled = pd.DataFrame({"name": text_of(k["name"]), "reason": text_of(k["unknown_reason"]), "time_ns": time})[is_kernel & ~modeled]
-    top_unmodeled = unmodeled.groupby(["name", "reason"]).agg(time_ns=("time_ns", "sum"), count=("time_ns", "size")).reset_index()
+    source = key_of(k["cost_source"])
+    by_source = _summed_by(source, time, is_kernel & modeled)
+    name, reason = key_of(k["name"]), key_of(k["unknown_reason"])
+    unmodeled = is_kernel & ~modeled
+    groups = group_rows([(name[0][unmodeled], name[1]), (reason[0][unmodeled], reason[1])], int(unmodeled.sum()))
+    rows = np.flatnonzero(unmodeled)[groups.first]
+    names, reasons = label_column(name, rows), label_column(reason, rows)
+    # in the order groupby(sort=True) gives (by name, then reason), so ties sort as they always did
+    order = sorted(range(len(rows)), key=lambda i: (names[i], reasons[i]))
+    top_unmodeled = pd.DataFrame({"name": names[order], "reason": reasons[order],
+                                  "time_ns": groups.sum(time[unmodeled])[order], "count": groups.size[order]})
     top_unmodeled = top_unmodeled.sort_values("time_ns", ascending=False).head(10)
     top_unmodeled["share"] = top_unmodeled["time_ns"] / total if total else np.nan
     with_tmin = is_kernel & k["t_min_ns"].notna().to_numpy()
@@ -289,11 +313,20 @@ def _coverage(k: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _summed_by(key: Key, values: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """{label: sum of values} over the masked rows with a known key, by label (groupby's order)."""
+    codes, labels = key
+    rows = mask & (codes >= 0)
+    sums = np.bincount(codes[rows], weights=values[rows], minlength=len(labels) - 1)
+    present = np.bincount(codes[rows], minlength=len(labels) - 1) > 0
+    return dict(sorted((labels[c], sums[c]) for c in np.flatnonzero(present)))
+
+
 def top_kernels(analysis: Analysis, n: int) -> pd.DataFrame:
     k = analysis.kernels
-    g = kernel_rollup(k, {"name": text_of(k["name"])},
-                      extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)})
-    g["kernel_class"] = k.groupby(text_of(k["name"]), sort=False)["kernel_class"].first().astype(str).to_numpy()
+    g = kernel_rollup(rollup_columns(k), {"name": key_of(k["name"])},
+                      extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)},
+                      firsts={"kernel_class": text_of(k["kernel_class"])})
     total = g["time_ns"].sum()
     g["share"] = g["time_ns"] / total if total else np.nan
     cols = ["name", "kernel_class", "count", "time_ns", "flops", "bytes", "t_min_ns", "t_min_sustained_ns", "over_peak", "share",

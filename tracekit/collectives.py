@@ -18,9 +18,10 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.column_text import as_text
 from tracekit.costs.comm import bus_factor
 from tracekit.costs.dtypes import canonical, element_bytes
-from tracekit.timeline import union
+from tracekit.timeline import covered_before, union
 
 _TYPES = [  # (normalised type, pattern over metadata / kernel / op / range names)
     ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
@@ -58,11 +59,17 @@ def collective_table(analysis) -> pd.DataFrame:
     world = meta.get("world_size")
     groups = {str(g.get("pg_name")): int(g.get("pg_size")) for g in (meta.get("process_groups") or []) if isinstance(g, dict) and g.get("pg_size")}
     ops = trace.ops if trace is not None else None
-    range_names = trace.ranges["name"].astype(str).to_numpy() if trace is not None and len(trace.ranges) else np.array([], dtype=object)
+    range_names = np.array([], dtype=object)
+    if trace is not None and len(trace.ranges):
+        range_names = as_text(trace.ranges["name"])  # text per distinct name, not per range
+        range_names[range_names == None] = "nan"  # noqa: E711  (what astype(str) made of a missing name)
     interconnect = analysis.device.interconnect if analysis.device else float("nan")
+    # Plain arrays, read once: a DataFrame row per kernel (k.loc) costs tens of microseconds.
+    columns = {c: k[c].to_numpy() for c in ("op_name", "range", "collective", "name", "coll_group_size", "coll_in_elems",
+                                            "coll_out_elems", "coll_dtype", "coll_group", "op", "start", "end")}
     rows = []
-    for row in comm:
-        r = k.loc[row]
+    for row, position in zip(comm, k.index.get_indexer(comm)):
+        r = {c: values[position] for c, values in columns.items()}
         op_name = str(r["op_name"]) if isinstance(r["op_name"], str) else None
         enclosing = range_names[r["range"]] if r["range"] >= 0 and len(range_names) else None
         meta_name = str(r["collective"]) if isinstance(r["collective"], str) else None
@@ -116,16 +123,11 @@ def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str 
 
 
 def _intersection(a: np.ndarray, b: np.ndarray) -> int:
-    total, i, j = 0, 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
-        if hi > lo:
-            total += hi - lo
-        if a[i, 1] < b[j, 1]:
-            i += 1
-        else:
-            j += 1
-    return int(total)
+    """Length of the intersection of two sorted, merged interval lists (timeline.union):
+    for each interval of `a`, the length of `b` lying inside it."""
+    if not len(a) or not len(b):
+        return 0
+    return int((covered_before(b, a[:, 1]) - covered_before(b, a[:, 0])).sum())
 
 
 def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
@@ -134,9 +136,9 @@ def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
     rows = []
     is_kernel = (kernels["kind"] == "kernel").to_numpy()
     is_comm = (kernels["block"] == "collective").to_numpy() & is_kernel
+    iv = np.column_stack([kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)])
     for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
         on = kernels["device"].to_numpy() == device
-        iv = kernels[["start", "end"]].to_numpy()
         comm = union(iv[on & is_comm])
         compute = union(iv[on & is_kernel & ~is_comm])
         comm_ns = int((comm[:, 1] - comm[:, 0]).sum()) if len(comm) else 0

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import shape_key
+from tracekit.grouping import Key, group_rows, key_of, label_column
 from tracekit.parsers.launch_api import SYNC_API
 from tracekit.timeline import IDLE_CATEGORIES, idle_gaps, union
 from tracekit.unknown import MIN_COVERAGE
@@ -59,23 +61,28 @@ def compute(a) -> Findings:
     basis, basis_ns = _basis(a)
     if k.empty:
         return Findings(headline=_cpu_headline(a), basis=basis, basis_ns=basis_ns)
-    recoverable = (k["duration_ns"] - k["t_min_sustained_ns"]).clip(lower=0)  # NaN where no cost
-    frame = pd.DataFrame({
-        "time_ns": k["duration_ns"].astype(float), "t_min_ns": k["t_min_sustained_ns"], "recoverable_ns": recoverable,
-        "kernel": k["name"].astype(str), "phase": k["phase"].astype(str), "block": k["block"].astype(str),
-        "op": k["op_name"].astype(object).where(k["op"] >= 0, None), "shapes": _shapes(a),
-    })
+    work = _work(k)
+    op_name = key_of(k["op_name"], missing="nan")
+    linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = _idle_windows(a)
     gaps = _gaps(a, windows)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
     f = Findings(headline=[], basis=basis, basis_ns=basis_ns,
-                 fix_ops=_ranked(frame[frame["op"].notna()], ["op", "shapes"], basis_ns),
-                 fix_kernels=_ranked(frame, ["kernel"], basis_ns),
-                 fix_blocks=_ranked(frame, ["phase", "block"], basis_ns),
+                 fix_ops=_ranked(work, {"op": op_name, "shapes": _shapes(a)}, basis_ns, linked),
+                 fix_kernels=_ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
+                 fix_blocks=_ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
                  short_kernels=_short_kernels(a))
     f.headline = headline(a, f)
     return f
+
+
+def _work(k: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per kernel: time, roofline minimum at sustained bandwidth, and the recoverable rest
+    (never below zero; NaN where the kernel has no cost)."""
+    time = k["duration_ns"].to_numpy(dtype=np.float64)
+    t_min = k["t_min_sustained_ns"].to_numpy(dtype=np.float64)
+    return {"time_ns": time, "t_min_ns": t_min, "recoverable_ns": np.clip(time - t_min, 0, None)}
 
 
 def _basis(a) -> tuple[str, float]:
@@ -85,34 +92,40 @@ def _basis(a) -> tuple[str, float]:
     return "GPU busy time", busy
 
 
-def _shapes(a) -> np.ndarray:
-    k = a.kernels
-    if a.trace is None or not len(a.trace.ops):
-        return np.full(len(k), "", dtype=object)
-    dims = a.trace.ops["input_dims"].to_numpy()
-    op = k["op"].to_numpy()
-    out = np.full(len(k), "", dtype=object)
+def _without_scalars(dims) -> str:
+    # trailing scalar inputs ([]) say nothing of the work
+    return "" if dims is None else re.sub(r"(, \[\])+\]$", "]", str(dims))
+
+
+def _shapes(a) -> Key:
+    """Per kernel: a code for its op's input shapes (-1 for a kernel without an op: those
+    are not ranked by op)."""
+    op = a.kernels["op"].to_numpy()
     linked = op >= 0
-    if linked.any():  # one string per distinct op row, not per kernel
-        rows, inverse = np.unique(op[linked], return_inverse=True)
-        # trailing scalar inputs ([]) say nothing of the work
-        text = np.array(["" if dims[j] is None else re.sub(r"(, \[\])+\]$", "]", str(dims[j])) for j in rows], dtype=object)
-        out[linked] = text[inverse]
-    return out
+    if a.trace is None or not len(a.trace.ops) or not linked.any():  # no shapes recorded: ""
+        return np.zeros(len(op), dtype=np.int64), np.array(["", None], dtype=object)
+    codes = np.full(len(op), -1, dtype=np.int64)
+    codes[linked], labels = shape_key(a.trace.ops["input_dims"].to_numpy(), op[linked], _without_scalars)
+    return codes, labels
 
 
-def _ranked(frame: pd.DataFrame, keys: list[str], basis_ns: float) -> pd.DataFrame:
+def _ranked(work: dict[str, np.ndarray], keys: dict[str, Key], basis_ns: float, rows: np.ndarray | None = None) -> pd.DataFrame:
     """Per group: time, roofline minimum and recoverable time of its kernels with a cost,
     ranked by recoverable time, with its share of the basis and the running total."""
-    costed = frame[frame["t_min_ns"].notna()]
-    if costed.empty:
+    costed = ~np.isnan(work["t_min_ns"]) if rows is None else rows & ~np.isnan(work["t_min_ns"])
+    if not costed.any():
         return pd.DataFrame(columns=FIX_COLUMNS)
-    g = costed.groupby(keys, sort=False, dropna=False).agg(
-        count=("time_ns", "size"), time_ns=("time_ns", "sum"), t_min_ns=("t_min_ns", "sum"),
-        recoverable_ns=("recoverable_ns", "sum")).reset_index()
+    chosen = {name: (codes[costed], labels) for name, (codes, labels) in keys.items()}
+    groups = group_rows(list(chosen.values()), int(costed.sum()), dropna=False)
+    g = pd.DataFrame({
+        **{name: label_column(key, groups.first) for name, key in chosen.items()},
+        "count": groups.size, "time_ns": groups.sum(work["time_ns"][costed]),
+        "t_min_ns": groups.float_sum(work["t_min_ns"][costed]), "recoverable_ns": groups.float_sum(work["recoverable_ns"][costed]),
+    })
+    names = list(keys)
     g = g[g["recoverable_ns"] > 0].sort_values("recoverable_ns", ascending=False, kind="stable").reset_index(drop=True)
-    g["what"] = g[keys[0]].astype(str) if len(keys) == 1 or keys[0] != "phase" else g["phase"] + " / " + g["block"]
-    g["detail"] = g[keys[1]].astype(str) if len(keys) > 1 and keys[0] != "phase" else ""
+    g["what"] = g[names[0]].astype(str) if len(names) == 1 or names[0] != "phase" else g["phase"] + " / " + g["block"]
+    g["detail"] = g[names[1]].astype(str) if len(names) > 1 and names[0] != "phase" else ""
     g["share"] = g["recoverable_ns"] / basis_ns if basis_ns else np.nan
     g["cumulative_share"] = g["share"].cumsum()
     return g[FIX_COLUMNS]
@@ -142,8 +155,8 @@ def _gaps(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
         launches = a.trace.launches
         row = k["launch"].to_numpy()
         launch_start = np.where(row >= 0, launches["start"].to_numpy()[np.maximum(row, 0)], -1)
-        names = launches["name"].astype(str)
-        is_sync = names.str.contains(SYNC_API).to_numpy(dtype=bool)
+        name = key_of(launches["name"], missing="nan")  # one search per distinct call name
+        is_sync = np.array([bool(SYNC_API.search(str(n))) for n in name[1]], dtype=bool)[name[0]]
         sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
     return idle_gaps(k, launch_start, sync_calls, windows)
 
@@ -171,8 +184,13 @@ def _short_kernels(a) -> dict[str, Any]:
     is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0) & ~k["graph_launch"].to_numpy(dtype=bool)
     call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
     short = is_kernel & (k["duration_ns"].to_numpy() < call)
-    names = k["name"].astype(str).to_numpy()[short]
-    top = pd.Series(k["duration_ns"].to_numpy()[short]).groupby(names).agg(["size", "sum"]).sort_values("size", ascending=False).head(5)
+    name = key_of(k["name"], missing="nan")
+    groups = group_rows([(name[0][short], name[1])], int(short.sum()), dropna=False)
+    names = label_column((name[0][short], name[1]), groups.first)
+    # by name first (groupby's order), so that equal counts rank as they always did
+    order = sorted(range(groups.n), key=lambda i: names[i])
+    top = pd.DataFrame({"size": groups.size[order], "sum": groups.sum(k["duration_ns"].to_numpy()[short])[order]},
+                       index=names[order]).sort_values("size", ascending=False).head(5)
     return {"count": int(short.sum()), "time_ns": float(k["duration_ns"].to_numpy()[short].sum()),
             "launch_ns": float(call[short].sum()), "kernels": int(is_kernel.sum()),
             "top": [{"name": n, "count": int(r["size"]), "time_ns": float(r["sum"])} for n, r in top.iterrows()]}
@@ -223,8 +241,12 @@ def headline(a, f: Findings) -> list[str]:
     modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
     covered = float(c.get("modeled_share") or 0.0)
     if modeled.any() and covered > 0:
-        t = pd.Series(k["duration_ns"].to_numpy(dtype=float)[modeled])
-        by_bound = t.groupby(k["bound"].astype(str).to_numpy()[modeled]).sum().sort_values(ascending=False) / t.sum()
+        t = k["duration_ns"].to_numpy(dtype=float)[modeled]
+        bound = key_of(k["bound"], missing="nan")
+        time_by_bound = np.bincount(bound[0][modeled] + 1, weights=t, minlength=len(bound[1]))  # code -1 (missing) first
+        present = np.bincount(bound[0][modeled] + 1, minlength=len(bound[1])) > 0
+        labels = np.r_[bound[1][-1:], bound[1][:-1]]
+        by_bound = pd.Series(time_by_bound[present], index=labels[present]).sort_index().sort_values(ascending=False) / t.sum()
         names = {"comm": "interconnect"}
         parts = [f"{_pct(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
         if parts:

@@ -246,6 +246,7 @@ _INTEGER_TYPE = re.compile(r"(?:unsigned |signed )?(?:char|short|int|long|long l
 _LITERAL = re.compile(r"-?\d+[uUlL]*|true|false")
 
 
+@lru_cache(maxsize=65536)  # pure; a label asks for the same arguments' leaves again and again (nested wrappers)
 def _leaf(arg: str, detail: int) -> str | None:
     """What a template argument says about the kernel: a number, a dtype, or the most
     specific name inside it (the functor inside `BinaryFunctor<float, ..., MulFunctor<float>>`,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.costs.dtypes import dominant_matrix_dtype
+from tracekit.grouping import group_rows, key_of, label_column
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 
 OVER_PEAK = 1.05  # efficiencies above this are counted as "above the roofline"
@@ -31,15 +32,16 @@ def roofline(kernels: pd.DataFrame, costs: pd.DataFrame, device: Device | None, 
     flops = costs["flops"].to_numpy(dtype=np.float64)
     nbytes = (costs["bytes_read"] + costs["bytes_written"]).to_numpy(dtype=np.float64)
     kind = costs["cost_kind"].astype(object).to_numpy()
-    dtype = costs["dtype"].astype(object).to_numpy()
 
-    peak = np.full(len(kernels), np.nan)
-    for (k, d), rows in pd.Series(np.arange(len(kernels))).groupby([kind, dtype]).groups.items() if len(kernels) else []:
-        value = device.peak_flops(str(k), str(d)) if k in ("matrix", "vector", "comm") else None
-        peak[np.asarray(rows)] = value if value else np.nan
+    # one peak per distinct (cost kind, dtype); kernels missing either have none
+    cost_kind, dtype = key_of(costs["cost_kind"]), key_of(costs["dtype"])
+    groups = group_rows([cost_kind, dtype], len(kernels))
+    peaks = [device.peak_flops(k, d) if k in ("matrix", "vector", "comm") else None
+             for k, d in zip(label_column(cost_kind, groups.first), label_column(dtype, groups.first))]
+    peak = np.array([p if p else np.nan for p in peaks] + [np.nan])[groups.group]  # group -1 (none): the last, NaN
     bandwidth = np.full(len(kernels), device.bandwidth)
     bandwidth[kind == "comm"] = device.interconnect if device.interconnect else np.nan
-    host = kernels["copy_kind"].astype(str).isin(["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]).to_numpy()
+    host = kernels["copy_kind"].isin(["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]).to_numpy()
     bandwidth[host] = device.host_link_gbps * 1e9
 
     # No FLOPs needs no compute peak; FLOPs without a peak for their dtype leave t_min unknown.

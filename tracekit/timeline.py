@@ -35,17 +35,30 @@ def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> p
     after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span."""
     if not len(kernels):
         return pd.DataFrame(columns=DEVICE_COLUMNS)
-    frame = pd.DataFrame({"device": kernels["device"].to_numpy(), "busy_ns": exclusive,
-                          "kernel_time_ns": (kernels["end"] - kernels["start"]).to_numpy(),
-                          "start": kernels["start"].to_numpy(), "end": kernels["end"].to_numpy()})
-    per = frame.groupby("device").agg(busy_ns=("busy_ns", "sum"), kernel_time_ns=("kernel_time_ns", "sum"),
-                                      active_start_ns=("start", "min"), active_end=("end", "max")).reset_index()
+    # per device (sorted), with integer sums, minima and maxima: exact in any order
+    devices, device = np.unique(kernels["device"].to_numpy(), return_inverse=True)
+    device = device.reshape(-1)
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    active_start = np.full(len(devices), np.iinfo(np.int64).max)
+    active_end = np.full(len(devices), np.iinfo(np.int64).min)
+    np.minimum.at(active_start, device, start)
+    np.maximum.at(active_end, device, end)
+    per = pd.DataFrame({
+        "device": devices, "busy_ns": _int_sums(device, exclusive, len(devices)),
+        "kernel_time_ns": _int_sums(device, end - start, len(devices)), "active_start_ns": active_start, "active_end": active_end,
+    })
     per["active_ns"] = per["active_end"] - per["active_start_ns"]
     per["idle_ns"] = per["active_ns"] - per["busy_ns"]
     per["span_ns"] = span_ns
     per["idle_span_ns"] = span_ns - per["busy_ns"]
     per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
     return per[DEVICE_COLUMNS]
+
+
+def _int_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, group, np.asarray(values, dtype=np.int64))
+    return out
 
 
 # -- GPU idle time, split by its cause (in the style of HolisticTraceAnalysis' idle-time breakdown)
@@ -63,7 +76,7 @@ def union(intervals: np.ndarray) -> np.ndarray:
     return np.column_stack([iv[new, 0], np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))])
 
 
-def _covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
+def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the (merged) window intervals that lies before each time t."""
     if not len(window):
         return np.zeros(len(t), dtype=np.int64)
@@ -114,7 +127,7 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         if not len(gap):
             continue
         g_start, g_end, nxt = g_start[gap], g_end[gap], nxt[gap]
-        idle = _covered_before(window, g_end) - _covered_before(window, g_start)
+        idle = covered_before(window, g_end) - covered_before(window, g_start)
         synced = np.searchsorted(sync_end, g_start, side="left") < np.searchsorted(sync_end, g_end, side="right")
         launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
         late = (launched >= 0) & (launched > g_start)

@@ -12,50 +12,57 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
-from tracekit.attribution.match import Pattern, at_kernels, name_matches, with_ancestors
+from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
+from tracekit.intervals import NO_ROW
 from tracekit.trace import Trace
 
 __all__ = ["attribute", "load_rules", "default_rules", "Rules"]
 
 
 class _Matcher:
+    """Per (field, pattern): which kernels a rule's pattern matches. Names are searched once
+    per distinct name (NameSearch); trees are walked once per tree (Enclosing)."""
+
     def __init__(self, trace: Trace, kernel_class: pd.Series):
         self.trace = trace
         self.kernel_class = kernel_class
-        r = trace.ranges
-        self._range_domain = r["domain"].astype(str).to_numpy() if len(r) else np.zeros(0, dtype=object)
         self._cache: dict[tuple[str, str], np.ndarray] = {}
+        self._trees: dict[str, Enclosing] = {}
+        self._searches: dict[str, NameSearch] = {}
 
-    def _tree_flags(self, table: pd.DataFrame, pattern: Pattern, rows_mask: np.ndarray | None) -> np.ndarray:
-        own = name_matches(table["name"], pattern) if len(table) else np.zeros(0, dtype=bool)
-        if rows_mask is not None:
-            own &= rows_mask
-        return with_ancestors(own, table["parent"].to_numpy(), table["depth"].to_numpy())
+    def _search(self, what: str) -> NameSearch:
+        if what not in self._searches:
+            k = self.trace.kernels
+            column = {"ranges": lambda: self.trace.ranges["name"], "ops": lambda: self.trace.ops["name"],
+                      "kernel": lambda: k["name"], "class": lambda: self.kernel_class, "kind": lambda: k["kind"]}[what]()
+            self._searches[what] = NameSearch(pd.Series(column))
+        return self._searches[what]
+
+    def _tree(self, field: str) -> Enclosing:
+        if field not in self._trees:
+            t, k = self.trace, self.trace.kernels
+            if field == "op":
+                self._trees[field] = Enclosing(t.ops, self._search("ops"), [k["op"].to_numpy()], None)
+            else:
+                python = (t.ranges["domain"] == "python").to_numpy()
+                # GPU-side annotations enclose by time on the whole device, so a collective's
+                # range also spans compute on other streams: they speak only for kernels
+                # whose launch (and so CPU-side context) was not captured.
+                pointers = [k["range"].to_numpy(), np.where(k["launch"].to_numpy() < 0, k["gpu_range"].to_numpy(), NO_ROW)] \
+                    if field == "range" else [k["frame"].to_numpy()]
+                self._trees[field] = Enclosing(t.ranges, self._search("ranges"), pointers, ~python if field == "range" else python)
+        return self._trees[field]
 
     def field(self, field: str, pattern: Pattern) -> np.ndarray:
         key = (field, pattern.pattern)
         if key in self._cache:
             return self._cache[key]
-        t, k = self.trace, self.trace.kernels
-        if field == "range":
-            flags = self._tree_flags(t.ranges, pattern, self._range_domain != "python")
-            # GPU-side annotations enclose by time on the whole device, so a collective's
-            # range also spans compute on other streams: they speak only for kernels
-            # whose launch (and so CPU-side context) was not captured.
-            blind = (k["launch"] < 0).to_numpy()
-            hit = at_kernels(flags, k["range"].to_numpy()) | (at_kernels(flags, k["gpu_range"].to_numpy()) & blind)
-        elif field == "frame":
-            flags = self._tree_flags(t.ranges, pattern, self._range_domain == "python")
-            hit = at_kernels(flags, k["frame"].to_numpy())
-        elif field == "op":
-            hit = at_kernels(self._tree_flags(t.ops, pattern, None), k["op"].to_numpy())
-        elif field == "kernel":
-            hit = name_matches(k["name"], pattern)
-        elif field == "class":
-            hit = name_matches(self.kernel_class, pattern)
-        else:  # kind
-            hit = name_matches(k["kind"], pattern)
+        if field in ("range", "frame", "op"):
+            hit = np.logical_or.reduce(self._tree(field).hits(pattern))
+        else:  # kernel, class, kind: the kernel's own names
+            search = self._search(field)
+            hit = search.hits(pattern)[search.codes]
         self._cache[key] = hit
         return hit
 
@@ -66,14 +73,16 @@ class _Matcher:
         return hit
 
 
-def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> pd.Categorical:
+def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> np.ndarray:
     n = len(matcher.trace.kernels)
     labels = np.full(n, None, dtype=object)
+    unset = np.ones(n, dtype=bool)
     for rule in rules:
-        hit = matcher.rule(rule) & (labels == None)  # noqa: E711
+        hit = matcher.rule(rule) & unset
         labels[hit] = rule.label
-    labels[labels == None] = default  # noqa: E711
-    return pd.Categorical(labels)
+        unset &= ~hit
+    labels[unset] = default
+    return labels
 
 
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
@@ -85,10 +94,9 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     # phase ranges). No launch and no GPU-side range, or a launch outside any op (a CUDA
     # application, an MPI code): nothing says which phase it belongs to.
     k = trace.kernels
-    phase = np.asarray(phase, dtype=object)
     no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
     blind = no_context.to_numpy() & (phase == DEFAULT_PHASE)
     phase = np.where(blind, UNKNOWN_PHASE, phase)
-    block = np.asarray(_first_match(matcher, rules.block, DEFAULT_BLOCK), dtype=object)
+    block = _first_match(matcher, rules.block, DEFAULT_BLOCK)
     phase, block = infer_missing(k, kernel_class, phase, block)
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

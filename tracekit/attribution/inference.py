@@ -23,18 +23,19 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
-from tracekit.column_text import as_text as text_of
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
 
 
 def identical_signatures(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """(name + launch configuration, name alone) codes per kernel."""
-    name = pd.factorize(text_of(k["name"]))[0]
-    full = pd.MultiIndex.from_arrays([name, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"], k["block_y"]])
-    return pd.factorize(full)[0], name
+    """(name + launch configuration, name alone) codes per kernel: equal codes, identical kernels."""
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    name = names.cat.codes.to_numpy().astype(np.int64)
+    full = combine([name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x", "block_y"))])
+    return full, name
 
 
 def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tuple[np.ndarray, np.ndarray],
@@ -48,15 +49,19 @@ def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tu
     if not todo.any() or not donors.any():
         return labels
     out = labels.copy()
+    label_code, label_text = pd.factorize(labels)
     for sig, rows in ((signatures[0], todo & grid_known), (signatures[1], todo & ~grid_known)):
         if not rows.any():
             continue
-        frame = pd.DataFrame({"sig": sig[donors], "label": labels[donors]})
-        per_sig = frame.groupby("sig")["label"].agg(["nunique", "first"])
-        unanimous = per_sig.loc[per_sig["nunique"] == 1, "first"]
-        found = pd.Series(sig[rows]).map(unanimous).to_numpy()
-        has = pd.notna(found)
-        out[np.flatnonzero(rows)[has]] = found[has]
+        sig = sig - int(sig.min())  # name codes start at -1 (no name)
+        # per signature: the smallest and largest donor label; one label when they agree
+        lowest = np.full(int(sig.max()) + 1, len(label_text), dtype=np.int64)
+        highest = np.full(int(sig.max()) + 1, -1, dtype=np.int64)
+        np.minimum.at(lowest, sig[donors], label_code[donors])
+        np.maximum.at(highest, sig[donors], label_code[donors])
+        wanted = np.flatnonzero(rows)
+        unanimous = (highest[sig[wanted]] >= 0) & (lowest[sig[wanted]] == highest[sig[wanted]])
+        out[wanted[unanimous]] = np.asarray(label_text, dtype=object)[lowest[sig[wanted[unanimous]]]]
     return out
 
 
@@ -70,38 +75,48 @@ def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray) 
     act_by_code = np.array([bool(ACTIVATION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
     activation = act_by_code[names.cat.codes.to_numpy()] & ~is_gemm
     attention = kernel_class == "attention"
-    out = block.copy()
+    # Kernels in lane order (device, stream, start); a lane is a run of one (device, stream).
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
-    for lane_rows in np.split(order, np.flatnonzero(np.diff(lane)) + 1):
-        gemm = is_gemm[lane_rows]
-        for pos in np.flatnonzero(todo[lane_rows]):
-            after = _signal(lane_rows, gemm, activation, attention, pos, +1)
-            before = _signal(lane_rows, gemm, activation, attention, pos, -1)
-            if "activation" in (after, before):
-                out[lane_rows[pos]] = "ffn"
-            elif "attention" in (after, before):
-                out[lane_rows[pos]] = "attention"
+    args = (is_gemm[order], activation[order], attention[order], lane)
+    positions = np.flatnonzero(todo[order])
+    after = _signals(*args, positions)
+    n = len(order)
+    before = _signals(*(a[::-1] for a in args), n - 1 - positions)  # the same walk, backwards
+    out = block.copy()
+    out[order[positions[(after == ACTIVATION_SEEN) | (before == ACTIVATION_SEEN)]]] = "ffn"
+    out[order[positions[((after == ATTENTION_SEEN) | (before == ATTENTION_SEEN)) & (after != ACTIVATION_SEEN)
+                        & (before != ACTIVATION_SEEN)]]] = "attention"
     return out
 
 
-def _signal(rows: np.ndarray, gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, pos: int, step: int) -> str | None:
-    """The first activation or attention kernel within WINDOW non-GEMM kernels of `pos`,
-    skipping the GEMMs directly next to it but stopping at a GEMM further away."""
-    i, seen, in_run = pos + step, 0, True
-    while 0 <= i < len(rows) and seen < WINDOW:
-        if gemm[i]:
-            if not in_run:
-                return None
-        else:
-            in_run = False
-            seen += 1
-            if activation[rows[i]]:
-                return "activation"
-            if attention[rows[i]]:
-                return "attention"
-        i += step
-    return None
+ACTIVATION_SEEN, ATTENTION_SEEN = 1, 2
+
+
+def _next(flags: np.ndarray) -> np.ndarray:
+    """Per position i (and one past the end): the first j >= i where flags[j], else len(flags)."""
+    n = len(flags)
+    index = np.where(flags, np.arange(n), n)
+    return np.r_[np.minimum.accumulate(index[::-1])[::-1], n]
+
+
+def _signals(gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, lane: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """For each GEMM at `positions` (kernels in lane order; `lane` changes value where a new
+    lane begins): the first activation (ACTIVATION_SEEN)
+    or attention kernel (ATTENTION_SEEN) after it within WINDOW non-GEMM kernels of its lane,
+    skipping the GEMMs directly next to it but stopping at a GEMM further away; 0 for none."""
+    n = len(gemm)
+    run = np.r_[0, np.cumsum(np.diff(lane) != 0)]  # lanes numbered in this walk's order
+    lane_end = np.r_[np.flatnonzero(np.diff(lane) != 0) + 1, n][run]  # one past each position's lane
+    first = _next(~gemm)[positions + 1]  # past the GEMMs directly after it
+    in_lane = first < lane_end[positions]
+    first = np.where(in_lane, first, n)
+    # the non-GEMM kernels from `first` on, up to the next GEMM, the lane's end or WINDOW of them
+    limit = np.minimum(np.minimum(_next(gemm)[first], np.r_[lane_end, n][first]), first + WINDOW)
+    signal = _next(activation | attention)[first]
+    found = in_lane & (signal < limit)
+    is_activation = np.r_[activation, False][np.where(found, signal, n)]
+    return np.where(found, np.where(is_activation, ACTIVATION_SEEN, ATTENTION_SEEN), 0)
 
 
 def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

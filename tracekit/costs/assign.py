@@ -25,6 +25,7 @@ from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
 from tracekit.column_text import as_text
+from tracekit.grouping import combine
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
@@ -79,7 +80,7 @@ def _set(out: dict, rows: np.ndarray, cost: Cost, share: np.ndarray | float, sou
 def _copies(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
     nbytes = k["bytes"].to_numpy(dtype=np.float64)
     copy = (kind == "memcpy") & (nbytes >= 0)
-    dtod = copy & k["copy_kind"].astype(str).isin(["DtoD", "PtoP"]).to_numpy()
+    dtod = copy & k["copy_kind"].isin(["DtoD", "PtoP"]).to_numpy()
     out["flops"][copy] = 0.0
     out["bytes_read"][copy] = np.where(dtod[copy], nbytes[copy], 0.0)  # host side reads are not HBM traffic
     out["bytes_written"][copy] = np.where(dtod[copy], nbytes[copy], nbytes[copy])
@@ -95,11 +96,15 @@ def _copies(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
 
 def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
     has_meta = k["collective"].notna().to_numpy() & (kind == "kernel")
-    for row in np.flatnonzero(has_meta):
-        cost = kernel_collective_cost(
-            str(k["collective"].iat[row]), int(k["coll_in_elems"].iat[row]), int(k["coll_out_elems"].iat[row]),
-            str(k["coll_dtype"].iat[row]) if pd.notna(k["coll_dtype"].iat[row]) else None, int(k["coll_group_size"].iat[row]),
-        )
+    rows = np.flatnonzero(has_meta)
+    if not len(rows):
+        return
+    # the fields as plain arrays, read once (not one pandas lookup per field per kernel)
+    name, in_elems, out_elems, dtype, group_size = (k[c].to_numpy()[rows] for c in (
+        "collective", "coll_in_elems", "coll_out_elems", "coll_dtype", "coll_group_size"))
+    for i, row in enumerate(rows.tolist()):
+        cost = kernel_collective_cost(str(name[i]), int(in_elems[i]), int(out_elems[i]),
+                                      str(dtype[i]) if pd.notna(dtype[i]) else None, int(group_size[i]))
         if cost is not None:
             _set(out, np.array([row]), cost, 1.0, "collective metadata")
 
@@ -113,8 +118,8 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
     # their time; a computing op's cost goes to its compute kernels only, not to the layout
     # transposes and workspace fills a convolution library launches around them.
-    # Kernels are grouped by op with one sort; only the cost itself is computed op by op
-    # (once per distinct op name and inputs), and it is spread back to kernels in one go.
+    # Kernels are grouped by op with one sort; the cost itself is computed once per distinct
+    # op name and inputs, and everything per op or per kernel is done on arrays.
     rows = np.flatnonzero(todo)
     rows = rows[np.argsort(op[rows], kind="stable")]
     op_rows, group_start, group_size = np.unique(op[rows], return_index=True, return_counts=True)
@@ -122,50 +127,54 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     auxiliary = is_auxiliary(k["name"].iloc[rows])
     helpers_in_group = np.bincount(group, weights=auxiliary, minlength=len(op_rows))
     op_names = as_text(ops["name"])
-    kernel_names = None
-    dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    cache: dict[tuple, Cost | Unknown] = {}
-    hints = conv_hints(ops)
-    receives = np.ones(len(rows), dtype=bool)  # kernels that take a share of their op's cost
-    costs: list[Cost | None] = [None] * len(op_rows)
-    for g, op_row in enumerate(op_rows.tolist()):
-        # Interned inputs: equal inputs are the same objects, so ids make a cheap cache key.
-        hint = hints.get(op_row)
-        name = op_names[op_row]
-        key = (name, id(dims[op_row]), id(types[op_row]), id(concrete[op_row]), repr(hint) if hint else None)
-        cost = cache.get(key)
-        if cost is None:
-            cost = cache[key] = op_cost(name, dims[op_row], types[op_row], concrete[op_row], hint)
-        members = slice(group_start[g], group_start[g] + group_size[g])
-        if isinstance(cost, Unknown):
-            out["unknown_reason"][rows[members]] = cost.reason
-            receives[members] = False
-            continue
-        if cost.flops > 0 and 0 < helpers_in_group[g] < group_size[g]:
-            helpers = np.flatnonzero(auxiliary[members]) + group_start[g]
-            out["unknown_reason"][rows[helpers]] = (
-                f"layout or workspace kernel of {name}: the op's FLOPs and minimum bytes belong to its "
-                "compute kernels, and which tensor this kernel moves is not recorded")
-            receives[helpers] = False
-        if ASSUMED_FP32 in cost.note:
-            kernel_names = as_text(k["name"]) if kernel_names is None else kernel_names
-            cost = _element_size_from_kernels(cost, kernel_names, rows[members][receives[members]])
-        costs[g] = cost
+    call, costs = _costs_per_call(ops, op_rows, op_names)  # per group: index into costs
+    unknown = np.array([isinstance(c, Unknown) for c in costs] + [False])[call]
+    receives = ~unknown[group]  # kernels that take a share of their op's cost
+    out["unknown_reason"][rows[~receives]] = np.array([c.reason if isinstance(c, Unknown) else None for c in costs],
+                                                      dtype=object)[call[group[~receives]]]
+    computes = np.array([isinstance(c, Cost) and c.flops > 0 for c in costs])[call]
+    split = ~unknown & computes & (helpers_in_group > 0) & (helpers_in_group < group_size)
+    helper = split[group] & auxiliary
+    if helper.any():
+        out["unknown_reason"][rows[helper]] = [
+            f"layout or workspace kernel of {name}: the op's FLOPs and minimum bytes belong to its "
+            "compute kernels, and which tensor this kernel moves is not recorded" for name in op_names[op_rows[group[helper]]]]
+        receives &= ~helper
+    call, costs = _element_size_from_kernels(k, rows, group, receives, call, costs)
     taking, their_group = rows[receives], group[receives]
     total = np.bincount(their_group, weights=duration[taking], minlength=len(op_rows))
     count = np.bincount(their_group, minlength=len(op_rows))
     share = np.where(total[their_group] > 0, duration[taking] / np.where(total > 0, total, 1.0)[their_group], 1.0 / np.maximum(count, 1)[their_group])
-    known = [c for c in costs if c is not None]
-    if not known:
+    if unknown.all():
         return
-    per_group = {f: np.array([getattr(c, f) if c is not None else np.nan for c in costs], dtype=np.float64)
-                 for f in ("flops", "bytes_read", "bytes_written")}
-    for f, values in per_group.items():
-        out[f][taking] = values[their_group] * share
+    known = [c if isinstance(c, Cost) else None for c in costs]
+    cost_of = call[their_group]  # per taking kernel: its cost
+    for f in ("flops", "bytes_read", "bytes_written"):
+        out[f][taking] = np.array([getattr(c, f) if c is not None else np.nan for c in known], dtype=np.float64)[cost_of] * share
     for col, f in (("cost_kind", "kind"), ("dtype", "dtype")):
-        out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in costs], dtype=object)[their_group]
+        out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in known], dtype=object)[cost_of]
     out["cost_source"][taking] = "op shapes"
     out["unknown_reason"][taking] = None
+
+
+def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray) -> tuple[np.ndarray, list]:
+    """The cost of each op call in `op_rows`, computed once per distinct (name, inputs):
+    per call an index into the list of distinct costs (Cost or Unknown)."""
+    dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    hints = conv_hints(ops)
+    name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
+    # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
+    columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
+                                                         for column in (dims, types, concrete)]
+    if hints:
+        hint_text = [repr(hints[r]) if hints.get(r) else "" for r in op_rows.tolist()]
+        columns.append(pd.factorize(np.array(hint_text, dtype=object))[0].astype(np.int64))
+    _, first, call = np.unique(combine(columns), return_index=True, return_inverse=True)
+    costs = []
+    for op_row in op_rows[first].tolist():
+        hint = hints.get(op_row)
+        costs.append(op_cost(op_names[op_row], dims[op_row], types[op_row], concrete[op_row], hint))
+    return call.reshape(-1), costs
 
 
 METADATA = "trace metadata (Inductor)"
@@ -206,33 +215,75 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
     out["unknown_reason"][rows] = None
 
 
-def _element_size_from_kernels(cost: Cost, kernel_names: np.ndarray, rows: np.ndarray) -> Cost:
+def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndarray, receives: np.ndarray,
+                                call: np.ndarray, costs: list) -> tuple[np.ndarray, list]:
     """A tensor-list op (cat, stack) records no dtype, so its cost assumed fp32; the kernels
-    it launched are templated on the element size (OpaqueType<2u> for bf16 / fp16)."""
-    if ASSUMED_FP32 not in cost.note:
-        return cost
-    sizes = {element_bytes_from_kernel(n) for n in kernel_names[rows]}
-    if len(sizes) != 1 or None in sizes:
-        return cost
-    size = sizes.pop()
-    scale = size / element_bytes("fp32")
-    return Cost(cost.flops, cost.bytes_read * scale, cost.bytes_written * scale, cost.kind, sized_dtype(size),
-                f"element size {size:g} B from the kernel's OpaqueType")
+    it launched are templated on the element size (OpaqueType<2u> for bf16 / fp16). Where
+    every kernel of a call that takes its cost names the same size, the call's cost is
+    rescaled to it: `call` (per group, an index into `costs`) and `costs` are extended."""
+    assumed = np.array([isinstance(c, Cost) and ASSUMED_FP32 in c.note for c in costs] + [False])[call]
+    if not assumed.any():
+        return call, costs
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    size_by_code = np.array([element_bytes_from_kernel(str(n)) or np.nan for n in names.cat.categories] + [np.nan])
+    size = size_by_code[names.cat.codes.to_numpy()[rows]]
+    mine = receives & assumed[group]
+    n_groups = len(call)
+    members = np.bincount(group[mine], minlength=n_groups)
+    unnamed = np.bincount(group[mine], weights=np.isnan(size[mine]), minlength=n_groups)
+    lowest, highest = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
+    np.minimum.at(lowest, group[mine], size[mine])
+    np.maximum.at(highest, group[mine], size[mine])
+    rescaled = np.flatnonzero(assumed & (members > 0) & (unnamed == 0) & (lowest == highest))
+    call, costs = call.copy(), list(costs)
+    by_cost_and_size: dict[tuple[int, float], int] = {}
+    for g in rescaled.tolist():
+        key = (int(call[g]), float(lowest[g]))
+        if key not in by_cost_and_size:
+            cost, size_g = costs[key[0]], key[1]
+            scale = size_g / element_bytes("fp32")
+            costs.append(Cost(cost.flops, cost.bytes_read * scale, cost.bytes_written * scale, cost.kind, sized_dtype(size_g),
+                              f"element size {size_g:g} B from the kernel's OpaqueType"))
+            by_cost_and_size[key] = len(costs) - 1
+        call[g] = by_cost_and_size[key]
+    return call, costs
 
 
 def _inferred(k: pd.DataFrame, out: dict) -> None:
     unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (as_text(k["kind"]) == "kernel")
     if not unknown.any():
         return
-    signature = pd.MultiIndex.from_arrays([k["name"].cat.codes, k["grid_x"], k["grid_y"], k["grid_z"], k["block_x"]])
     known = (out["cost_source"] == "op shapes")
     if not known.any():
         return
-    table = pd.DataFrame({
-        "sig": pd.factorize(signature)[0],
-        "flops": out["flops"], "read": out["bytes_read"], "written": out["bytes_written"],
-    })
-    sig = table["sig"].to_numpy()
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    sig = combine([names.cat.codes.to_numpy().astype(np.int64), *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x"))])
+    flops, read, written = out["flops"], out["bytes_read"], out["bytes_written"]
+    if np.isnan(flops[known]).any() or np.isnan(read[known]).any() or np.isnan(written[known]).any():  # pandas skips NaN
+        return _inferred_with_missing(sig, known, unknown, out)
+    # Per signature, over the kernels costed from op shapes (in row order): are all their
+    # FLOPs and bytes read the same, and which kernel came first (the donor).
+    donors = np.flatnonzero(known)
+    donors = donors[np.argsort(sig[donors], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, sig[donors][1:] != sig[donors][:-1]])
+    same = (np.minimum.reduceat(flops[donors], starts) == np.maximum.reduceat(flops[donors], starts)) & \
+           (np.minimum.reduceat(read[donors], starts) == np.maximum.reduceat(read[donors], starts))
+    donor_of = np.full(int(sig.max()) + 1, -1, dtype=np.int64)
+    donor_of[sig[donors[starts[same]]]] = donors[starts[same]]
+    rows = np.flatnonzero(unknown)
+    rows = rows[donor_of[sig[rows]] >= 0]
+    if not len(rows):
+        return
+    # Donors have an op and these rows have none, so no row is both: one vectorised copy.
+    donor = donor_of[sig[rows]]
+    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = flops[donor], read[donor], written[donor]
+    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
+    out["cost_source"][rows] = "inferred from identical kernels"
+
+
+def _inferred_with_missing(sig: np.ndarray, known: np.ndarray, unknown: np.ndarray, out: dict) -> None:
+    """_inferred where some op-shape costs are NaN: pandas' NaN-skipping min / max / first."""
+    table = pd.DataFrame({"sig": sig, "flops": out["flops"], "read": out["bytes_read"], "written": out["bytes_written"]})
     ref = table[known].groupby("sig").agg(
         flops_min=("flops", "min"), flops_max=("flops", "max"), read_min=("read", "min"), read_max=("read", "max"),
         written=("written", "first"), read=("read", "first"), flops=("flops", "first"),
@@ -243,7 +294,6 @@ def _inferred(k: pd.DataFrame, out: dict) -> None:
     rows = rows[np.isin(sig[rows], same.index.to_numpy())]
     if not len(rows):
         return
-    # Donors have an op and these rows have none, so no row is both: one vectorised copy.
     donor = first_known.reindex(sig[rows]).to_numpy()
     match = same.reindex(sig[rows])
     out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = (match[c].to_numpy() for c in ("flops", "read", "written"))

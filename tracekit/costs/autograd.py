@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.column_text import as_text
+
 CONV_FORWARD = {"aten::cudnn_convolution", "aten::miopen_convolution", "aten::_convolution", "aten::convolution"}
 CONV_BACKWARD_INPUT = {"aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input"}
 CONV_BACKWARD_WEIGHT = {"aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight"}
@@ -35,8 +37,12 @@ def _sequence_owner(ops: pd.DataFrame) -> np.ndarray:
 def conv_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
     """op row -> sizes taken from its autograd partner: output_shape for a forward
     convolution, input_size / weight_size for a backward one."""
-    names = ops["name"].astype(str).to_numpy()
-    wanted = np.isin(names, list(CONV_FORWARD | CONV_BACKWARD_INPUT | CONV_BACKWARD_WEIGHT))
+    convolutions = CONV_FORWARD | CONV_BACKWARD_INPUT | CONV_BACKWARD_WEIGHT
+    cat = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
+    # one test per distinct name, and text per distinct name (not an Arrow string per row)
+    wanted = np.array([str(c) in convolutions for c in cat.cat.categories] + [False])[cat.cat.codes.to_numpy()]
+    names = as_text(cat)
+    names[names == None] = "nan"  # noqa: E711  (what astype(str) made of a missing name)
     if not wanted.any() or "sequence" not in ops or (ops["sequence"] < 0).all():
         return {}
     owner = _sequence_owner(ops)

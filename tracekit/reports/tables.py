@@ -64,7 +64,14 @@ class Labels:
     """Short, unique labels for the kernel names of one analysis."""
 
     def __init__(self, a: Analysis):
-        names = a.kernels["name"].astype(str).unique() if len(a.kernels) else []
+        import pandas as pd
+
+        from tracekit.grouping import key_of
+
+        names = []
+        if len(a.kernels):  # distinct names in order of appearance (labels number equal ones in that order)
+            codes, text = key_of(a.kernels["name"], missing="nan")
+            names = text[pd.unique(codes)]
         self.map = labels(names)
 
     def __call__(self, name: str) -> Named:

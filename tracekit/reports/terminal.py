@@ -67,9 +67,12 @@ def fit(section: Section, width: int, plain: bool) -> Table:
         widths[flex] = min(natural[flex], widths[flex] - excess)
     table = Table(title=terminal(section.title), header_style="" if plain else "bold", box=box.ASCII if plain else box.HEAVY_HEAD,
                   title_justify="left")
+    # A table that fits gets each column's width given: rich would measure every cell to find
+    # the same widths (what it renders is the same; measuring is most of its time).
+    fits = excess <= 0 and not any("\n" in c.plain for row in cells for c in row)
     for i in keep:
         table.add_column(head[i], justify="left" if i in section.left or i == section.flex else "right", no_wrap=True,
-                         overflow="ellipsis", max_width=widths[i])
+                         overflow="ellipsis", max_width=widths[i], width=widths[i] if fits else None)
     for row in cells:
         table.add_row(*[row[i] for i in keep])
     return table
