@@ -8,95 +8,16 @@ ffn, collective, norm, embedding, memory, other.
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
-
-from tracekit.attribution.inference import infer_missing
-from tracekit.attribution.match import Enclosing, NameSearch, Pattern
-from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules, load_rules
-from tracekit.intervals import NO_ROW
-from tracekit.trace import Trace
+# The rules load without pandas (TOML and RE2), so a bad --rules file is reported before the
+# trace is read; applying them (apply.py) needs pandas, imported on first use.
+from tracekit.attribution.rules import Rules, default_rules, load_rules
 
 __all__ = ["attribute", "load_rules", "default_rules", "Rules"]
 
 
-class _Matcher:
-    """Per (field, pattern): which kernels a rule's pattern matches. Names are searched once
-    per distinct name (NameSearch); trees are walked once per tree (Enclosing)."""
+def __getattr__(name: str):
+    if name == "attribute":
+        from tracekit.attribution.apply import attribute
 
-    def __init__(self, trace: Trace, kernel_class: pd.Series):
-        self.trace = trace
-        self.kernel_class = kernel_class
-        self._cache: dict[tuple[str, str], np.ndarray] = {}
-        self._trees: dict[str, Enclosing] = {}
-        self._searches: dict[str, NameSearch] = {}
-
-    def _search(self, what: str) -> NameSearch:
-        if what not in self._searches:
-            k = self.trace.kernels
-            column = {"ranges": lambda: self.trace.ranges["name"], "ops": lambda: self.trace.ops["name"],
-                      "kernel": lambda: k["name"], "class": lambda: self.kernel_class, "kind": lambda: k["kind"]}[what]()
-            self._searches[what] = NameSearch(pd.Series(column))
-        return self._searches[what]
-
-    def _tree(self, field: str) -> Enclosing:
-        if field not in self._trees:
-            t, k = self.trace, self.trace.kernels
-            if field == "op":
-                self._trees[field] = Enclosing(t.ops, self._search("ops"), [k["op"].to_numpy()], None)
-            else:
-                python = (t.ranges["domain"] == "python").to_numpy()
-                # GPU-side annotations enclose by time on the whole device, so a collective's
-                # range also spans compute on other streams: they speak only for kernels
-                # whose launch (and so CPU-side context) was not captured.
-                pointers = [k["range"].to_numpy(), np.where(k["launch"].to_numpy() < 0, k["gpu_range"].to_numpy(), NO_ROW)] \
-                    if field == "range" else [k["frame"].to_numpy()]
-                self._trees[field] = Enclosing(t.ranges, self._search("ranges"), pointers, ~python if field == "range" else python)
-        return self._trees[field]
-
-    def field(self, field: str, pattern: Pattern) -> np.ndarray:
-        key = (field, pattern.pattern)
-        if key in self._cache:
-            return self._cache[key]
-        if field in ("range", "frame", "op"):
-            hit = np.logical_or.reduce(self._tree(field).hits(pattern))
-        else:  # kernel, class, kind: the kernel's own names
-            search = self._search(field)
-            hit = search.hits(pattern)[search.codes]
-        self._cache[key] = hit
-        return hit
-
-    def rule(self, rule: Rule) -> np.ndarray:
-        hit = np.zeros(len(self.trace.kernels), dtype=bool)
-        for field, pattern in rule.patterns.items():
-            hit |= self.field(field, pattern)
-        return hit
-
-
-def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> np.ndarray:
-    n = len(matcher.trace.kernels)
-    labels = np.full(n, None, dtype=object)
-    unset = np.ones(n, dtype=bool)
-    for rule in rules:
-        hit = matcher.rule(rule) & unset
-        labels[hit] = rule.label
-        unset &= ~hit
-    labels[unset] = default
-    return labels
-
-
-def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
-    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
-    rules = rules or default_rules()
-    matcher = _Matcher(trace, kernel_class)
-    phase = _first_match(matcher, rules.phase, DEFAULT_PHASE)
-    # "forward" is the default only for work a framework op launched (an inference without
-    # phase ranges). No launch and no GPU-side range, or a launch outside any op (a CUDA
-    # application, an MPI code): nothing says which phase it belongs to.
-    k = trace.kernels
-    no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
-    blind = no_context.to_numpy() & (phase == DEFAULT_PHASE)
-    phase = np.where(blind, UNKNOWN_PHASE, phase)
-    block = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(k, kernel_class, phase, block)
-    return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)
+        return attribute
+    raise AttributeError(f"module 'tracekit.attribution' has no attribute {name!r}")
