@@ -26,7 +26,8 @@ def load(path: str | os.PathLike, progress=None, workers: int | None = None, mea
     Raises tracekit.TraceError, carrying the path and a plain reason, for bad input.
     Problems that cost only part of the trace are listed in `trace.warnings`.
     """
-    return as_trace(scan(path, progress, workers, meanwhile))
+    with _gc_paused():  # the DataFrames are built while the parse's millions of objects are young
+        return as_trace(scan(path, progress, workers, meanwhile))
 
 
 def scan(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None):
@@ -40,7 +41,8 @@ def scan(path: str | os.PathLike, progress=None, workers: int | None = None, mea
 @contextlib.contextmanager
 def _gc_paused():
     """Parsing makes millions of small lists and none of them forms a cycle; the cyclic
-    collector would rescan them all again and again (measured: 4x slower arg decoding)."""
+    collector would rescan them all again and again (measured: 4x slower arg decoding).
+    Nested pauses keep it off until the outermost ends."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -89,18 +91,18 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
         if meanwhile is not None:
             meanwhile()
 
-    trace = load(path, progress, workers, meanwhile=import_stages)
-    from tracekit.analysis import build
+    with _gc_paused():  # from the parse to the last table: no cycles worth a rescan of the heap
+        trace = load(path, progress, workers, meanwhile=import_stages)
+        from tracekit.analysis import build
 
-    gpu_work = len(trace.kernels) > 0
-    # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
-    spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
-    if gpu_work:
-        # The device question is settled here: one warning when no device was found, none
-        # when one was. The parser's note that the export names no GPU (pointing at
-        # --device) would repeat the first and be stale after the second.
-        trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-    with _gc_paused():
+        gpu_work = len(trace.kernels) > 0
+        # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
+        spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
+        if gpu_work:
+            # The device question is settled here: one warning when no device was found, none
+            # when one was. The parser's note that the export names no GPU (pointing at
+            # --device) would repeat the first and be stale after the second.
+            trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
         return build(trace, spec, sustained, rule_set, model)
 
 

@@ -24,6 +24,14 @@ def _load(path: str, workers: int | None = None, meanwhile=None):
     return trace
 
 
+def _freeze_heap() -> None:
+    """The trace and its analysis live until this process ends: move them out of the cyclic
+    collector's sight, so that rendering's collections do not rescan millions of objects."""
+    import gc
+
+    gc.freeze()
+
+
 def _importer(*modules: str):
     """A `meanwhile` for api.load / api.scan: imports the modules a command needs next while
     worker processes decode the trace, when this process would only wait for them."""
@@ -148,6 +156,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
             from tracekit.reports.bundle import write_bundle
 
             written = write_bundle(analysis, out_dir, top)
+    _freeze_heap()
     for warning in analysis.warnings:
         click.echo(f"tracekit: warning: {_safe(path)}: {_safe(warning)}", err=True)
     if fmt == "json":
