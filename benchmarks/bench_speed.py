@@ -74,6 +74,7 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "analyses_s": t3 - t2,
 # where the wall time of 2 workers says more about the neighbours than about tracekit.
 _LOAD = """
 import json, resource, sys, time
+import pandas  # noqa: F401  (the DataFrames are built at the end of load: their import is not parsing)
 import tracekit
 import tracekit.parsers.kineto_parallel as parallel
 if len(sys.argv) > 3:

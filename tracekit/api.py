@@ -87,6 +87,8 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
 
     def import_stages() -> None:  # while worker processes decode the trace: this one would wait
         import tracekit.analysis  # noqa: F401  (pandas and every stage)
+        import tracekit.collectives  # noqa: F401  (imported by stages on first use)
+        import tracekit.findings  # noqa: F401
 
         if meanwhile is not None:
             meanwhile()

@@ -149,7 +149,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     from tracekit.api import analyze as run
 
     with _progress(f"reading {os.path.basename(path)}") as progress:
-        renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.terminal")}[fmt]
+        renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=progress,
                        model=model_options, workers=workers, meanwhile=_importer(*renderers))
         if out_dir:
