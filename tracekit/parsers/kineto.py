@@ -159,14 +159,15 @@ def _bucket(events: list[Event]) -> dict[str, Any]:
         for i in np.flatnonzero(legacy):
             if _LEGACY_USER_RANGE.search(events[i].name):
                 kinds[i] = "range:user"
+    # Each bucket: (its events, their rows in the chunk, their kinds).
     for kind in ("launch", "op", "window"):
         rows = np.flatnonzero(kinds == kind)
         if len(rows):
-            buckets[kind] = _take(events, rows)
+            buckets[kind] = (_take(events, rows), rows, None)
     for group, members in (("gpu", _GPU_KINDS), ("range", tuple(f"range:{d}" for d in _RANGE_DOMAINS))):
         rows = np.flatnonzero(np.isin(kinds, members))
         if len(rows):
-            buckets[group] = (_take(events, rows), kinds[rows])
+            buckets[group] = (_take(events, rows), rows, kinds[rows])
     return buckets
 
 
@@ -210,14 +211,16 @@ class _Tables:
         self.bad_args: dict[str, int] = defaultdict(int)
         self.checks = Checks()  # every column passes through it: the one place values are validated
 
-    def with_usable_times(self, events: list[Event]) -> list[Event]:
-        """The events whose `ts` and `dur` can be nanoseconds of one capture."""
-        if not events:
-            return events
+    def with_usable_times(self, events: list[Event]) -> tuple[list[Event], np.ndarray, np.ndarray]:
+        """The events whose `ts` and `dur` can be nanoseconds of one capture, with those
+        times (read once here for every table)."""
         ts = np.fromiter(map(_TS, events), dtype=np.float64, count=len(events))
         dur = np.fromiter(map(_DUR, events), dtype=np.float64, count=len(events))
         keep = self.checks.times_us(ts, dur, "events")
-        return events if keep.all() else [events[i] for i in np.flatnonzero(keep)]
+        if keep.all():
+            return events, ts, dur
+        rows = np.flatnonzero(keep)
+        return [events[i] for i in rows], ts[rows], dur[rows]
 
     def empty(self) -> bool:
         return not (self.gpu.rows or self.launch.rows or self.op.rows or self.range.rows)
@@ -225,20 +228,25 @@ class _Tables:
     # -- one chunk ---------------------------------------------------------------------
     def add_events(self, events: list[Event]) -> None:
         """One chunk of decoded events, in file order (the serial loop, or a worker's piece)."""
-        self.add(_bucket(self.with_usable_times(events)))
-
-    def add(self, buckets: dict[str, Any]) -> None:
+        events, ts, dur = self.with_usable_times(events)
+        buckets = _bucket(events)
         self.legacy |= "legacy" in buckets
+
+        def times(kind: str) -> tuple[np.ndarray, np.ndarray]:
+            rows = buckets[kind][1]
+            return ts[rows], dur[rows]
+
         if "gpu" in buckets:
-            self._add_gpu(*buckets["gpu"])
-        if buckets.get("launch"):
-            self._add_launches(buckets["launch"])
-        if buckets.get("op"):
-            self._add_ops(buckets["op"])
+            self._add_gpu(buckets["gpu"][0], times("gpu"), buckets["gpu"][2])
+        if "launch" in buckets:
+            self._add_launches(buckets["launch"][0], times("launch"))
+        if "op" in buckets:
+            self._add_ops(buckets["op"][0], times("op"))
         if "range" in buckets:
-            events, kinds = buckets["range"]
-            self._add_ranges(events, np.array([k[len("range:"):] for k in kinds], dtype=object))
-        self.windows += [(e.ts, e.ts + e.dur) for e in buckets.get("window", ())]
+            domains = np.array([k[len("range:"):] for k in buckets["range"][2]], dtype=object)
+            self._add_ranges(buckets["range"][0], times("range"), domains)
+        if "window" in buckets:
+            self.windows += [(float(a), float(a + b)) for a, b in zip(*times("window"))]
 
     def merge(self, other: "_Tables") -> None:
         """Append the tables of the events that follow this one's in the file (a worker's
@@ -277,17 +285,17 @@ class _Tables:
                 out.append(typ())
         return out
 
-    def _common(self, table: str, events: list[Event]) -> dict[str, np.ndarray]:
+    def _common(self, table: str, events: list[Event], times: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
         """The columns every table takes from its events: name code, pid, tid, ts, dur."""
         return {
             "name": self.names[table].codes(list(map(_NAME, events))),
             "pid": _thread_ids(list(map(_PID, events))),
             "tid": _thread_ids(list(map(_TID, events))),
-            "ts": np.array(list(map(_TS, events)), dtype=np.float64),
-            "dur": np.array(list(map(_DUR, events)), dtype=np.float64),
+            "ts": times[0],
+            "dur": times[1],
         }
 
-    def _add_gpu(self, events: list[Event], kinds: np.ndarray) -> None:
+    def _add_gpu(self, events: list[Event], times, kinds: np.ndarray) -> None:
         args: list[_KernelArgs] = self._decode_args("GPU activity", events, _KernelArgs)
         copy_kind = [None] * len(events)
         for i in np.flatnonzero(kinds == "memcpy"):
@@ -295,7 +303,7 @@ class _Tables:
             copy_kind[i] = m.group(1) if m else (args[i].kind or None)
         self.gpu.add(
             kind=_codes(kinds, _GPU_KINDS),  # int8 codes: a big table's Categorical is then free
-            **self._common("gpu", events),
+            **self._common("gpu", events, times),
             **{f: self._column(args, f) for f in ("correlation", "device", "stream", "registers", "shared_memory", "bytes", "in_elems", "out_elems", "group_size")},
             grid=self._triples(args, "grid"),
             block=self._triples(args, "block"),
@@ -306,14 +314,14 @@ class _Tables:
             **_metadata_costs(args),
         )
 
-    def _add_launches(self, events: list[Event]) -> None:
+    def _add_launches(self, events: list[Event], times) -> None:
         args: list[_LaunchArgs] = self._decode_args("runtime", events, _LaunchArgs)
-        self.launch.add(**self._common("launch", events), correlation=self._column(args, "correlation"))
+        self.launch.add(**self._common("launch", events, times), correlation=self._column(args, "correlation"))
 
-    def _add_ops(self, events: list[Event]) -> None:
+    def _add_ops(self, events: list[Event], times) -> None:
         args: list[_OpArgs] = self._decode_args("CPU op", events, _OpArgs)
         self.op.add(
-            **self._common("op", events),
+            **self._common("op", events, times),
             external_id=self._column(args, "external_id"),
             sequence=self._column(args, "sequence"),
             **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
@@ -332,8 +340,8 @@ class _Tables:
             out[full] = self.checks.ints([x for i in full for x in lists[i]], field, np.int32).reshape(-1, 3)
         return out
 
-    def _add_ranges(self, events: list[Event], domains: np.ndarray) -> None:
-        columns = self._common("range", events)
+    def _add_ranges(self, events: list[Event], times, domains: np.ndarray) -> None:
+        columns = self._common("range", events, times)
         # A GPU annotation lives on a device (Kineto puts the device in its pid).
         columns["tid"] = np.where(domains == "gpu", columns["pid"], columns["tid"])
         self.range.add(**columns, domain=_codes(domains, _RANGE_DOMAINS))
