@@ -86,3 +86,20 @@ def test_coded_without_unused_keeps_label_order():
     assert kept.labels == ["x", "z"]
     assert kept.codes.tolist() == [1, -1, 1, 0]
     assert coded.where(lambda label: label in ("y", "z")).tolist() == [True, False, True, False]
+
+
+def test_joint_keys_are_equal_exactly_where_the_rows_are():
+    """Linking joins (pid, correlation) and (pid, tid) pairs through one int64 key per row.
+    Five columns of 2^15 distinct values each force the key's re-ranking (2^75 combinations)."""
+    from tracekit.link import _joint_keys
+
+    rng = np.random.default_rng(7)
+    n = 1 << 16
+    columns = [rng.permutation(n).astype(np.int64) * (2**47) - 2**62 for _ in range(5)]  # near the int64 bounds
+    for c in columns:
+        c[: n // 2] = c[n // 2:]  # equal rows across the two sides
+    left, right = _joint_keys(tuple(c[: n // 2] for c in columns), tuple(c[n // 2:] for c in columns))
+    assert (left == right).all()  # the same tuples, the same keys
+    keys = np.concatenate((left, right))
+    rows = list(zip(*(c.tolist() for c in columns)))
+    assert len(set(keys.tolist())) == len(set(rows))  # different tuples never share a key

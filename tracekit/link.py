@@ -97,10 +97,14 @@ def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
     the ranks' ranges stays far inside int64), then the ranks are combined."""
     n_left = len(left[0])
     key = np.zeros(n_left + len(right[0]), dtype=np.int64)
+    span = 1  # the keys so far lie in [0, span)
     for a, b in zip(left, right):
         uniques, rank = np.unique(np.concatenate((a, b)), return_inverse=True)
+        if span * max(len(uniques), 1) >= 2**62:  # re-rank what is there first: never overflows
+            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+            span = int(key.max()) + 1 if len(key) else 1
         key = key * len(uniques) + rank.reshape(-1)
-        key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)  # re-rank: never overflows
+        span *= max(len(uniques), 1)
     return key[:n_left], key[n_left:]
 
 
