@@ -196,3 +196,16 @@ def test_html_in_names_is_kept_verbatim(tmp_path):
     path.write_text(json.dumps(doc))
     trace = tracekit.load(path)
     assert (trace.kernels["name"] == "<script>alert(1)</script>").sum() == 1
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+@pytest.mark.parametrize("command", ["info", "analyze"])
+def test_a_reader_that_goes_away_ends_tracekit_quietly(command, fmt):
+    """`tracekit analyze trace | head -1` when head has already gone: no traceback, no error
+    line, exit 0 (rich's own handler exits 1, and the interpreter's last flush would fail)."""
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", command, "--format", fmt, str(BERT)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # gone before tracekit writes its first byte: every write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == ""

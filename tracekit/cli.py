@@ -382,6 +382,14 @@ def devices(device_file: str | None) -> None:
     render_devices(known, _console())
 
 
+def _reader_gone() -> None:
+    """The reader of stdout went away (`| head`): done, quietly, exit 0. stdout is pointed at
+    /dev/null so that the interpreter's last flush of the unwritten rest cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    sys.exit(0)
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = bool(os.environ.get("TRACEKIT_DEBUG"))
     # A path with bytes that are not UTF-8 reaches Python as surrogates: print them escaped
@@ -395,6 +403,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except SystemExit as exc:
+        # click turns a closed stdout (`| head`) into exit 1 after wrapping the streams in
+        # its PacifyFlushWrapper: the reader went away, which is no error of tracekit's.
+        if exc.code == 1 and isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+            _reader_gone()
+        raise
     except click.ClickException as exc:  # a usage error: one line too, like every error
         hint = f" (see `tracekit {exc.ctx.info_name} --help`)" if isinstance(exc, click.UsageError) and exc.ctx and exc.ctx.parent else ""
         click.echo(f"tracekit: error: {exc.format_message()}{hint}".replace("\n", " "), err=True)
@@ -403,11 +417,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("tracekit: aborted", err=True)
         sys.exit(130)
     except BrokenPipeError:
-        # The reader went away (`| head`): done, quietly. stdout is pointed at /dev/null so
-        # that the interpreter's last flush of the unwritten rest does not fail again (exit 1).
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+        _reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
         if debug:
             raise

@@ -40,7 +40,7 @@ MIN_PARALLEL_BYTES = 16 << 20
 # on the machine does not hold up the rest; each is decoded in sub-chunks of SUB_BYTES so a
 # worker's memory stays bounded by what it keeps (columns), not by what it decodes.
 PIECES_PER_WORKER = 4
-MIN_PIECE_BYTES = 8 << 20
+MIN_PIECE_BYTES = 4 << 20
 SUB_BYTES = 24 << 20
 
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')

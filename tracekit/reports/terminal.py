@@ -31,7 +31,15 @@ def console(stderr: bool = False) -> Console:
         width = int(columns)
     elif not stream.isatty():
         width = PIPED_WIDTH
-    return Console(file=stream, width=width, markup=False, emoji=False, highlight=False, soft_wrap=False)
+    return _Console(file=stream, width=width, markup=False, emoji=False, highlight=False, soft_wrap=False)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich exits with status 1 when the reader goes away (`| head`); tracekit's CLI
+        ends quietly with 0 instead (cli.main handles the error)."""
+        self.quiet = True
+        raise BrokenPipeError
 
 
 def _table_width(widths: list[int]) -> int:
