@@ -11,9 +11,11 @@ import gzip
 import json
 import pathlib
 
+import numpy as np
 import pandas as pd
 import pytest
 
+import tracekit
 import tracekit.parsers.kineto as kineto
 import tracekit.parsers.kineto_parallel as parallel
 from tracekit.parsers import parse
@@ -95,3 +97,33 @@ def test_cut_short_trace_reads_as_serial(tmp_path, small_pieces):
     assert small_pieces == [None]  # the workers' pieces did not all decode
     assert_same_trace(serial, together)
     assert any("cut short" in w for w in together.warnings)
+
+
+def test_thread_names_keep_one_code_across_tables_chunks_and_workers(tmp_path, small_pieces, monkeypatch):
+    """Older traces name threads ("main", "worker"): a launch on "worker" must link to the op
+    on "worker", however the file is cut (serial chunks or worker pieces)."""
+    events, corr = [], 1
+    for i in range(3000):
+        for thread in ("main", "worker"):
+            t = i * 40.0 + (20.0 if thread == "worker" else 0.0)
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": f"aten::mm_{thread}", "pid": "proc", "tid": thread, "ts": t, "dur": 10.0, "args": {}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": "proc", "tid": thread, "ts": t + 1, "dur": 2.0,
+                 "args": {"correlation": corr}},
+                {"ph": "X", "cat": "kernel", "name": f"gemm_{thread}", "pid": 0, "tid": 7, "ts": t + 5, "dur": 3.0,
+                 "args": {"correlation": corr, "device": 0, "stream": 7}},
+            ]
+            corr += 1
+    path = tmp_path / "named_threads.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    monkeypatch.setattr(kineto, "CHUNK_EVENTS", 997)
+    serial = tracekit.load(path, workers=1)
+    assert_same_trace(serial, tracekit.load(path, workers=2))
+    assert small_pieces and small_pieces[0] is not None
+    k, ops = serial.kernels, serial.ops
+    assert (k["op"] >= 0).all()
+    # every kernel's op is the one on its own thread: gemm_main <- aten::mm_main, ...
+    op_names = ops["name"].astype(str).to_numpy()[k["op"].to_numpy()]
+    assert (op_names == np.char.replace(k["name"].astype(str).to_numpy().astype(str), "gemm_", "aten::mm_")).all()
+    # "main", "proc", "worker" in name order: -2, -3, -4
+    assert sorted(set(ops["tid"])) == [-4, -2] and set(ops["pid"]) == {-3}

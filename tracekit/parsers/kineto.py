@@ -206,6 +206,7 @@ class _Tables:
         self.names = {t: Interner() for t in ("gpu", "launch", "op", "range")}
         self.strings = {c: Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
         self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
+        self.thread_names = Interner()  # pids / tids that are names, one code each across tables
         self.windows: list[tuple[float, float]] = []
         self.legacy = False
         self.bad_args: dict[str, int] = defaultdict(int)
@@ -252,6 +253,7 @@ class _Tables:
         """Append the tables of the events that follow this one's in the file (a worker's
         piece): its name codes are renumbered into this one's, in order of first sight, so
         the result is what one pass over both would have built."""
+        other._renumber_thread_names(np.array([_name_code(self.thread_names.code(v)) for v in other.thread_names.values], dtype=np.int64))
         for mine, theirs, interners in (
             (self.gpu, other.gpu, {"name": (self.names["gpu"], other.names["gpu"]), **{c: (self.strings[c], other.strings[c]) for c in self.strings}}),
             (self.launch, other.launch, {"name": (self.names["launch"], other.names["launch"])}),
@@ -289,8 +291,8 @@ class _Tables:
         """The columns every table takes from its events: name code, pid, tid, ts, dur."""
         return {
             "name": self.names[table].codes(list(map(_NAME, events))),
-            "pid": _thread_ids(list(map(_PID, events))),
-            "tid": _thread_ids(list(map(_TID, events))),
+            "pid": _thread_ids(list(map(_PID, events)), self.thread_names),
+            "tid": _thread_ids(list(map(_TID, events)), self.thread_names),
             "ts": times[0],
             "dur": times[1],
         }
@@ -346,8 +348,19 @@ class _Tables:
         columns["tid"] = np.where(domains == "gpu", columns["pid"], columns["tid"])
         self.range.add(**columns, domain=_codes(domains, _RANGE_DOMAINS))
 
+    def _renumber_thread_names(self, new_codes: np.ndarray) -> None:
+        if len(new_codes):
+            for table in (self.gpu, self.launch, self.op, self.range):
+                for col in ("pid", "tid"):
+                    table.parts[col] = [_renumber_names(ids, new_codes) for ids in table.parts.get(col, [])]
+
     # -- the whole trace ---------------------------------------------------------------
     def build(self, path: str, source: Source, document: Document) -> ColumnTrace:
+        # Thread names numbered in name order: the same codes however the file was chunked.
+        names = self.thread_names.values
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
+        self._renumber_thread_names(_name_code(rank))
         clock = _Clock([c for c in (self.gpu, self.launch, self.op, self.range) if c.rows], self.windows)
         kernels = self._kernel_table(clock)
         launches = self._launch_table(clock, kernels["correlation"])
@@ -472,8 +485,11 @@ def _codes(values: np.ndarray, categories: tuple[str, ...]) -> np.ndarray:
     return out
 
 
-def _thread_ids(values: list[int | str]) -> np.ndarray:
-    """Kineto tids are ints, or strings such as "25738" or "stream 7" in older traces."""
+def _thread_ids(values: list[int | str], names: Interner) -> np.ndarray:
+    """Kineto pids and tids are ints, or strings such as "25738" or "stream 7" in older
+    traces: the number they end with. A name with no number ("worker") is -2, -3, ... by
+    `names`, the same code wherever the name appears (renumbered in name order at the end,
+    see _Tables.build, so that how the file was cut into chunks never shows)."""
     try:
         return np.array(values, dtype=np.int64)
     except (TypeError, ValueError, OverflowError):
@@ -485,10 +501,22 @@ def _thread_ids(values: list[int | str]) -> np.ndarray:
             return v if -(1 << 63) <= v < (1 << 63) else -1
         if v not in cache:
             m = _TRAILING_INT.search(v[-32:])  # bounded: `\d+\s*$` is quadratic on a long run of digits
-            cache[v] = int(m.group(1)) if m and len(m.group(1)) < 19 else -(len(cache) + 2)
+            cache[v] = int(m.group(1)) if m and len(m.group(1)) < 19 else _name_code(names.code(v))
         return cache[v]
 
     return np.array([as_int(v) for v in values], dtype=np.int64)
+
+
+def _name_code(index: np.ndarray | int) -> np.ndarray | int:
+    """The pid / tid code of the index-th thread name: -2, -3, ... (-1 is an unknown id)."""
+    return -(index + 2)
+
+
+def _renumber_names(ids: np.ndarray, new_codes: np.ndarray) -> np.ndarray:
+    """pid / tid codes of thread names (-2, -3, ...) replaced by `new_codes[index]`."""
+    index = _name_code(ids)  # the inverse of _name_code: -2 -> 0, -3 -> 1, ...
+    named = (index >= 0) & (index < len(new_codes))
+    return np.where(named, new_codes[np.where(named, index, 0)], ids) if named.any() else ids
 
 
 def _decode_json(raw: bytes) -> Any:
