@@ -209,3 +209,16 @@ def test_a_reader_that_goes_away_ends_tracekit_quietly(command, fmt):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert err == ""
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_failed_check_keeps_its_exit_code_when_the_reader_goes_away(fmt, tmp_path):
+    """`set -o pipefail; tracekit check ... | head` must still fail when an expectation did."""
+    expect = tmp_path / "expect.toml"
+    expect.write_text("[[expect]]\nmax_step_time_ms = 0.0001\n")  # no step is that short
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "check", str(BERT), "--expect", str(expect), "--format", fmt],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 3, err  # CHECK_FAILED
+    assert "Traceback" not in err

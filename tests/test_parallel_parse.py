@@ -127,3 +127,26 @@ def test_thread_names_keep_one_code_across_tables_chunks_and_workers(tmp_path, s
     assert (op_names == np.char.replace(k["name"].astype(str).to_numpy().astype(str), "gemm_", "aten::mm_")).all()
     # "main", "proc", "worker" in name order: -2, -3, -4
     assert sorted(set(ops["tid"])) == [-4, -2] and set(ops["pid"]) == {-3}
+
+
+@pytest.mark.parametrize("error", [RuntimeError("in the caller"), OSError("in the caller"), ImportError("in the caller")])
+def test_an_error_of_the_meanwhile_hook_is_the_callers(error, small_pieces):
+    """`meanwhile` (work done while the workers decode) failing is not the workers failing:
+    its error comes out as it is, after the pool has stopped, and the file is not re-read."""
+    calls = []
+
+    def meanwhile():
+        calls.append(1)
+        raise error
+
+    with pytest.raises(type(error), match="in the caller"):
+        tracekit.load(SHARED / "h100_qwen1.5-0.5b_hf_inference.json.gz", workers=2, meanwhile=meanwhile)
+    assert calls == [1]
+    assert small_pieces == []  # _run raised; nothing fell back to the serial parser
+
+
+def test_the_meanwhile_hook_runs_while_the_workers_decode(small_pieces):
+    calls = []
+    trace = tracekit.load(SHARED / "h100_qwen1.5-0.5b_hf_inference.json.gz", workers=2, meanwhile=lambda: calls.append(1))
+    assert calls == [1] and small_pieces and small_pieces[0] is not None
+    assert len(trace.kernels) == 1707

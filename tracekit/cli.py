@@ -15,7 +15,7 @@ FORMATS = click.Choice(["table", "json"])
 _WORKERS_HELP = "Processes that read a large JSON trace (default: one per core; 1: none)."
 
 
-def _load(path: str, workers: int | None = None, meanwhile=None):
+def _scan(path: str, workers: int | None = None, meanwhile=None):
     from tracekit.api import scan
 
     trace = scan(path, workers=workers, meanwhile=meanwhile)  # linked tables; no DataFrames for a Kineto trace
@@ -97,7 +97,7 @@ def cli() -> None:
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP)
 def info(path: str, fmt: str, top: int, workers: int | None) -> None:
     """What is in a trace: format, devices, event counts, link shares, top kernels."""
-    trace = _load(path, workers, meanwhile=_importer("tracekit.inventory", "tracekit.reports.info", "tracekit.reports.terminal"))
+    trace = _scan(path, workers, meanwhile=_importer("tracekit.inventory", "tracekit.reports.info", "tracekit.reports.terminal"))
     from tracekit.inventory import inventory
     from tracekit.reports import info as render
 
@@ -326,13 +326,15 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
         from tracekit.reports.atomic import write_file
 
         write_file(junit_path, junit_xml(verdicts, path))
-    if fmt == "json":
-        click.echo(render.to_json(verdicts, path))
-    elif fmt == "markdown":
-        click.echo(render.to_markdown(verdicts, path), nl=False)
-    else:
-        render.render_console(verdicts, _console(), path)
-    if not all(v.ok for v in verdicts):
+    failed = not all(v.ok for v in verdicts)
+    with _exit_if_reader_gone(CHECK_FAILED if failed else 0):  # `| head` must not turn a failure into 0
+        if fmt == "json":
+            click.echo(render.to_json(verdicts, path))
+        elif fmt == "markdown":
+            click.echo(render.to_markdown(verdicts, path), nl=False)
+        else:
+            render.render_console(verdicts, _console(), path)
+    if failed:
         sys.exit(CHECK_FAILED)
 
 
@@ -382,12 +384,23 @@ def devices(device_file: str | None) -> None:
     render_devices(known, _console())
 
 
-def _reader_gone() -> None:
-    """The reader of stdout went away (`| head`): done, quietly, exit 0. stdout is pointed at
-    /dev/null so that the interpreter's last flush of the unwritten rest cannot fail again."""
+def _reader_gone(code: int = 0) -> None:
+    """The reader of stdout went away (`| head`): done, quietly, with the command's own exit
+    code (0 unless it says otherwise). stdout is pointed at /dev/null so that the
+    interpreter's last flush of the unwritten rest cannot fail again."""
     with contextlib.suppress(OSError, ValueError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
-    sys.exit(0)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def _exit_if_reader_gone(code: int):
+    """Output of a command whose exit code means something (`check`): if the reader goes
+    away while it is written, exit with that code, not click's 1 or the 0 of `| head`."""
+    try:
+        yield
+    except BrokenPipeError:
+        _reader_gone(code)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -95,9 +95,11 @@ class Groups:
         return self._sorted
 
     def nunique(self, codes: np.ndarray) -> np.ndarray:
-        """Per group: how many distinct values of `codes` (non-negative ints) it holds."""
-        rows = self.group >= 0
-        codes = np.asarray(codes, dtype=np.int64)[rows]
+        """Per group: how many distinct values of `codes` it holds; a negative code is a
+        missing value and not counted (as pandas' nunique leaves out NaN)."""
+        codes = np.asarray(codes, dtype=np.int64)
+        rows = (self.group >= 0) & (codes >= 0)
+        codes = codes[rows]
         pairs = np.unique(self.group[rows] * (int(codes.max(initial=0)) + 1) + codes)  # one int per (group, value)
         return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.n)
 

@@ -119,7 +119,7 @@ def _before_capture(kernels, launches, has_launch: np.ndarray) -> np.ndarray:
 
 
 def _pair_code(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One integer per distinct (a, b) pair."""
+    """One integer per distinct (a, b) pair (the joint keys of one side, the other empty)."""
     if not len(a):
         return np.zeros(0, dtype=np.int64)
     return _joint_keys((np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)), (np.zeros(0, np.int64), np.zeros(0, np.int64)))[0]

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
-
 import sys
+from typing import Any
 
 import numpy as np
 

@@ -35,6 +35,13 @@ class Coded:
     def take(self, rows: np.ndarray) -> "Coded":
         return Coded(self.codes[rows], self.labels, self.object_labels)
 
+    def to_categorical(self):
+        """The pandas Categorical (imports pandas)."""
+        import pandas as pd
+
+        labels = pd.Index(self.labels, dtype=object) if self.object_labels else self.labels
+        return pd.Categorical.from_codes(self.codes, categories=labels)
+
     def where(self, predicate) -> np.ndarray:
         """Rows whose value satisfies `predicate` (called once per label, not per row)."""
         by_code = np.array([bool(predicate(label)) for label in self.labels] + [False], dtype=bool)
@@ -70,14 +77,21 @@ class ColumnTable:
 
     def __post_init__(self) -> None:
         if self.columns:
-            self.n = len(next(iter(self.columns.values())))
+            lengths = {len(v) for v in self.columns.values()}
+            if len(lengths) > 1:
+                raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+            self.n = lengths.pop()
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, name: str) -> Any:
         value = self.columns.get(name)
-        return default_column(self.spec.get(name, "int64"), self.n) if value is None else value
+        if value is None:
+            if name not in self.spec:
+                raise KeyError(f"no column {name!r} in this table")
+            return default_column(self.spec[name], self.n)
+        return value
 
     def take(self, rows: np.ndarray) -> "ColumnTable":
         return ColumnTable(self.spec, {k: v.take(rows) if isinstance(v, Coded) else v[rows] for k, v in self.columns.items()})
@@ -88,19 +102,9 @@ class ColumnTable:
 
     def to_frame(self):
         """The Trace's DataFrame (exactly the contract's columns, plus those linking added)."""
-        import pandas as pd
-
         from tracekit.trace import make_table
 
-        data = {}
-        for name, value in self.columns.items():
-            if isinstance(value, Coded):
-                labels = pd.Index(value.labels, dtype=object) if value.object_labels else value.labels
-                value = pd.Categorical.from_codes(value.codes, categories=labels)
-            data[name] = value
-        if not data:
-            return make_table(self.spec, n=self.n)
-        return make_table(self.spec, data)
+        return make_table(self.spec, self.columns, n=self.n)
 
 
 @dataclass
@@ -146,7 +150,10 @@ def column(table: Any, name: str) -> np.ndarray:
     if isinstance(table, ColumnTable):
         value = table[name]
         if isinstance(value, Coded):
-            return np.array(list(value.labels) + [None], dtype=object)[value.codes]
+            labels = np.empty(len(value.labels) + 1, dtype=object)  # filled one by one: a label may be a tuple
+            for i, label in enumerate(value.labels):
+                labels[i] = label
+            return labels[value.codes]  # code -1 picks the trailing None
         return value
     return table[name].to_numpy()
 

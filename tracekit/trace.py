@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracekit.tables import Coded, default_column
+
 if TYPE_CHECKING:  # pandas is imported where a table is built: the parsers and linking run without it
     import pandas as pd
 
@@ -112,16 +114,9 @@ def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: i
     for col, dtype in columns.items():
         values = data.get(col)
         if values is None:
-            if dtype == "category":
-                values = pd.Categorical(np.full(n, None, dtype=object))
-            elif dtype == "object":
-                values = np.full(n, None, dtype=object)
-            elif dtype == "bool":
-                values = np.zeros(n, dtype=bool)
-            elif dtype == "float64":
-                values = np.full(n, np.nan)
-            else:
-                values = np.full(n, -1, dtype=dtype)
+            values = default_column(dtype, n)
+        if isinstance(values, Coded):
+            values = values.to_categorical()
         if dtype == "object":
             series = pd.Series(values, dtype=object)
         elif dtype in ("category", "bool"):

@@ -73,7 +73,7 @@ class _LaunchArgs(msgspec.Struct):
 
 
 class _OpArgs(msgspec.Struct):
-    # Kept raw and decoded once per distinct value (see _Interner): a loop repeats the
+    # Kept raw and decoded once per distinct value (tracekit.tables.Interner): a loop repeats the
     # same shapes every step, so millions of ops share a few thousand distinct lists.
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NULL)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NULL)
@@ -190,9 +190,6 @@ class _Columns:
     def array(self, name: str, dtype=np.int64) -> np.ndarray:
         parts = self.parts.get(name)
         return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
-
-    def objects(self, name: str) -> list[Any]:
-        return [v for part in self.parts.get(name, ()) for v in part]
 
 
 _TS, _DUR, _NAME, _PID, _TID, _ARGS, _CAT = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args", "cat"))

@@ -122,11 +122,17 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
         return None
     results: list[Any] = [None] * len(pieces)
     done = 0
+    caller_error = None
     try:
         with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context) as pool:
             futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
             if meanwhile is not None:  # this process is idle until the pieces come back
-                meanwhile()
+                try:
+                    meanwhile()
+                except BaseException as exc:  # the caller's error, raised once the pool is stopped
+                    caller_error = exc
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
             for future in as_completed(futures):
                 result = future.result()
                 if result is None:
@@ -138,7 +144,9 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
                 done += pieces[i][1] - pieces[i][0]
                 if progress:
                     progress(min(done, total), total)
-    except (OSError, RuntimeError, AssertionError, MemoryError, EOFError):
+    except (OSError, RuntimeError, AssertionError, MemoryError, EOFError) as exc:
+        if exc is caller_error:  # not the workers': re-reading the file serially would not help
+            raise
         return None  # workers could not start or died (e.g. inside a daemon process): serial
     return results
 
