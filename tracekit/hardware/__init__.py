@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from tracekit.errors import TraceError
 
@@ -64,12 +57,25 @@ def _from_table(key: str, t: dict[str, Any]) -> Device:
     )
 
 
+def _toml():
+    """The TOML reader, imported when a device table is read (`tracekit info` reads none)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    return tomllib
+
+
 def builtin_devices() -> dict[str, Device]:
+    from importlib import resources
+
+    tomllib = _toml()
     text = resources.files("tracekit.hardware").joinpath("devices.toml").read_text(encoding="utf-8")
     return {key: _from_table(key, table) for key, table in tomllib.loads(text).items()}
 
 
 def load_device_file(path: str) -> dict[str, Device]:
+    tomllib = _toml()
     try:
         with open(path, "rb") as f:
             tables = tomllib.load(f)
@@ -121,6 +127,8 @@ def find_device(name: str, devices: dict[str, Device]) -> Device | None:
 def closest(name: str, devices: dict[str, Device], n: int = 3) -> list[str]:
     """Known devices of the same product line as `name`, most similar first; none when no
     known device shares its line (a GTX 1060 has no close relative among data-center GPUs)."""
+    import difflib
+
     line = product_line(name)
     if line is None:
         return []
