@@ -222,3 +222,22 @@ def test_a_failed_check_keeps_its_exit_code_when_the_reader_goes_away(fmt, tmp_p
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 3, err  # CHECK_FAILED
     assert "Traceback" not in err
+
+
+def test_the_command_ends_at_once_but_keeps_output_exit_code_and_exit_handlers(tmp_path):
+    """cli.run (the console script and `python -m tracekit`) skips the interpreter's
+    teardown: output written to a file (block-buffered) is whole, exit handlers ran, and the
+    exit code is the command's."""
+    out = tmp_path / "info.json"
+    code = ("import atexit, sys\natexit.register(lambda: print('exit handler ran', file=sys.stderr))\n"
+            "from tracekit.cli import run\nsys.argv = ['tracekit'] + sys.argv[1:]\nrun()\n")
+    with open(out, "w") as f:
+        proc = subprocess.run([sys.executable, "-c", code, "info", "--format", "json", "--top", "10000", str(BERT)],
+                              stdout=f, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0 and "exit handler ran" in proc.stderr
+    inv = json.loads(out.read_text())  # whole: the buffer was flushed before the process ended
+    with gzip.open(BERT, "rt") as f:
+        kernels = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    assert inv["counts"]["kernels"] == len(kernels)
+    bad = subprocess.run([sys.executable, "-c", code, "info", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "exit handler ran" in bad.stderr
