@@ -123,29 +123,38 @@ def _tree_memory(pid: int, with_pss: bool) -> tuple[int, int]:
 
 
 def run(cmd: list[str], env: dict | None = None) -> dict:
-    """Run cmd in a fresh process; wall time, peak tree PSS / single RSS, its last stdout line."""
+    """Run cmd in a fresh process; wall time, peak tree PSS / single RSS, its last stdout line.
+    The wall time is taken when a blocking wait returns (exact); memory is sampled by a
+    thread beside it (every 0.1 s), so sampling never rounds the time."""
+    import threading
+
     load = os.getloadavg()[0]
     out = tempfile.TemporaryFile()
     t = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
-    peak_pss = peak_rss = 0
-    ticks = 0
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        pss, rss = _tree_memory(proc.pid, with_pss=ticks % 3 == 0)  # several processes: PSS every 0.3 s
-        peak_pss, peak_rss = max(peak_pss, pss), max(peak_rss, rss)
-        ticks += 1
-        time.sleep(0.1)
+    peaks = {"pss": 0, "rss": 0}
+    finished = threading.Event()
+
+    def sample() -> None:
+        ticks = 0
+        while not finished.wait(0.1 if ticks else 0.02):
+            pss, rss = _tree_memory(proc.pid, with_pss=ticks % 3 == 0)  # several processes: PSS every 0.3 s
+            peaks["pss"], peaks["rss"] = max(peaks["pss"], pss), max(peaks["rss"], rss)
+            ticks += 1
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    err = proc.stderr.read().decode(errors="replace")  # until the process closes it: at its end
+    _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
+    finished.set()
+    sampler.join()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode(errors="replace")
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {err[-2000:]}")
     out.seek(0)
     lines = out.read().decode(errors="replace").strip().splitlines()
-    result = {"wall_s": wall, "peak_pss_mb": peak_pss / 1e6, "peak_rss_mb": max(peak_rss, usage.ru_maxrss * 1024) / 1e6,
+    result = {"wall_s": wall, "peak_pss_mb": peaks["pss"] / 1e6, "peak_rss_mb": max(peaks["rss"], usage.ru_maxrss * 1024) / 1e6,
               "load_avg": load}
     if lines and lines[-1].startswith("{"):
         result.update(json.loads(lines[-1]))
