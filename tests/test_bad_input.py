@@ -241,3 +241,24 @@ def test_the_command_ends_at_once_but_keeps_output_exit_code_and_exit_handlers(t
     assert inv["counts"]["kernels"] == len(kernels)
     bad = subprocess.run([sys.executable, "-c", code, "info", str(tmp_path / "missing.json")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "exit handler ran" in bad.stderr
+
+
+@pytest.mark.parametrize("inflater", ["zlib", "isal"])
+def test_concatenated_gzip_members_larger_than_a_read_are_read_whole(tmp_path, inflater):
+    """`cat a.json.gz b.gz > trace.json.gz`: every member is read. A member ending inside a
+    bounded read used to send the standard library's decompressor round a loop for ever
+    (its unconsumed_tail keeps the next member's bytes after the end); run in a subprocess
+    with a time limit so that a regression fails instead of hanging the suite."""
+    if inflater == "isal":
+        pytest.importorskip("isal")
+    with gzip.open(BERT, "rb") as f:
+        trace = f.read()
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(trace) + gzip.compress(b" \n") + gzip.compress(b"\n"))
+    code = (f"import sys, {'zlib' if inflater == 'zlib' else 'isal.isal_zlib as zlib'}\n"
+            "import tracekit.parsers.source as source\n"
+            "source.inflate = zlib\nsource._CHUNK = 1 << 16  # reads far smaller than the members\n"
+            "data, warnings = source._gunzip(sys.argv[1])\nprint(len(data), len(warnings))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(len(trace) + 3), "0"]
