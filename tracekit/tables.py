@@ -63,9 +63,6 @@ class Coded:
         return Coded(remap[self.codes], [label for label, u in zip(self.labels, used) if u], self.object_labels)
 
 
-Column = "np.ndarray | Coded"
-
-
 @dataclass
 class ColumnTable:
     """One table of the Trace contract (`spec`: trace.KERNEL_COLUMNS, ...) as numpy columns.
@@ -126,7 +123,9 @@ class ColumnTrace:
 
 
 def default_column(dtype: str, n: int) -> Any:
-    """The contract's "absent" value for a column of this dtype (as trace.make_table fills)."""
+    """The contract's "absent" value for a column of this dtype (what trace.make_table fills
+    a missing column with): -1 for integers, None for categories and objects, False for
+    flags, NaN for floats."""
     if dtype == "category":
         return Coded(np.full(n, -1, dtype=np.int32), [])
     if dtype == "object":

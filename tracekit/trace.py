@@ -3,6 +3,8 @@
 Times are int64 nanoseconds from the start of the capture (the earliest event in the
 file). Names are pandas Categoricals: a trace repeats a few thousand names millions of
 times, so each table holds small integer codes (HTA's symbol table, done by pandas).
+The Kineto parser hands over the same columns as numpy arrays first (tables.py): the
+DataFrames are built from them after linking, so reading and linking need no pandas.
 
 Row references between tables (kernel -> launch, kernel -> op, op -> parent, ...) are
 integer row positions into the other table, -1 when absent.
@@ -22,8 +24,8 @@ if TYPE_CHECKING:  # pandas is imported where a table is built: the parsers and 
 
 NO_ROW = -1
 
-# Columns of each table, in order, with their dtypes. Parsers build frames with
-# `empty_table` / `conform` so that a table is the same shape whatever the source.
+# Columns of each table, in order, with their dtypes. Tables are built through
+# `make_table` (or tables.ColumnTable) so that a table is the same shape whatever the source.
 KERNEL_COLUMNS: dict[str, str] = {
     "kind": "category",  # kernel | memcpy | memset
     "name": "category",
