@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -368,3 +369,19 @@ def test_mixed_step_and_older_generation_forms():
     assert b.kind == "mixed" and b.tokens == 103 and b.kv_tokens == 1200 and b.pairs() == by_hand
     old = from_annotation("execute_context_0(0)_generation_16(16)")
     assert old.requests == 16 and old.tokens == 16 and not old.kv_known and "KV length unknown" in old.describe()
+
+
+def test_calibrate_tables_fit_the_terminal_and_escape_file_names(tmp_path):
+    """The calibration tables go through the terminal renderer like analyze's: fitted to the
+    width, and a file name is hostile text (a raw escape sequence reached the terminal)."""
+    hostile = tmp_path / "evil\x1b[31m[bold]x.json.gz"
+    hostile.symlink_to(shared(*SGLANG.split("/")))
+    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(hostile),
+                          "--model", str(MODELS / "qwen3-8b.config.json"), "--out", str(tmp_path / "f.json")],
+                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "250"})
+    assert run.returncode == 0, run.stderr
+    mape = json.loads((tmp_path / "f.json").read_text())["devices"]["MI300X"]["mape_peak"]
+    assert "MAPE at peak" in run.stdout and "MI300X" in run.stdout and f"{mape:.1%}" in run.stdout  # the figure written
+    assert "\x1b[31m[bold]" not in run.stdout  # the name's escape sequence never reaches the terminal raw
+    assert "evil\\x1b[31m[bold]x.json.gz" in run.stdout  # it is shown escaped, brackets as text
+    assert max(len(line) for line in run.stdout.splitlines()) <= 250

@@ -1,7 +1,8 @@
 """Model-aware sections: predicted vs measured per step and per block group, and calibration.
 
-Trace strings (step names) reach the terminal only as rich Text (never parsed as markup)
-and Markdown only through the Markdown renderer's cell escaping.
+Trace strings (step names, paths, device names) reach the terminal only through the
+terminal renderer (reports/terminal.py, its one escaping function) and Markdown only
+through the Markdown renderer's cell escaping.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from tracekit.reports.format import duration, percent, si
 
@@ -80,19 +79,28 @@ def sections(a) -> list:
     ]
 
 
+def calibration_sections(result: dict[str, Any]) -> list:
+    """`tracekit calibrate`'s tables as Sections (fitted to the terminal, trace strings escaped)."""
+    from tracekit.reports.tables import Section
+
+    devices = [[key, str(d["steps"]), _pct(d["mape_peak"]), _pct(d["mape_fitted"]),
+                UNKNOWN if d["bandwidth_efficiency"] is None else f"{d['bandwidth_efficiency']:.2f}",
+                UNKNOWN if d["matrix_efficiency"] is None else f"{d['matrix_efficiency']:.2f}",
+                f"{d.get('fit', '')}" + (" (above 1: the model overcounts)" if d.get("above_one") else "")]
+               for key, d in result["devices"].items()]
+    traces = [[str(t["path"]), t["device"], str(t["steps"]), _pct(t["mape_peak"]), _pct(t["mape_fitted"])] for t in result["traces"]]
+    return [
+        # device, steps, MAPE at peak, MAPE fitted, bandwidth eff., matrix eff., fit
+        Section("Calibration: roofline step model vs measured GPU busy time",
+                ["device", "steps", "MAPE at peak", "MAPE fitted", "bandwidth eff.", "matrix eff.", "fit"], devices,
+                [0, 1, 0, 0, 0, 0, 2], flex=6, left=(0, 6)),
+        # trace, device, steps, MAPE at peak, MAPE fitted
+        Section("Per trace", ["trace", "device", "steps", "MAPE at peak", "MAPE fitted"], traces, [0, 2, 1, 0, 0], flex=0, left=(0, 1)),
+    ]
+
+
 def render_calibration(result: dict[str, Any], console: Console) -> None:
-    table = Table(title="Calibration: roofline step model vs measured GPU busy time", header_style="bold")
-    for col in ("device", "steps", "MAPE at peak", "MAPE fitted", "bandwidth eff.", "matrix eff.", "fit"):
-        table.add_column(col, overflow="fold")
-    for key, d in result["devices"].items():
-        flag = " (above 1: the model overcounts)" if d.get("above_one") else ""
-        table.add_row(Text(key), str(d["steps"]), _pct(d["mape_peak"]), _pct(d["mape_fitted"]),
-                      UNKNOWN if d["bandwidth_efficiency"] is None else f"{d['bandwidth_efficiency']:.2f}",
-                      UNKNOWN if d["matrix_efficiency"] is None else f"{d['matrix_efficiency']:.2f}", Text(f"{d.get('fit', '')}{flag}"))
-    console.print(table)
-    traces = Table(title="Per trace", header_style="bold")
-    for col in ("trace", "device", "steps", "MAPE at peak", "MAPE fitted"):
-        traces.add_column(col, overflow="fold")
-    for t in result["traces"]:
-        traces.add_row(Text(str(t["path"])), Text(t["device"]), str(t["steps"]), _pct(t["mape_peak"]), _pct(t["mape_fitted"]))
-    console.print(traces)
+    from tracekit.reports.terminal import print_section
+
+    for section in calibration_sections(result):
+        print_section(section, console)
