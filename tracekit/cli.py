@@ -418,6 +418,10 @@ def run() -> None:
         if exc.code is not None and not isinstance(exc.code, int):
             raise
         code = exc.code or 0
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
+        sys.exit(code)  # a thread still at work (a Dask client, ...): the interpreter joins it first
     atexit._run_exitfuncs()  # what the interpreter would run at exit (logging, multiprocessing, ...)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
