@@ -308,11 +308,10 @@ def _n_drop_column(rng, conn, tables, log):
 def _n_view(rng, conn, tables, log):
     t = _key_table(rng, tables)
     conn.execute(f'ALTER TABLE "{t}" RENAME TO "{t}_data"')
+    conn.execute(f'CREATE VIEW "{t}" AS SELECT * FROM "{t}_data"')
     if rng.random() < 0.5:
-        conn.execute(f'CREATE VIEW "{t}" AS SELECT * FROM "{t}_data"')
         log.append(f"{t} is a view")
     else:
-        conn.execute(f'CREATE VIEW "{t}" AS SELECT * FROM "{t}_data"')
         conn.execute(f'DROP TABLE "{t}_data"')
         log.append(f"{t} is a broken view")
 

@@ -70,6 +70,15 @@ def edit(path: str, *statements: str) -> None:
         assert not os.path.exists(path + suffix)
 
 
+def sql_value(path, query: str):
+    """One value read from an export with plain SQL (read-only): the reference figure."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(query).fetchone()[0]
+    finally:
+        conn.close()
+
+
 def warnings_of(path: str) -> list[str]:
     return tracekit.load(path).warnings
 
@@ -162,9 +171,7 @@ def test_a_trace_whose_only_op_has_zero_length(tmp_path):
 def test_nvtx_ranges_all_ending_before_they_start(tmp_path):
     path = nsys_copy(tmp_path)
     edit(path, "UPDATE NVTX_EVENTS SET end = start - 1000 WHERE end IS NOT NULL")
-    conn = sqlite3.connect(f"file:{SAXPY}?mode=ro", uri=True)
-    ranges = conn.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL").fetchone()[0]
-    conn.close()
+    ranges = sql_value(SAXPY, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL")
     trace = tracekit.load(path)
     assert any(w.startswith(f"{ranges:,} NVTX ranges end before they start") for w in trace.warnings), trace.warnings
     assert (trace.ranges["end"] == trace.ranges["start"]).all()
@@ -177,9 +184,7 @@ def test_nvtx_ranges_all_ending_before_they_start(tmp_path):
 def test_nsys_kernels_ending_before_they_start_are_clamped_not_negative(tmp_path):
     path = nsys_copy(tmp_path)
     edit(path, "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET end = start - 2000000000 WHERE rowid IN (SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 2)")
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    expected = conn.execute("SELECT sum(max(end - start, 0)) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    conn.close()
+    expected = sql_value(path, "SELECT sum(max(end - start, 0)) FROM CUPTI_ACTIVITY_KIND_KERNEL")
     trace = tracekit.load(path)
     kernels = trace.kernels[trace.kernels["kind"] == "kernel"]
     assert int((kernels["end"] - kernels["start"]).sum()) == expected
@@ -208,7 +213,7 @@ def test_nsys_start_at_int64_min_is_dropped(tmp_path):
 
 def test_nsys_duplicate_string_ids_use_the_first(tmp_path):
     path = nsys_copy(tmp_path, RTX)
-    n = sqlite3.connect(f"file:{RTX}?mode=ro", uri=True).execute("SELECT count(*) FROM StringIds").fetchone()[0]
+    n = sql_value(RTX, "SELECT count(*) FROM StringIds")
     edit(path, "CREATE TABLE s2 AS SELECT * FROM StringIds", "DROP TABLE StringIds", "CREATE TABLE StringIds (id INTEGER, value TEXT)",
          "INSERT INTO StringIds SELECT * FROM s2", "INSERT INTO StringIds SELECT id, 'dup ' || value FROM s2", "DROP TABLE s2")
     trace = tracekit.load(path)

@@ -148,14 +148,16 @@ class _Intervals:
         codes, query_codes = _joint_keys((self.pid[rows], self.tid[rows]), (pid[has_launch], tid[has_launch]))
         known = np.isin(query_codes, codes)
         query_codes = np.where(known, query_codes, -1)
-        # Parent pointers are table rows; map them into positions among the kept rows.
+        found = innermost_enclosing(codes, self.start[rows], self.end[rows], self.parents_among(rows), query_codes, time[has_launch])
+        out[has_launch] = np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)
+        return out
+
+    def parents_among(self, rows: np.ndarray) -> np.ndarray:
+        """The parent pointers of `rows` (table rows) as positions among those rows."""
         position = np.full(len(self.start), NO_ROW, dtype=np.int64)
         position[rows] = np.arange(len(rows))
         parent = self.parent[rows]
-        parent = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
-        found = innermost_enclosing(codes, self.start[rows], self.end[rows], parent, query_codes, time[has_launch])
-        out[has_launch] = np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)
-        return out
+        return np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
 
 
 def _gpu_enclosing(ranges: _Intervals, gpu: np.ndarray, kernels) -> np.ndarray:
@@ -164,12 +166,8 @@ def _gpu_enclosing(ranges: _Intervals, gpu: np.ndarray, kernels) -> np.ndarray:
     if not gpu.any() or not len(kernels):
         return out
     rows = np.flatnonzero(gpu)
-    position = np.full(len(ranges.start), NO_ROW, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    parent = ranges.parent[rows]
-    parent = np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW)
     found = innermost_enclosing(
-        ranges.tid[rows].astype(np.int64), ranges.start[rows], ranges.end[rows], parent,
+        ranges.tid[rows].astype(np.int64), ranges.start[rows], ranges.end[rows], ranges.parents_among(rows),
         column(kernels, "device").astype(np.int64), column(kernels, "start"),
     )
     return np.where(found >= 0, rows[np.maximum(found, 0)], NO_ROW)

@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.timeline import union  # merging intervals is the same under HTA's definitions
+
 COMP, COMM, MEM = "COMPUTATION", "COMMUNICATION", "MEMORY"
 ORDER = (COMP, COMM, MEM)  # HTA's bit order: the first type named in a combination
 
@@ -46,17 +48,6 @@ def hta_types(names: pd.Series) -> np.ndarray:
         return "OTHER" if HTA_NOT_COMPUTE.match(name) else COMP
     lookup = {n: one(n) for n in pd.unique(names.astype(str))}
     return names.astype(str).map(lookup).to_numpy()
-
-
-def union(iv: np.ndarray) -> np.ndarray:
-    if not len(iv):
-        return np.empty((0, 2), dtype=np.int64)
-    iv = iv[np.argsort(iv[:, 0], kind="stable")]
-    reach = np.maximum.accumulate(iv[:, 1])
-    new = np.r_[True, iv[1:, 0] > reach[:-1]]
-    starts = iv[new, 0]
-    ends = np.r_[reach[np.flatnonzero(new)[1:] - 1], reach[-1]]
-    return np.c_[starts, ends]
 
 
 def length(iv: np.ndarray) -> int:
