@@ -33,8 +33,8 @@ SOURCE = HERE.parent.parent / "shared" / "fixtures" / "torch" / "h100_qwen1.5-0.
 STAGES = {  # module -> functions build() calls, timed one by one with --stages
     "tracekit.analysis": ["kernel_costs", "attribute", "kernel_steps", "exclusive_time", "roofline", "_ops_table", "device_time",
                           "step_table", "_coverage", "block_table"],
-    "tracekit.collectives": ["collective_table", "overlap_table"],
-    "tracekit.findings": ["compute"],
+    "tracekit.analysis.collectives": ["collective_table", "overlap_table"],
+    "tracekit.analysis.findings": ["compute"],
 }
 
 

@@ -21,7 +21,7 @@ DEFAULT_SOURCE = HERE.parent.parent / "shared" / "fixtures" / "torch" / "mi300x_
 _CHILD = """
 import json, sys, time
 t = time.perf_counter()
-from tracekit.ranks import analyze_ranks
+from tracekit.ranks.executor import analyze_ranks
 m = analyze_ranks([sys.argv[1]], workers=int(sys.argv[2]))
 print(json.dumps({"seconds": time.perf_counter() - t, "ranks": len(m.ranks), "stragglers": m.summary["stragglers"]}))
 """

@@ -251,14 +251,14 @@ def hta_tables(label: str, files: dict[int, pathlib.Path], analyses: dict[int, A
 
 def straggler_table(label: str, files: dict[int, pathlib.Path], hta: dict[str, Any]) -> Table:
     """The ranks each tool names as stragglers. tracekit: the ranks that reach the matched
-    collectives last (tracekit.ranks); HTA: get_potential_stragglers, its default metric (the
+    collectives last (tracekit.ranks.executor); HTA: get_potential_stragglers, its default metric (the
     start of the last long ncclKernel on the (stream, kernel) whose duration varies most
     across ranks, top k). HTA as users run it (its default filter), as it needs its iterations."""
     t = Table(f"{label} — stragglers", "HTA get_potential_stragglers")
     try:
-        from tracekit.ranks import analyze_ranks
+        from tracekit.ranks.executor import analyze_ranks
     except ImportError:
-        t.add("tracekit", None, None, diff=False, note="this tracekit has no tracekit.ranks")
+        t.add("tracekit", None, None, diff=False, note="this tracekit has no tracekit.ranks.executor")
         return t
     m = analyze_ranks([str(p) for _, p in sorted(files.items())])
     ours = [int(r) for r in m.summary.get("stragglers") or []]

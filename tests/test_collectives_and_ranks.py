@@ -14,7 +14,7 @@ import pytest
 
 import tracekit
 from conftest import shared
-from tracekit.ranks import analyze_ranks
+from tracekit.ranks.executor import analyze_ranks
 
 DLRM = shared("torch", "v100_dlrm_8ranks")
 
@@ -250,7 +250,7 @@ def test_rank_from_file_name_when_the_trace_does_not_say(tmp_path):
 def test_ranks_with_different_collective_counts_are_flagged(dlrm_ranks):
     import copy
 
-    from tracekit.ranks import cross_rank
+    from tracekit.ranks.executor import cross_rank
 
     results = copy.deepcopy(dlrm_ranks.ranks[:3])
     c = results[1].analysis.collectives

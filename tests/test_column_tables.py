@@ -19,8 +19,8 @@ import pytest
 
 import tracekit
 from tracekit.api import scan
-from tracekit.inventory import inventory
-from tracekit.tables import Coded, ColumnTrace, Interner
+from tracekit.trace.inventory import inventory
+from tracekit.trace.tables import Coded, ColumnTrace, Interner
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 KINETO = sorted((SHARED / "torch").glob("*.json.gz"))
@@ -31,7 +31,7 @@ NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
 def test_column_tables_are_the_trace(path):
     tables = scan(path)
     assert isinstance(tables, ColumnTrace)
-    frames = tables.to_trace()
+    frames = to_trace(tables)
     loaded = tracekit.load(path)
     for name in ("kernels", "launches", "ops", "ranges"):
         pd.testing.assert_frame_equal(getattr(frames, name), getattr(loaded, name), check_exact=True, obj=name)
@@ -91,7 +91,7 @@ def test_coded_without_unused_keeps_label_order():
 def test_joint_keys_are_equal_exactly_where_the_rows_are():
     """Linking joins (pid, correlation) and (pid, tid) pairs through one int64 key per row.
     Five columns of 2^15 distinct values each force the key's re-ranking (2^75 combinations)."""
-    from tracekit.link import _joint_keys
+    from tracekit.trace.link import _joint_keys
 
     rng = np.random.default_rng(7)
     n = 1 << 16

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tracekit.column_text import as_text
+from tracekit.trace.column_text import as_text
 
 
 def test_labels_match_astype_str_and_missing_is_none():

@@ -1,4 +1,4 @@
-"""tracekit.grouping (numpy group-by on codes) and attribution's Enclosing (one walk per
+"""tracekit.trace.grouping (numpy group-by on codes) and attribution's Enclosing (one walk per
 tree) against the pandas / level-by-level computations they replace: same groups, same
 order, and the very same floating-point sums."""
 
@@ -14,8 +14,8 @@ import re2
 from conftest import shared
 from tracekit.analysis import top_kernels
 from tracekit.attribution.match import Enclosing, NameSearch, with_ancestors
-from tracekit.grouping import combine, group_rows, key_of, label_column
-from tracekit.unknown import known_sum
+from tracekit.trace.grouping import combine, group_rows, key_of, label_column
+from tracekit.costs.unknown import known_sum
 
 QWEN = "h100_qwen1.5-0.5b_hf_inference.json.gz"
 

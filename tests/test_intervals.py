@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tracekit.intervals import _nest_by_stack, innermost_enclosing, nest
+from tracekit.trace.intervals import _nest_by_stack, innermost_enclosing, nest
 
 
 def random_forest(rng, n_groups=3, per_group=300):

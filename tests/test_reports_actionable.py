@@ -18,11 +18,11 @@ from rich.console import Console
 
 import tracekit
 from conftest import REPO, SHARED, shared
-from tracekit.findings import compute
-from tracekit.names import demangle, label, labels, readable
+from tracekit.analysis.findings import compute
+from tracekit.trace.kernel_names import demangle, label, labels, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
-from tracekit.timeline import idle_gaps
+from tracekit.trace.timeline import idle_gaps
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
 QWEN = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")

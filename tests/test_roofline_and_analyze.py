@@ -231,7 +231,7 @@ def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
     assert zero["achieved_tbps"].isna().all() and zero["achieved_tflops"].isna().all()
     assert np.isfinite(legacy.kernels["achieved_tbps"].dropna()).all()
     # a group with no time has no bound (it is not "compute")
-    from tracekit.unknown import majority_bound
+    from tracekit.costs.unknown import majority_bound
     import pandas as pd
 
     none = majority_bound({"compute": pd.Series([0.0]), "memory": pd.Series([0.0]), "comm": pd.Series([0.0])}, pd.Series([0.0]))
@@ -242,7 +242,7 @@ def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
 def test_the_plotted_roof_is_the_peak_of_the_dtype_the_work_ran_in():
     import tracekit
     from conftest import shared
-    from tracekit.roofline import roof_flops
+    from tracekit.hardware.roofline import roof_flops
 
     a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"))
     peak, label = roof_flops(a.device, a.kernels)

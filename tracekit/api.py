@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
-from tracekit.link import link
+from tracekit.trace.link import link
 from tracekit.parsers import as_trace, parse_tables
 from tracekit.trace import Trace
 
@@ -87,8 +87,8 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
 
     def import_stages() -> None:  # while worker processes decode the trace: this one would wait
         import tracekit.analysis  # noqa: F401  (pandas and every stage)
-        import tracekit.collectives  # noqa: F401  (imported by stages on first use)
-        import tracekit.findings  # noqa: F401
+        import tracekit.analysis.collectives  # noqa: F401  (imported by stages on first use)
+        import tracekit.analysis.findings  # noqa: F401
 
         if meanwhile is not None:
             meanwhile()

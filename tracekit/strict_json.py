@@ -45,3 +45,9 @@ def _is_pandas_missing(value: Any) -> bool:
     """pd.NA / pd.NaT, without importing pandas (a value can only be one if pandas is loaded)."""
     pd = sys.modules.get("pandas")
     return pd is not None and (value is pd.NA or value is pd.NaT)
+
+
+def records(frame) -> list[dict[str, Any]]:
+    """A DataFrame's rows as plain dicts for JSON: NaN -> None, numpy scalars as Python."""
+    return [{k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
+            for row in frame.to_dict(orient="records")]

@@ -17,7 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.timeline import union  # merging intervals is the same under HTA's definitions
+from tracekit.trace.timeline import union  # merging intervals is the same under HTA's definitions
 
 COMP, COMM, MEM = "COMPUTATION", "COMMUNICATION", "MEMORY"
 ORDER = (COMP, COMM, MEM)  # HTA's bit order: the first type named in a combination

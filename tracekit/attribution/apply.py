@@ -8,7 +8,7 @@ import pandas as pd
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
-from tracekit.intervals import NO_ROW
+from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
 
 

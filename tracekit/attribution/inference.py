@@ -23,7 +23,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.grouping import combine
+from tracekit.trace.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.intervals import NO_ROW
+from tracekit.trace.intervals import NO_ROW
 
 Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
 

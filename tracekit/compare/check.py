@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
 from tracekit.errors import TraceError
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tracekit.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import (as_summary, coverage_share, exposed_comm_share, label, listed_of, number,
                                       records, step_time_ns)
 from tracekit.reports.format import kernel_label

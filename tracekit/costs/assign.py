@@ -24,8 +24,8 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
-from tracekit.column_text import as_text
-from tracekit.grouping import combine
+from tracekit.trace.column_text import as_text
+from tracekit.trace.grouping import combine
 from tracekit.trace import Trace
 
 COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.column_text import as_text
+from tracekit.trace.column_text import as_text
 
 CONV_FORWARD = {"aten::cudnn_convolution", "aten::miopen_convolution", "aten::_convolution", "aten::convolution"}
 CONV_BACKWARD_INPUT = {"aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input"}

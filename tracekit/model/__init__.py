@@ -58,7 +58,7 @@ class ModelRun:
 def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: np.ndarray, options: ModelOptions,
               device: Device | None = None, arch: Architecture | None = None) -> ModelRun:
     """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
-    (`costs` is changed in place). `step_of`: tracekit.steps.kernel_steps of the trace."""
+    (`costs` is changed in place). `step_of`: tracekit.trace.step_ownership.kernel_steps of the trace."""
     arch = arch or load_config(options.config, options.weight_dtype)
     par = infer_parallel(trace, arch, options.tp, options.ep)
     reader = BatchReader(trace, arch.vocab)

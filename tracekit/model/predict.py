@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
+from tracekit.strict_json import records
 
 STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
                 "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
@@ -35,9 +36,7 @@ class Prediction:
     summary: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        from tracekit.analysis import _records
-
-        return {**self.summary, "steps": _records(self.steps), "blocks": _records(self.blocks)}
+        return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks)}
 
 
 TERM_COLUMNS = ("block", "layer", "comm", "t_compute_ns", "t_memory_ns")

@@ -1,10 +1,10 @@
 """The steps the model predicts, and the kernels each one owns.
 
-A model step is a step range (tracekit.steps: ProfilerStep#N, decode_step, SGLang step[..])
+A model step is a step range (tracekit.trace.step_ownership: ProfilerStep#N, decode_step, SGLang step[..])
 or a serving annotation that carries a batch (vLLM `execute_..._context_..`). When the two
 nest (SGLang writes a vLLM-style range around its step[DECODE ..]), they are one step: the
 step range owns the kernels, and every annotation of the nest may describe the batch.
-A step owns the kernels launched inside its time window in its process (as tracekit.steps).
+A step owns the kernels launched inside its time window in its process (as tracekit.trace.step_ownership).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 from tracekit.model.batch import ANNOTATION
 from tracekit.trace import Trace
 
-from tracekit.steps import host_range_by_gpu_annotation, step_rows
+from tracekit.trace.step_ownership import kernel_steps, step_rows
 
 
 def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
@@ -69,28 +69,13 @@ def model_steps(trace: Trace) -> list[tuple[int, list[int]]]:
 
 def kernel_owner(trace: Trace, kernels: pd.DataFrame, step_ranges: list[int], step_of: np.ndarray) -> np.ndarray:
     """Per kernel: the owning range row of its model step (one of `step_ranges`), -1 for none.
-    `step_of` is tracekit.steps.kernel_steps; annotations that are not steps there take their
-    kernels here, by the same rule."""
+    `step_of` is tracekit.trace.step_ownership.kernel_steps; annotations that are not steps
+    there take the kernels no step owns, by the same rule (no claim by run time)."""
     owner = step_of.copy()
     known = set(np.unique(owner[owner >= 0]).tolist())
     extra = [row for row in step_ranges if row not in known]
     if not extra or not len(kernels):
         return owner
-    # Annotations that are not tracekit steps: the same rule, by launch time in the process.
-    r = trace.ranges
-    launch = kernels["launch"].to_numpy()
-    has = launch >= 0
-    t = np.full(len(kernels), -1, dtype=np.int64)
-    pid = np.full(len(kernels), -1, dtype=np.int64)
-    t[has] = trace.launches["start"].to_numpy()[launch[has]]
-    pid[has] = trace.launches["pid"].to_numpy()[launch[has]]
     free = owner < 0
-    for row in sorted(extra, key=lambda s: r["depth"].iat[s]):  # inner annotations last: they win
-        lo, hi, p = int(r["start"].iat[row]), int(r["end"].iat[row]), int(r["pid"].iat[row])
-        owner[free & has & (t >= lo) & (t <= hi) & ((pid == p) | (pid < 0) | (p < 0))] = row
-    # No launch: a GPU-side copy of the annotation (same name) encloses the kernel.
-    gpu = kernels["gpu_range"].to_numpy()
-    blind = free & ~has & (gpu >= 0)
-    if blind.any():
-        owner[blind] = host_range_by_gpu_annotation(r, gpu[blind], np.asarray(extra, dtype=np.int64))
+    owner[free] = kernel_steps(trace, kernels, np.asarray(extra, dtype=np.int64), blind_by_time=False)[free]
     return owner

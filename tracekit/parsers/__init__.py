@@ -6,8 +6,9 @@ import os
 
 from tracekit.errors import TraceError
 from tracekit.parsers.source import GZIP_MAGIC, SQLITE_MAGIC, check_readable, read_head
-from tracekit.tables import ColumnTrace
+from tracekit.trace.tables import ColumnTrace
 from tracekit.trace import Trace
+from tracekit.trace.frames import to_trace
 
 
 def sniff(path: str) -> str:
@@ -44,4 +45,4 @@ def parse(path: str | os.PathLike, progress=None, workers: int | None = None) ->
 
 
 def as_trace(tables: Trace | ColumnTrace) -> Trace:
-    return tables.to_trace() if isinstance(tables, ColumnTrace) else tables
+    return to_trace(tables) if isinstance(tables, ColumnTrace) else tables

@@ -116,7 +116,7 @@ class EventDecoder:
 
     def __init__(self, buffer: Any = None) -> None:
         self._buffer = memoryview(buffer).cast("B") if buffer is not None else None
-        self._base = _address(buffer) if buffer is not None else 0
+        self._base = buffer_address(buffer) if buffer is not None else 0
         self._decode_list = msgspec.json.Decoder(list[AnyEvent]).decode
         self._decode_one = msgspec.json.Decoder(AnyEvent).decode
         self._phase = msgspec.json.Decoder(_Phase).decode
@@ -142,8 +142,8 @@ class EventDecoder:
     def _slice(self, raws: list[msgspec.Raw]) -> bytes | None:
         if self._buffer is None or not raws:
             return None
-        first = _address(raws[0]) - self._base
-        last = _address(raws[-1]) - self._base + len(memoryview(raws[-1]))
+        first = buffer_address(raws[0]) - self._base
+        last = buffer_address(raws[-1]) - self._base + len(memoryview(raws[-1]))
         if not (0 <= first < last <= len(self._buffer)):
             return None  # not views into this buffer (a repaired copy): join instead
         return b"".join((b"[", self._buffer[first:last], b"]"))
@@ -187,7 +187,7 @@ class EventDecoder:
         return out
 
 
-def _address(buffer: Any) -> int:
+def buffer_address(buffer: Any) -> int:
     """Where a buffer's bytes start in memory (no copy is made)."""
     return np.frombuffer(buffer, dtype=np.uint8).__array_interface__["data"][0] if len(memoryview(buffer)) else 0
 

@@ -27,9 +27,10 @@ from typing import Any, Callable
 
 import msgspec
 
-from tracekit.parsers.kineto_decode import Document, EventDecoder, _address, decode_document
+from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_address, decode_document
+from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
-from tracekit.tables import ColumnTrace
+from tracekit.trace.tables import ColumnTrace
 
 # Below this many bytes of JSON the serial parser wins: forking the workers and joining
 # their columns costs about what the second core saves. Measured on a 2-core machine
@@ -72,8 +73,6 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     """The trace read by `workers` processes (default: the cores available), or None when the
     serial parser should read it (too small to gain, one worker, or anything unexpected)."""
     global _data
-    from tracekit.parsers.kineto import _Tables
-
     workers = available_cores() if workers is None else workers
     data = source.data
     if workers < 2 or len(data) < MIN_PARALLEL_BYTES or source.warnings:
@@ -101,7 +100,7 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     document = _header(path, data, first, results[-1][-1])
     if document is None:
         return None
-    tables, decoder = _Tables(), EventDecoder()
+    tables, decoder = KinetoTables(), EventDecoder()
     for piece_tables, replaced, skipped, first_error, _ in results:
         tables.merge(piece_tables)
         decoder.replaced_utf8 += replaced
@@ -189,8 +188,6 @@ def _decode_piece(start: int, stop: int, last: bool):
     """In a worker: one piece's events into columns, and where the piece ends. None: this
     piece cannot be trusted (it does not decode as whole events), and the file goes to the
     serial parser."""
-    from tracekit.parsers.kineto import _Tables
-
     try:
         data = _data
         view = memoryview(data)
@@ -198,12 +195,12 @@ def _decode_piece(start: int, stop: int, last: bool):
             opening = b'{"traceEvents":['
             blob = b"".join((opening, view[start:stop]))
             raw = msgspec.json.decode(blob, type=_Rest).traceEvents
-            offset = _address(raw) - _address(blob)
+            offset = buffer_address(raw) - buffer_address(blob)
             if offset != len(opening) - 1 or bytes(memoryview(raw)[:1]) != b"[":
                 return None
             stop = start + len(memoryview(raw)) - 2  # the `]`
             del blob, raw
-        tables, decoder = _Tables(), EventDecoder()
+        tables, decoder = KinetoTables(), EventDecoder()
         n = max(1, math.ceil((stop - start) / SUB_BYTES))
         for a, b in cut(data, start, stop, [start + (stop - start) * i // n for i in range(1, n)]):
             events = _decode_events(b"".join((b"[", view[a:b], b"]")), decoder)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from tracekit.analysis import Analysis
-from tracekit.reports.format import duration, percent
+from tracekit.reports.format import duration, number, percent
 from tracekit.reports.tables import headline, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
@@ -20,8 +17,6 @@ def to_json(analysis: Analysis, top: int) -> str:
     return dumps(analysis.to_dict(top))
 
 
-def _num(value: Any, fmt: str = "{:,.2f}") -> str:
-    return "—" if value is None or value != value else fmt.format(value)
 
 
 def coverage_line(analysis: Analysis) -> str:
@@ -53,7 +48,7 @@ def device_line(analysis: Analysis) -> str:
 
 
 def roofline_line(analysis: Analysis) -> str:
-    from tracekit.unknown import MIN_COVERAGE
+    from tracekit.costs.unknown import MIN_COVERAGE
 
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
@@ -83,14 +78,14 @@ def render_console(analysis: Analysis, console: Console, top: int) -> None:
 
 
 def render_devices(devices: dict, console: Console) -> None:
-    from tracekit.reports.tables import Section
+    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
     head = ["key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
     rows = []
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
-        rows.append([d.key, d.name, _num(half, "{:,.1f}"), _num(d.matrix_tflops.get("fp8"), "{:,.1f}"), _num(d.vector_tflops.get("fp32"), "{:,.1f}"),
+        rows.append([d.key, d.name, number(half, "{:,.1f}"), number(d.matrix_tflops.get("fp8"), "{:,.1f}"), number(d.vector_tflops.get("fp32"), "{:,.1f}"),
                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), d.source])
     print_section(Section("Known devices (dense peaks; the full sources are in tracekit/hardware/devices.toml)", head, rows,
                           [0, 1, 0, 2, 2, 0, 2, 3, 1], flex=8, left=(0, 1, 7, 8)), console)

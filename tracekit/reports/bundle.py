@@ -144,7 +144,7 @@ def _install_entries(tmp: str, target: str) -> None:
 
 def _with_names(k):
     """The kernels table with, beside the raw name, its demangled name and its report label."""
-    from tracekit.names import labels, readable
+    from tracekit.trace.kernel_names import labels, readable
 
     k = k.copy()
     names = k["name"].astype(str)

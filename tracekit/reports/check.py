@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tracekit.compare.check import Verdict
+from tracekit.reports.format import UNKNOWN
 from tracekit.strict_json import dumps
 
-UNKNOWN = "—"
 
 
 def _measured(v: Verdict) -> str:
@@ -37,7 +37,7 @@ def to_markdown(verdicts: list[Verdict], source: str) -> str:
 
 
 def render_console(verdicts: list[Verdict], console, source: str) -> None:
-    from tracekit.reports.tables import Section
+    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 

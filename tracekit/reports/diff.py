@@ -7,32 +7,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tracekit.reports.format import duration, si
+from tracekit.reports.format import UNKNOWN, duration, percent, ratio, signed_duration, si
 from tracekit.strict_json import dumps
 
-UNKNOWN = "—"
 
 
-def _time(ns: Any) -> str:
-    return UNKNOWN if ns is None else duration(ns)
 
 
-def _signed_time(ns: Any) -> str:
-    return UNKNOWN if ns is None else ("+" if ns > 0 else "") + duration(ns)
 
 
-def _pct(share: Any) -> str:
-    return UNKNOWN if share is None else f"{100 * share:.1f}%"
 
-
-def _ratio(r: Any) -> str:
-    return UNKNOWN if r is None else f"{r:.2f}x"
 
 
 def _side(row: dict, side: str, field: str, fmt: Callable[[Any], str]) -> str:
     values = row[side]
     if values is None:
-        return "absent" if row["only"] else f"< {_time(row.get('below_ns'))}" if field == "time_ns" else UNKNOWN
+        return "absent" if row["only"] else f"< {duration(row.get('below_ns'))}" if field == "time_ns" else UNKNOWN
     return fmt(values.get(field))
 
 
@@ -45,11 +35,11 @@ def _note(row: dict) -> str:
 
 
 def _efficiencies(row: dict) -> str:
-    return f"{_side(row, 'base', 'efficiency', _pct)} → {_side(row, 'new', 'efficiency', _pct)}"
+    return f"{_side(row, 'base', 'efficiency', percent)} → {_side(row, 'new', 'efficiency', percent)}"
 
 
 def _common(row: dict) -> list[str]:
-    return [_side(row, "base", "time_ns", _time), _side(row, "new", "time_ns", _time), _signed_time(row["delta_ns"]), _ratio(row["ratio"])]
+    return [_side(row, "base", "time_ns", duration), _side(row, "new", "time_ns", duration), signed_duration(row["delta_ns"]), ratio(row["ratio"])]
 
 
 TIME_HEAD = ["base", "new", "Δ time", "ratio"]
@@ -60,10 +50,10 @@ def _totals(d: dict) -> tuple[list[str], list[list[str]]]:
         if v is None:
             return UNKNOWN
         if metric.endswith("_ns"):
-            return _signed_time(v) if signed else _time(v)
-        return (f"{100 * v:+.1f} pt" if signed else _pct(v))
+            return signed_duration(v) if signed else duration(v)
+        return (f"{100 * v:+.1f} pt" if signed else percent(v))
 
-    rows = [[r["metric"].removesuffix("_ns"), fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), fmt(r["metric"], r["delta"], True), _ratio(r["ratio"])]
+    rows = [[r["metric"].removesuffix("_ns"), fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), fmt(r["metric"], r["delta"], True), ratio(r["ratio"])]
             for r in d["totals"]]
     return ["run", *TIME_HEAD[:2], "Δ", "ratio"], rows
 
@@ -76,8 +66,8 @@ def _steps(d: dict) -> tuple[list[str], list[list[str]]]:
 
 def _blocks(d: dict) -> tuple[list[str], list[list[str]]]:
     rows = [[r["key"]["phase"], r["key"]["block"], *_common(r),
-             f"{_side(r, 'base', 'share', _pct)} → {_side(r, 'new', 'share', _pct)}", _efficiencies(r),
-             f"{_side(r, 'base', 'coverage', _pct)} → {_side(r, 'new', 'coverage', _pct)}", _note(r)]
+             f"{_side(r, 'base', 'share', percent)} → {_side(r, 'new', 'share', percent)}", _efficiencies(r),
+             f"{_side(r, 'base', 'coverage', percent)} → {_side(r, 'new', 'coverage', percent)}", _note(r)]
             for r in d["blocks"]]
     return ["phase", "block", *TIME_HEAD, "share", "efficiency", "coverage", ""], rows
 
@@ -144,7 +134,7 @@ def to_markdown(d: dict, top: int = 15) -> str:
 def render_console(d: dict, console, top: int = 15) -> None:
     from rich.text import Text
 
-    from tracekit.reports.tables import Section
+    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 

@@ -27,8 +27,8 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
         console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
 
-    from tracekit.names import labels
-    from tracekit.reports.tables import Section
+    from tracekit.trace.kernel_names import labels
+    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
     head = [key.replace("_", " ") for key in inv["counts"]]

@@ -8,7 +8,7 @@ import io
 import numpy as np
 
 from tracekit.analysis import Analysis
-from tracekit.roofline import roof_flops
+from tracekit.hardware.roofline import roof_flops
 
 
 def _pyplot():

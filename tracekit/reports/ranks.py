@@ -5,32 +5,32 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tracekit.ranks import MultiRank
-from tracekit.reports.format import duration, percent, si
+from tracekit.ranks.executor import MultiRank
+from tracekit.reports.format import UNKNOWN, duration, is_unknown, number, percent, si, signed_percent
 from tracekit.strict_json import dumps
 
 
 def _rows(m: MultiRank):
     head = ["rank", "steps", "step time", "vs median", "GPU busy", "compute work", "vs mean", "last at", "late (vs median rank)",
             "waited", "others waited for it", "exposed comm", "modeled", "efficiency"]
-    rows = [[str(r["rank"]), str(r["steps"]), duration(r["step_time_ns"]), _signed(r["vs_median"]), duration(r["busy_ns"]),
-             duration(r["compute_ns"]), _signed(r["compute_vs_mean"]), _count(r.get("last_count"), r.get("instances")),
-             _time(r.get("late_ns")), _time(r.get("wait_ns")), _time(r.get("caused_wait_ns")), duration(r["exposed_comm_ns"]),
-             percent(r["modeled_share"]), _share(r["efficiency"])] for r in m.per_rank.to_dict(orient="records")]
+    rows = [[str(r["rank"]), str(r["steps"]), duration(r["step_time_ns"]), signed_percent(r["vs_median"]), duration(r["busy_ns"]),
+             duration(r["compute_ns"]), signed_percent(r["compute_vs_mean"]), _count(r.get("last_count"), r.get("instances")),
+             duration(r.get("late_ns")), duration(r.get("wait_ns")), duration(r.get("caused_wait_ns")), duration(r["exposed_comm_ns"]),
+             percent(r["modeled_share"]), percent(r["efficiency"])] for r in m.per_rank.to_dict(orient="records")]
     return head, rows
 
 
 def _skew_rows(m: MultiRank, top: int):
     head = ["collective", "group", "instance", "ranks", "skew", "first rank", "last rank", "message"]
     rows = [[str(r["collective"]), str(r["group"]), str(r["instance"]), str(r["ranks"]), duration(r["skew_ns"]), str(r["first_rank"]),
-             str(r["last_rank"]), _bytes(r["message_bytes"])] for r in m.skew.head(top).to_dict(orient="records")]
+             str(r["last_rank"]), si(r["message_bytes"], "B")] for r in m.skew.head(top).to_dict(orient="records")]
     return head, rows
 
 
 def _busbw_rows(m: MultiRank):
     head = ["collective", "group", "message", "instances per rank", "ranks", "busbw min GB/s", "at rank", "median", "max", "at rank"]
-    rows = [[str(r["collective"]), str(r["group"]), _bytes(r["message_bytes"]), str(r["instances"]), str(r["ranks"]),
-             _gbps(r["busbw_min_gbps"]), str(r["min_rank"]), _gbps(r["busbw_median_gbps"]), _gbps(r["busbw_max_gbps"]),
+    rows = [[str(r["collective"]), str(r["group"]), si(r["message_bytes"], "B"), str(r["instances"]), str(r["ranks"]),
+             number(r["busbw_min_gbps"], "{:,.4g}"), str(r["min_rank"]), number(r["busbw_median_gbps"], "{:,.4g}"), number(r["busbw_max_gbps"], "{:,.4g}"),
              str(r["max_rank"])] for r in m.busbw.to_dict(orient="records")]
     return head, rows
 
@@ -40,32 +40,20 @@ def _tables(m: MultiRank, top: int):
             ("Collective bus bandwidth over ranks (an early rank waits inside the kernel: its busbw reads low)", _busbw_rows(m)))
 
 
-def _known(x) -> bool:
-    return x is not None and x == x
 
 
-def _signed(x) -> str:
-    return f"{x:+.1%}" if _known(x) else "-"
 
 
-def _share(x) -> str:
-    return percent(x) if _known(x) else "-"
 
 
-def _time(x) -> str:
-    return duration(x) if _known(x) else "-"
 
 
-def _bytes(x) -> str:
-    return si(x, "B") if _known(x) else "-"
 
 
-def _gbps(x) -> str:
-    return f"{x:,.4g}" if _known(x) else "-"
 
 
 def _count(n, of) -> str:
-    return f"{int(n)} of {int(of)}" if _known(n) and _known(of) else "-"
+    return f"{int(n)} of {int(of)}" if not is_unknown(n) and not is_unknown(of) else UNKNOWN
 
 
 def straggler_line(m: MultiRank) -> str:
@@ -89,20 +77,20 @@ def straggler_line(m: MultiRank) -> str:
 def summary_lines(m: MultiRank) -> list[str]:
     s = m.summary
     imbalance = (f"imbalance   compute work (union of compute kernels): rank {s['most_compute_rank']} has the most, "
-                 f"{s['load_imbalance']:+.1%} over the mean" if _known(s["load_imbalance"]) else "imbalance   -")
+                 f"{s['load_imbalance']:+.1%} over the mean" if not is_unknown(s["load_imbalance"]) else f"imbalance   {UNKNOWN}")
     return [
         f"ranks       {len(m.ranks)}; median step time {duration(s['median_step_time_ns'])}"
         + (f"; steps longer than {s['straggler_threshold']:.0%} over it on ranks {s['long_step_ranks']}" if s["long_step_ranks"] else ""),
         straggler_line(m),
         imbalance,
-        f"skew        collective start spread: max {_time(s['max_collective_skew_ns'])}, median {_time(s['median_collective_skew_ns'])} ({s['clock']})",
+        f"skew        collective start spread: max {duration(s['max_collective_skew_ns'])}, median {duration(s['median_collective_skew_ns'])} ({s['clock']})",
     ] + ([f"matching    collectives are matched across ranks by their order; the ranks hold different numbers of "
           f"{'; '.join(s['unequal_collective_counts'])}, so later instances may pair different calls"]
          if s.get("unequal_collective_counts") else [])
 
 
 def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
-    from tracekit.reports.tables import Section
+    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 

@@ -5,59 +5,15 @@ narrow terminal drops the least useful columns first (0: never dropped)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tracekit.names import demangle, labels
-from tracekit.reports.format import duration, percent, si
+from tracekit.reports.section import Named, Section
+from tracekit.trace.kernel_names import demangle, labels
+from tracekit.reports.format import duration, is_unknown, number, percent, si, text
+from tracekit.strict_json import records
 
 if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and pandas)
     from tracekit.analysis import Analysis
-
-
-class Named(str):
-    """A kernel's short label that carries its full (demangled) name: the HTML title."""
-
-    full: str
-
-    def __new__(cls, label: str, full: str) -> "Named":
-        obj = super().__new__(cls, label)
-        obj.full = full
-        return obj
-
-
-@dataclass
-class Section:
-    title: str
-    head: list[str]
-    rows: list[list[str]]
-    priority: list[int]  # per column: higher is kept longer in a narrow terminal; 0 is always kept
-    flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
-    note: str = ""  # a line under the table (plain text, may hold trace strings)
-    left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
-    terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
-    empty: str = "(none)"
-    extra: dict = field(default_factory=dict)
-
-
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and v != v)
-
-
-def _text(v) -> str:
-    return "—" if _missing(v) else str(v)
-
-
-def _pct(v) -> str:
-    return "—" if _missing(v) else percent(v)
-
-
-def _num(v, fmt: str) -> str:
-    return "—" if _missing(v) else fmt.format(v)
-
-
-def _dur(v) -> str:
-    return "—" if _missing(v) else duration(v)
 
 
 class Labels:
@@ -66,7 +22,7 @@ class Labels:
     def __init__(self, a: Analysis):
         import pandas as pd
 
-        from tracekit.grouping import key_of
+        from tracekit.trace.grouping import key_of
 
         names = []
         if len(a.kernels):  # distinct names in order of appearance (labels number equal ones in that order)
@@ -87,8 +43,8 @@ def headline(a: Analysis) -> list[str]:
 def fix_ops(a: Analysis, top: int) -> Section:
     f = a.findings
     head = ["#", "op", "input shapes", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
-    rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
-             _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
+    rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
+             percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
     return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
                    [4, 0, 0, 3, 2, 2, 0, 0, 1], flex=2, note=_coverage_note(a), left=(1, 2))
 
@@ -96,16 +52,16 @@ def fix_ops(a: Analysis, top: int) -> Section:
 def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
     f = a.findings
     head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
-    rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]),
-             _pct(r["share"]), _pct(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
+    rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
+             percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
     return Section("What to fix first: kernels", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
 
 
 def fix_blocks(a: Analysis, top: int) -> Section:
     f = a.findings
     head = ["phase / block", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
-    rows = [[r["what"], f"{r['count']:,}", _dur(r["time_ns"]), _dur(r["t_min_ns"]), _dur(r["recoverable_ns"]), _pct(r["share"]),
-             _pct(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
+    rows = [[r["what"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]), percent(r["share"]),
+             percent(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
     return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2],
                    note="recoverable = the sum over the group's kernels of max(0, time - roofline minimum): a kernel "
                         "faster than its roofline (cache-resident data) takes nothing back from the slower ones")
@@ -119,8 +75,8 @@ _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
 def idle(a: Analysis) -> Section:
     f = a.findings
     head = ["idle because", "gaps", "idle time", "of idle", f"of time {f.idle_window}"]
-    rows = [[_IDLE_NAMES.get(r["category"], r["category"]), f"{r['gaps']:,}", _dur(r["idle_ns"]), _pct(r["share_of_idle"]),
-             _pct(r["share_of_window"])] for r in f.idle.to_dict(orient="records")] if len(f.idle) else []
+    rows = [[_IDLE_NAMES.get(r["category"], r["category"]), f"{r['gaps']:,}", duration(r["idle_ns"]), percent(r["share_of_idle"]),
+             percent(r["share_of_window"])] for r in f.idle.to_dict(orient="records")] if len(f.idle) else []
     s = f.short_kernels
     note = ""
     if s.get("kernels"):
@@ -131,9 +87,9 @@ def idle(a: Analysis) -> Section:
 
 def block_rows(a: Analysis) -> Section:
     head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
-    rows = [[r["phase"], r["block"], _dur(r["gpu_time_ns"]), _pct(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
-             _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"),
-             f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}", _text(r["bound"]), _pct(r["coverage"])]
+    rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), percent(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
+             number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"),
+             f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}", text(r["bound"]), percent(r["coverage"])]
             for r in a.blocks.to_dict(orient="records")]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
     title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
@@ -142,8 +98,8 @@ def block_rows(a: Analysis) -> Section:
 
 def device_rows(a: Analysis) -> Section:
     head = ["device", "active window", "busy", "idle", "capture span", "idle in span", "kernel time", "concurrent"]
-    rows = [[str(r["device"]), _dur(r["active_ns"]), _dur(r["busy_ns"]), _dur(r["idle_ns"]), _dur(r["span_ns"]),
-             _dur(r["idle_span_ns"]), _dur(r["kernel_time_ns"]), _dur(r["overlap_ns"])]
+    rows = [[str(r["device"]), duration(r["active_ns"]), duration(r["busy_ns"]), duration(r["idle_ns"]), duration(r["span_ns"]),
+             duration(r["idle_span_ns"]), duration(r["kernel_time_ns"]), duration(r["overlap_ns"])]
             for r in a.devices.to_dict(orient="records")]
     return Section("Devices: busy and idle (idle within the GPU-active window, first to last activity; the capture span "
                    "also counts host time before the first kernel) (concurrent: kernel time that ran beside other kernels)",
@@ -153,54 +109,50 @@ def device_rows(a: Analysis) -> Section:
 def step_rows(a: Analysis) -> Section:
     head = ["step", "duration", "kernels", "busy in window", "its kernels' busy", "coverage", "bytes", "TB/s", "of peak BW",
             "of sustained BW"]
-    rows = [[r["step"], _dur(r["duration_ns"]), f"{r['kernels']:,}", _dur(r.get("busy_in_window_ns")), _dur(r["busy_ns"]),
-             _pct(r["coverage"]), si(r["bytes"], "B"), _num(r["achieved_tbps"], "{:.3f}"), _pct(r["bandwidth_share_peak"]),
-             _pct(r["bandwidth_share_sustained"])]
+    rows = [[r["step"], duration(r["duration_ns"]), f"{r['kernels']:,}", duration(r.get("busy_in_window_ns")), duration(r["busy_ns"]),
+             percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"), percent(r["bandwidth_share_peak"]),
+             percent(r["bandwidth_share_sustained"])]
             for r in a.steps.to_dict(orient="records")]
     return Section("Steps (kernels: launched in the step's window on any thread of its process; busy in window: any GPU "
                    "activity inside the window, the complement of its idle time)", head, rows, [0, 0, 1, 0, 3, 2, 2, 2, 1, 3], flex=0)
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
-    from tracekit.analysis import top_kernels
-
     head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "FLOP/B", "eff. peak / sust.", "bound"]
-    rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", _dur(r["time_ns"]), _pct(r["share"]),
-             _num(r["achieved_tflops"], "{:,.2f}"), _num(r["achieved_tbps"], "{:,.3f}"), _num(r["intensity"], "{:,.1f}"),
-             f"{_pct(r['efficiency'])} / {_pct(r['efficiency_sustained'])}" + (" >peak" if not _missing(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
-             _text(r["bound"])] for r in top_kernels(a, top).to_dict(orient="records")]
+    rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
+             number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"), number(r["intensity"], "{:,.1f}"),
+             f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}" + (" >peak" if not is_unknown(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
+             text(r["bound"])] for r in a.top_kernels(top).to_dict(orient="records")]
     return Section("Top kernels by GPU time", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
 
 
 def op_rows(a: Analysis, top: int) -> Section:
     head = ["op", "input shapes", "calls", "time", "FLOP", "bytes", "efficiency", "bound"]
-    rows = [[r["op"], r["shapes"], f"{r['calls']:,}", _dur(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), _pct(r["efficiency"]), _text(r["bound"])]
+    rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]), text(r["bound"])]
             for r in a.ops.head(top).to_dict(orient="records")]
     title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
     return Section(title, head, rows, [0, 0, 2, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
 def collective_rows(a: Analysis, top: int) -> Section:
-    from tracekit.analysis import _collective_summary
-
     head = ["collective", "group", "ranks", "message", "calls", "time", "algbw GB/s", "busbw GB/s", "link efficiency"]
-    rows = [[_text(r["collective"]), _text(r["group"]), _text(r["group_size"]), si(r["message_bytes"], "B"), f"{r['count']:,}", _dur(r["time_ns"]),
-             _num(r["algbw_gbps"], "{:,.1f}"), _num(r["busbw_gbps"], "{:,.1f}"), _pct(r["link_efficiency"])]
-            for r in _collective_summary(a.collectives)[:top]]
+    rows = [[text(r["collective"]), text(r["group"]), text(r["group_size"]), si(r["message_bytes"], "B"), f"{r['count']:,}", duration(r["time_ns"]),
+             number(r["algbw_gbps"], "{:,.1f}"), number(r["busbw_gbps"], "{:,.1f}"), percent(r["link_efficiency"])]
+            for r in records(a.collective_summary.head(top))]
     return Section("Collectives (nccl-tests bus bandwidth; link efficiency = busbw / interconnect)", head, rows,
                    [0, 1, 2, 0, 2, 0, 1, 0, 0], flex=1, left=(0, 1))
 
 
 def overlap_rows(a: Analysis) -> Section:
     head = ["device", "communication", "hidden by compute", "exposed", "hidden share"]
-    rows = [[str(r["device"]), _dur(r["comm_ns"]), _dur(r["overlapped_ns"]), _dur(r["exposed_ns"]), _pct(r["overlap_share"])]
+    rows = [[str(r["device"]), duration(r["comm_ns"]), duration(r["overlapped_ns"]), duration(r["exposed_ns"]), percent(r["overlap_share"])]
             for r in a.overlap.to_dict(orient="records") if r["comm_ns"]]
     return Section("Compute / communication overlap", head, rows, [0, 0, 0, 0, 0], empty="(no communication kernels)")
 
 
 def unmodeled_rows(a: Analysis, label: Labels) -> Section:
     head = ["kernel", "time", "share", "why it has no cost"]
-    rows = [[label(r["name"]), _dur(r["time_ns"]), _pct(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
+    rows = [[label(r["name"]), duration(r["time_ns"]), percent(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
     return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 1], flex=0, left=(0, 3))
 
 

@@ -14,7 +14,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from tracekit.reports.tables import Section
+from tracekit.reports.section import Section
 from tracekit.reports.text import terminal
 
 PIPED_WIDTH = 120  # a pipe has no width: wide enough for the tables, narrow enough to read

@@ -97,8 +97,8 @@ def cli() -> None:
 @click.option("--workers", type=click.IntRange(1, 256), help=_WORKERS_HELP)
 def info(path: str, fmt: str, top: int, workers: int | None) -> None:
     """What is in a trace: format, devices, event counts, link shares, top kernels."""
-    trace = _scan(path, workers, meanwhile=_importer("tracekit.inventory", "tracekit.reports.info", "tracekit.reports.terminal"))
-    from tracekit.inventory import inventory
+    trace = _scan(path, workers, meanwhile=_importer("tracekit.trace.inventory", "tracekit.reports.info", "tracekit.reports.terminal"))
+    from tracekit.trace.inventory import inventory
     from tracekit.reports import info as render
 
     inv = inventory(trace, top=top)
@@ -201,7 +201,7 @@ def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
 
 
 def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
-    from tracekit.ranks import analyze_ranks
+    from tracekit.ranks.executor import analyze_ranks
     from tracekit.reports import ranks as render
 
     with _status(f"analysing {len(paths)} inputs"):

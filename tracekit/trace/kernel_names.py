@@ -122,7 +122,7 @@ def _match_close(text: str, start: int) -> int:
 
 def _strip_signature(text: str) -> str:
     """Drop the return type (`void `, `std::enable_if<...>::type `) and the parameter list."""
-    out, depth, paren, i = [], 0, 0, 0
+    out, paren, i = [], 0, 0
     last_space = -1
     while i < len(text):
         ch = text[i]

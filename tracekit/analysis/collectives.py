@@ -18,10 +18,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.column_text import as_text
+from tracekit.trace.column_text import as_text
 from tracekit.costs.comm import bus_factor
 from tracekit.costs.dtypes import canonical, element_bytes
-from tracekit.timeline import covered_before, union
+from tracekit.trace.timeline import covered_before, union
 
 _TYPES = [  # (normalised type, pattern over metadata / kernel / op / range names)
     ("reduce_scatter", re.compile(r"reduce_?scatter|ReduceScatter", re.I)),
@@ -146,3 +146,18 @@ def overlap_table(kernels: pd.DataFrame) -> pd.DataFrame:
         rows.append({"device": int(device), "comm_ns": comm_ns, "overlapped_ns": overlapped, "exposed_ns": comm_ns - overlapped,
                      "overlap_share": overlapped / comm_ns if comm_ns else float("nan")})
     return pd.DataFrame(rows, columns=["device", "comm_ns", "overlapped_ns", "exposed_ns", "overlap_share"])
+
+
+SUMMARY_COLUMNS = ["collective", "group", "message_bytes", "count", "time_ns", "busbw_gbps", "algbw_gbps", "link_efficiency",
+                   "group_size", "size_source", "group_source"]
+
+
+def collective_summary(c: pd.DataFrame) -> pd.DataFrame:
+    """Per (collective, group, message size): count, time, mean bus bandwidth, link efficiency."""
+    if c.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    return c.fillna({"collective": "unknown", "group": ""}).groupby(["collective", "group", "message_bytes"], dropna=False).agg(
+        count=("row", "size"), time_ns=("duration_ns", "sum"), busbw_gbps=("busbw_gbps", "mean"),
+        algbw_gbps=("algbw_gbps", "mean"), link_efficiency=("link_efficiency", "mean"), group_size=("group_size", "first"),
+        size_source=("size_source", "first"), group_source=("group_source", "first"),
+    ).reset_index().sort_values("time_ns", ascending=False)

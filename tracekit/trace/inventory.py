@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from tracekit.tables import coded, column
+from tracekit.trace.tables import coded, column
 
 
 def has_shapes(input_dims: Any) -> bool:

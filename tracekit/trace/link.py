@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from tracekit.intervals import NO_ROW, innermost_enclosing, nest
-from tracekit.tables import ColumnTrace, coded, column
+from tracekit.trace.intervals import NO_ROW, innermost_enclosing, nest
+from tracekit.trace.tables import ColumnTrace, coded, column
 
 _GRAPH_LAUNCH = "GraphLaunch"
 

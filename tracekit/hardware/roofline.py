@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.costs.dtypes import dominant_matrix_dtype
-from tracekit.grouping import group_rows, key_of, label_column
+from tracekit.trace.grouping import group_rows, key_of, label_column
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
 
 OVER_PEAK = 1.05  # efficiencies above this are counted as "above the roofline"

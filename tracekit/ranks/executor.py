@@ -20,9 +20,10 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import Analysis
-from tracekit.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
-from tracekit.timeline import union
+from tracekit.ranks.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
+from tracekit.trace.timeline import union
 from tracekit.errors import TraceError
+from tracekit.strict_json import records
 
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -50,12 +51,10 @@ class MultiRank:
     busbw: pd.DataFrame = field(default_factory=pd.DataFrame)  # per collective type and size: busbw over ranks
 
     def to_dict(self) -> dict[str, Any]:
-        from tracekit.analysis import _records
-
         summary = {k: (None if isinstance(v, float) and v != v else v) for k, v in self.summary.items()}  # unknown is null
-        return {"ranks": len(self.ranks), "summary": summary, "per_rank": _records(self.per_rank),
-                "stragglers": _records(self.stragglers), "collective_skew": _records(self.skew.head(50)),
-                "collective_busbw": _records(self.busbw), "blocks": _records(self.blocks)}
+        return {"ranks": len(self.ranks), "summary": summary, "per_rank": records(self.per_rank),
+                "stragglers": records(self.stragglers), "collective_skew": records(self.skew.head(50)),
+                "collective_busbw": records(self.busbw), "blocks": records(self.blocks)}
 
 
 def trace_paths(inputs: list[str]) -> list[str]:

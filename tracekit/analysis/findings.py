@@ -20,11 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis import shape_key
-from tracekit.grouping import Key, group_rows, key_of, label_column
+from tracekit.analysis.ops import shape_key
+from tracekit.strict_json import records
+from tracekit.trace.grouping import Key, group_rows, key_of, label_column
 from tracekit.parsers.launch_api import SYNC_API
-from tracekit.timeline import IDLE_CATEGORIES, idle_gaps, union
-from tracekit.unknown import MIN_COVERAGE
+from tracekit.trace.timeline import IDLE_CATEGORIES, idle_gaps, union
+from tracekit.costs.unknown import MIN_COVERAGE
+from tracekit.reports.format import duration, rounded_percent
 
 # Below this share of kernel time with a cost, a group efficiency is not a measurement.
 
@@ -45,13 +47,11 @@ class Findings:
     short_kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
-        from tracekit.analysis import _records
-
         return {
             "basis": self.basis, "basis_ns": self.basis_ns,
-            "ops": _records(self.fix_ops.head(top)), "kernels": _records(self.fix_kernels.head(top)),
-            "blocks": _records(self.fix_blocks.head(top)),
-            "idle": {"window": self.idle_window, "window_ns": self.idle_window_ns, "categories": _records(self.idle)},
+            "ops": records(self.fix_ops.head(top)), "kernels": records(self.fix_kernels.head(top)),
+            "blocks": records(self.fix_blocks.head(top)),
+            "idle": {"window": self.idle_window, "window_ns": self.idle_window_ns, "categories": records(self.idle)},
             "short_kernels": self.short_kernels,
         }
 
@@ -198,17 +198,8 @@ def _short_kernels(a) -> dict[str, Any]:
 
 # -- the headline ---------------------------------------------------------------------------
 
-def _pct(x: float | None) -> str:
-    """Whole percents, one decimal below 9.5% and between 99.5% and 100% (never "100%" for less)."""
-    if x is None or x != x:
-        return "—"
-    return f"{100 * x:.0f}%" if 0.095 <= abs(x) < 0.995 or x == 1 else f"{100 * x:.1f}%"
 
 
-def _dur(ns: float | None) -> str:
-    from tracekit.reports.format import duration
-
-    return duration(ns)
 
 
 def _how_to_cost(a) -> str:
@@ -230,11 +221,11 @@ def headline(a, f: Findings) -> list[str]:
     b = a.blocks
     sentences = []
     if len(b):
-        parts = [f"{r['phase']} / {r['block']} {_pct(r['share'])}" for r in b.head(3).to_dict(orient="records")]
+        parts = [f"{r['phase']} / {r['block']} {rounded_percent(r['share'])}" for r in b.head(3).to_dict(orient="records")]
         idle = f.idle["idle_ns"].sum() if len(f.idle) else 0.0
         where = f"GPU time went to {', '.join(parts)}"
         if f.idle_window_ns:
-            where += f"; the GPU was idle {_pct(idle / f.idle_window_ns)} of the time {f.idle_window}"
+            where += f"; the GPU was idle {rounded_percent(idle / f.idle_window_ns)} of the time {f.idle_window}"
         sentences.append(where + ".")
     k = a.kernels
     # kernels only: a costed memcpy says nothing of what bounds the kernels
@@ -248,16 +239,16 @@ def headline(a, f: Findings) -> list[str]:
         labels = np.r_[bound[1][-1:], bound[1][:-1]]
         by_bound = pd.Series(time_by_bound[present], index=labels[present]).sort_index().sort_values(ascending=False) / t.sum()
         names = {"comm": "interconnect"}
-        parts = [f"{_pct(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
+        parts = [f"{rounded_percent(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
         if parts:
-            of = "the kernel time with a cost" if covered >= MIN_COVERAGE else f"the {_pct(covered)} of kernel time with a cost"
+            of = "the kernel time with a cost" if covered >= MIN_COVERAGE else f"the {rounded_percent(covered)} of kernel time with a cost"
             sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
                              f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
     if covered >= MIN_COVERAGE and c.get("efficiency_sustained") is not None and c.get("efficiency_sustained") == c.get("efficiency_sustained"):
-        sentences.append(f"Those kernels run at {_pct(c['efficiency_sustained'])} of the sustained roofline "
-                         f"({_pct(c.get('efficiency'))} of peak), over {_pct(covered)} of GPU kernel time.")
+        sentences.append(f"Those kernels run at {rounded_percent(c['efficiency_sustained'])} of the sustained roofline "
+                         f"({rounded_percent(c.get('efficiency'))} of peak), over {rounded_percent(covered)} of GPU kernel time.")
     else:
-        sentences.append(f"Only {_pct(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
+        sentences.append(f"Only {rounded_percent(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
                          f"{_how_to_cost(a)}.")
     # The single largest recoverable item: an op (name + shapes) or, where the time has no op
     # (graph replays, model-costed kernels), a kernel.
@@ -266,18 +257,18 @@ def headline(a, f: Findings) -> list[str]:
     if op is not None and (kernel is None or op["recoverable_ns"] >= kernel["recoverable_ns"]):
         shapes = f" {op['detail']}" if op["detail"] else ""
         sentences.append(f"The largest recoverable time at the sustained roofline is {op['what']}{shapes}: "
-                         f"{_dur(op['recoverable_ns'])} ({_pct(op['share'])} of {f.basis}).")
+                         f"{duration(op['recoverable_ns'])} ({rounded_percent(op['share'])} of {f.basis}).")
     elif kernel is not None:
-        from tracekit.names import labels
+        from tracekit.trace.kernel_names import labels
 
         name = str(kernel["what"])
         sentences.append(f"The largest recoverable time at the sustained roofline is in {labels([name])[name]}: "
-                         f"{_dur(kernel['recoverable_ns'])} ({_pct(kernel['share'])} of {f.basis}).")
+                         f"{duration(kernel['recoverable_ns'])} ({rounded_percent(kernel['share'])} of {f.basis}).")
     if len(f.idle) and f.idle["idle_ns"].sum() > 0:
         worst = f.idle.sort_values("idle_ns", ascending=False).iloc[0]
         if worst["category"] != "other" and worst["share_of_window"] >= 0.05:
             cause = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations"}[worst["category"]]
-            sentences.append(f"{_dur(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}.")
+            sentences.append(f"{duration(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}.")
     return sentences[:5]
 
 

@@ -1,26 +1,9 @@
-"""The Trace: the tables every parser produces, and the contract with everything after.
+"""The Trace contract's columns: each table's columns in order, with their dtypes.
 
 Times are int64 nanoseconds from the start of the capture (the earliest event in the
-file). Names are pandas Categoricals: a trace repeats a few thousand names millions of
-times, so each table holds small integer codes (HTA's symbol table, done by pandas).
-The Kineto parser hands over the same columns as numpy arrays first (tables.py): the
-DataFrames are built from them after linking, so reading and linking need no pandas.
-
-Row references between tables (kernel -> launch, kernel -> op, op -> parent, ...) are
-integer row positions into the other table, -1 when absent.
+file). Row references between tables (kernel -> launch, kernel -> op, op -> parent, ...)
+are integer row positions into the other table, -1 (NO_ROW) when absent.
 """
-
-from __future__ import annotations
-
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-
-from tracekit.tables import Coded, default_column
-
-if TYPE_CHECKING:  # pandas is imported where a table is built: the parsers and linking run without it
-    import pandas as pd
 
 NO_ROW = -1
 
@@ -100,56 +83,3 @@ LINK_COLUMNS: dict[str, str] = {
     "graph_launch": "bool",  # launched by cudaGraphLaunch / hipGraphLaunch
     "launched_before_capture": "bool",  # no launch row: it was issued before the window opened
 }
-
-
-def make_table(columns: dict[str, str], data: dict[str, Any] | None = None, n: int = 0) -> pd.DataFrame:
-    """A table with exactly the contract's columns: values from `data`, defaults elsewhere.
-
-    Defaults say "absent": -1 for integers, None for categories and objects, False for flags.
-    """
-    import pandas as pd
-
-    data = data or {}
-    if data:
-        n = len(next(iter(data.values())))
-    out = {}
-    for col, dtype in columns.items():
-        values = data.get(col)
-        if values is None:
-            values = default_column(dtype, n)
-        if isinstance(values, Coded):
-            values = values.to_categorical()
-        if dtype == "object":
-            series = pd.Series(values, dtype=object)
-        elif dtype in ("category", "bool"):
-            series = pd.Series(values).astype(dtype)
-        elif dtype == "float64":
-            series = pd.Series(values, dtype=np.float64)
-        else:  # integers: rows a source lacks a value for (NaN after a concat) get -1
-            series = pd.Series(values)
-            if series.hasnans:
-                series = series.fillna(-1)
-            series = series.astype(dtype)
-        out[col] = series.reset_index(drop=True)
-    return pd.DataFrame(out, index=pd.RangeIndex(n))
-
-
-@dataclass
-class Trace:
-    kernels: pd.DataFrame
-    launches: pd.DataFrame
-    ops: pd.DataFrame
-    ranges: pd.DataFrame
-    meta: dict[str, Any] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-
-    def range_stack(self, row: int, column: str = "range") -> list[str]:
-        """Names of the ranges enclosing kernel `row`, outermost first."""
-        names = self.ranges["name"].to_numpy()
-        parents = self.ranges["parent"].to_numpy()
-        node = int(self.kernels[column].iat[row])
-        stack = []
-        while node != NO_ROW:
-            stack.append(str(names[node]))
-            node = int(parents[node])
-        return stack[::-1]

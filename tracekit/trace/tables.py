@@ -4,7 +4,7 @@
 Importing pandas costs ~0.3 s, most of what `tracekit info` on an everyday trace would
 otherwise spend, and the parser's worker processes never need it. So the Kineto parser
 builds `ColumnTable`s (one numpy array per column; names as integer codes beside their
-labels, `Coded`), linking adds its columns with numpy alone, and `to_frame` turns a table
+labels, `Coded`), linking adds its columns with numpy alone, and `frames.to_frame` turns a table
 into the Trace's DataFrame (trace.py) only when a stage that needs pandas asks for it.
 
 `column` and `coded` read a column from either form, so a stage that needs no pandas
@@ -97,16 +97,11 @@ class ColumnTable:
         return ColumnTable({**self.spec, **{k: _dtype_of(v) for k, v in columns.items() if k not in self.spec}},
                            {**self.columns, **columns}, self.n)
 
-    def to_frame(self):
-        """The Trace's DataFrame (exactly the contract's columns, plus those linking added)."""
-        from tracekit.trace import make_table
-
-        return make_table(self.spec, self.columns, n=self.n)
 
 
 @dataclass
 class ColumnTrace:
-    """The Trace's four tables as ColumnTables; `to_trace()` gives the pandas Trace."""
+    """The Trace's four tables as ColumnTables; tracekit.trace.frames.to_trace gives the pandas Trace."""
 
     kernels: ColumnTable
     launches: ColumnTable
@@ -115,11 +110,6 @@ class ColumnTrace:
     meta: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
-    def to_trace(self):
-        from tracekit.trace import Trace
-
-        return Trace(self.kernels.to_frame(), self.launches.to_frame(), self.ops.to_frame(), self.ranges.to_frame(),
-                     self.meta, self.warnings)
 
 
 def default_column(dtype: str, n: int) -> Any:

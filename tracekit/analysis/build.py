@@ -1,0 +1,66 @@
+"""build(): the one orchestrator. Each stage is a function that takes what the stage before
+produced and returns its table; the Analysis is complete when build returns it."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import numpy as np
+import pandas as pd
+
+from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
+from tracekit.analysis.coverage import coverage
+from tracekit.analysis.findings import compute as compute_findings
+from tracekit.analysis.ops import cpu_ops_table, ops_table
+from tracekit.analysis.result import Analysis, Measured
+from tracekit.analysis.rollup import block_table, kernel_summary
+from tracekit.analysis.steps import step_table
+from tracekit.attribution import Rules, attribute
+from tracekit.costs.assign import kernel_costs
+from tracekit.hardware import DEFAULT_SUSTAINED, Device
+from tracekit.hardware.roofline import roofline
+from tracekit.model import ModelOptions
+from tracekit.trace.column_text import as_text as text_of
+from tracekit.trace.frames import Trace
+from tracekit.trace.step_ownership import kernel_steps
+from tracekit.trace.timeline import device_time, exclusive_time
+
+
+def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
+          model: ModelOptions | None = None) -> Analysis:
+    """With a `model`, its costs fill the kernels the op shapes leave uncosted (order:
+    shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict)."""
+    costs = kernel_costs(trace)
+    labels = attribute(trace, costs["kernel_class"], rules)
+    owner = kernel_steps(trace, trace.kernels)  # row in trace.ranges of the step that owns each kernel, -1 for none
+    run = None
+    if model is not None:
+        from tracekit.model import run_model
+
+        run = run_model(trace, costs, labels, owner, model, device)
+    exclusive = exclusive_time(trace.kernels)
+    roof = roofline(trace.kernels, costs, device, sustained)
+    k = trace.kernels
+    op_names = text_of(trace.ops["name"])
+    op_name = np.where(k["op"].to_numpy() >= 0, op_names[np.maximum(k["op"].to_numpy(), 0)] if len(op_names) else None, None)
+    kernels = pd.concat([k, costs, roof, labels], axis=1).assign(
+        duration_ns=k["end"] - k["start"], exclusive_ns=exclusive, op_name=pd.Categorical(op_name))
+    ops = ops_table(kernels, trace) if len(k) else cpu_ops_table(trace)
+    devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
+    kernels["step"] = owner
+    steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
+    measured = Measured(kernels=kernels, ops=ops, coverage=coverage(kernels), device=device, sustained=sustained,
+                        meta=trace.meta, warnings=list(trace.warnings), blocks=block_table(kernels), steps=steps,
+                        devices=devices, trace=trace)
+    collectives = collective_table(measured)
+    findings = compute_findings(measured)
+    prediction = None
+    if run is not None:
+        from tracekit.model.predict import predict
+
+        prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
+        measured.warnings += [f"model: {note}" for note in run.notes]
+    return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
+                    kernel_summary=kernel_summary(kernels), collectives=collectives,
+                    collective_summary=collective_summary(collectives), overlap=overlap_table(kernels),
+                    findings=findings, model=prediction)

@@ -1,0 +1,81 @@
+"""Analysis: everything a report shows, complete when tracekit.analysis.build returns it.
+
+`Measured` holds the tables measured from the trace (kernels with their costs, roofline and
+labels; ops; blocks; steps; devices; coverage). The judgment stages (collectives, findings,
+the model's prediction) read a `Measured` and their results complete the `Analysis`, so
+nothing is filled in afterwards and reports read only an Analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from tracekit.analysis.findings import Findings
+from tracekit.hardware import Device
+from tracekit.model.predict import Prediction
+from tracekit.strict_json import dumps, records
+from tracekit.trace.frames import Trace
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(kw_only=True)
+class Measured:
+    kernels: pd.DataFrame  # one row per GPU activity: trace columns + costs + roofline + labels + op name + step
+    ops: pd.DataFrame  # one row per (op name, input shapes) that launched GPU work
+    coverage: dict[str, Any]
+    device: Device | None  # None for a CPU-only profile
+    sustained: float
+    meta: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    blocks: pd.DataFrame = field(default_factory=pd.DataFrame)  # phase x block
+    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # busy / idle per device
+    trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
+
+
+@dataclass(kw_only=True)
+class Analysis(Measured):
+    kernel_summary: pd.DataFrame  # every kernel name by time (rollup.kernel_summary)
+    collectives: pd.DataFrame  # one row per collective kernel
+    collective_summary: pd.DataFrame  # per collective, group and message size
+    overlap: pd.DataFrame  # communication hidden by compute, per device
+    findings: Findings  # the headline and what to fix first
+    model: Prediction | None = None  # with --model
+
+    @property
+    def prediction(self) -> pd.DataFrame:
+        """Predicted vs measured per step (tracekit.model.predict.STEP_COLUMNS); empty without --model."""
+        return self.model.steps if self.model is not None else pd.DataFrame()
+
+    def top_kernels(self, n: int) -> pd.DataFrame:
+        return self.kernel_summary.head(n).reset_index(drop=True)
+
+    def to_json(self, top: int = 15) -> str:
+        return dumps(self.to_dict(top))
+
+    def to_dict(self, top: int = 15) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "headline": list(self.findings.headline),
+            "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
+            "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
+                       "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
+            "coverage": self.coverage,
+            "blocks": records(self.blocks),
+            "devices": records(self.devices),
+            "steps": records(self.steps),
+            "overlap": records(self.overlap),
+            "collectives": records(self.collective_summary),
+            "top_kernels": records(self.top_kernels(top)),
+            "top_ops": records(self.ops.head(top)),
+            # How long the full lists are, so a reader (tracekit diff) knows whether an item
+            # missing from a top list is absent or only below the cut.
+            "listed_of": {"top_kernels": len(self.kernel_summary), "top_ops": len(self.ops)},
+            "what_to_fix_first": self.findings.to_dict(top),
+            "warnings": self.warnings,
+            **({"model": self.model.to_dict()} if self.model is not None else {}),
+        }

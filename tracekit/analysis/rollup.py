@@ -1,0 +1,93 @@
+"""Kernels rolled up by a key: time, FLOPs, bytes, roofline minimum, coverage, achieved
+rates, efficiency and bound per group; the phase x block table and the kernels by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.costs.unknown import covered, majority_bound, mask_unknown
+from tracekit.trace.column_text import as_text as text_of
+from tracekit.trace.grouping import Key, group_rows, key_of, label_column
+
+
+def rollup_columns(k: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The per-kernel values kernel_rollup sums, as plain arrays (taken once per table)."""
+    return {
+        "time": k["duration_ns"].to_numpy(dtype=np.float64), "flops": k["flops"].to_numpy(dtype=np.float64),
+        "bytes": (k["bytes_read"] + k["bytes_written"]).to_numpy(dtype=np.float64),
+        "t_min_ns": k["t_min_ns"].to_numpy(dtype=np.float64), "t_min_sustained_ns": k["t_min_sustained_ns"].to_numpy(dtype=np.float64),
+        "bound": k["bound"].astype(object).to_numpy(),
+    }
+
+
+def kernel_rollup(columns: dict[str, np.ndarray], keys: dict[str, Key], extra: dict[str, Any] | None = None,
+                  firsts: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+    """Group kernels by `keys` (column name -> codes and labels, tracekit.trace.grouping) and sum
+    what rolls up (`columns`, from rollup_columns): time, FLOPs, bytes, t_min; derive
+    coverage, achieved rates and efficiency over the time of the kernels with a cost, and
+    the majority bound. Figures from less than half of a group's time are unknown
+    (tracekit.costs.unknown). Rows with a missing key are left out; groups come in order of first
+    appearance. `extra`: more per-kernel values to sum; `firsts`: per-kernel values taken
+    from each group's first kernel."""
+    time, bound = columns["time"], columns["bound"]
+    groups = group_rows(list(keys.values()), len(time))
+    count, total = groups.size, groups.sum(time)
+    flops, nbytes = groups.known_sum(columns["flops"]), groups.known_sum(columns["bytes"])
+    t_min, t_min_sustained = groups.known_sum(columns["t_min_ns"]), groups.known_sum(columns["t_min_sustained_ns"])
+    costed_ns, roofed_ns = groups.sum(time, ~np.isnan(columns["flops"])), groups.sum(time, ~np.isnan(columns["t_min_ns"]))
+    by_bound = {b: groups.sum(time, bound == b) for b in BOUNDS}
+    # Over the time of the kernels that have a cost: the FLOPs and bytes are theirs alone.
+    costed_or_nan = np.where(costed_ns > 0, costed_ns, np.nan)
+    roofed_or_nan = np.where(roofed_ns > 0, roofed_ns, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = pd.DataFrame({
+            **{name: label_column(key, groups.first) for name, key in keys.items()},
+            "count": count, "time_ns": total, "flops": flops, "bytes": nbytes, "t_min_ns": t_min, "t_min_sustained_ns": t_min_sustained,
+            **{name: groups.sum(np.asarray(values)) for name, values in (extra or {}).items()},
+            **{name: np.asarray(values)[groups.first] for name, values in (firsts or {}).items()},
+            "coverage": covered(costed_ns, total),
+            "achieved_tflops": flops / costed_or_nan / 1e3, "achieved_tbps": nbytes / costed_or_nan / 1e3,
+            "intensity": flops / np.where(nbytes > 0, nbytes, np.nan),
+            "efficiency": t_min / roofed_or_nan, "efficiency_sustained": t_min_sustained / roofed_or_nan,
+            "bound": majority_bound(by_bound, roofed_ns),
+        })
+    return mask_unknown(g, g["coverage"], UNKNOWN_BELOW_COVERAGE)
+
+
+BOUNDS = ("compute", "memory", "comm")
+# The figures that describe a group's work: unknown when its costs cover < half its time.
+UNKNOWN_BELOW_COVERAGE = ["flops", "bytes", "t_min_ns", "t_min_sustained_ns", "achieved_tflops", "achieved_tbps", "intensity",
+                          "efficiency", "efficiency_sustained", "bound"]
+BLOCK_COLUMNS = ["phase", "block", "gpu_time_ns", "share", "kernel_time_ns", "count", "flops", "bytes", "achieved_tflops",
+                 "achieved_tbps", "efficiency", "efficiency_sustained", "bound", "coverage"]
+
+
+def block_table(k: pd.DataFrame) -> pd.DataFrame:
+    """Phase x block: GPU time (overlap counted once), share of busy time, kernels, FLOPs,
+    bytes, achieved TFLOP/s and TB/s, roofline efficiency over modeled kernels, bound, coverage."""
+    if k.empty:
+        return pd.DataFrame(columns=BLOCK_COLUMNS)
+    g = kernel_rollup(rollup_columns(k), {"phase": key_of(k["phase"]), "block": key_of(k["block"])},
+                      extra={"gpu_time_ns": k["exclusive_ns"].to_numpy()})
+    g = g.rename(columns={"time_ns": "kernel_time_ns"})
+    busy = g["gpu_time_ns"].sum()
+    g["share"] = g["gpu_time_ns"] / busy if busy else np.nan
+    return g[BLOCK_COLUMNS].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
+
+
+def kernel_summary(k: pd.DataFrame) -> pd.DataFrame:
+    """Every kernel name, by time: count, time, share, costs, rates, efficiency, bound.
+    Computed once in build; summaries and reports take its head."""
+    g = kernel_rollup(rollup_columns(k), {"name": key_of(k["name"])},
+                      extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)},
+                      firsts={"kernel_class": text_of(k["kernel_class"])})
+    total = g["time_ns"].sum()
+    g["share"] = g["time_ns"] / total if total else np.nan
+    cols = ["name", "kernel_class", "count", "time_ns", "flops", "bytes", "t_min_ns", "t_min_sustained_ns", "over_peak", "share",
+            "achieved_tflops", "achieved_tbps", "intensity", "efficiency", "efficiency_sustained", "bound", "coverage"]
+    return g[cols].sort_values("time_ns", ascending=False).reset_index(drop=True)
+
+

@@ -1,0 +1,33 @@
+"""A report section as rows of display strings: what every renderer lays out (terminal,
+Markdown, HTML). Cells hold raw text (trace names included): each renderer passes every cell
+through its medium's function in reports/text.py. Each column has a priority, so a narrow
+terminal drops the least useful columns first (0: never dropped)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Named(str):
+    """A kernel's short label that carries its full (demangled) name: the HTML title."""
+
+    full: str
+
+    def __new__(cls, label: str, full: str) -> "Named":
+        obj = super().__new__(cls, label)
+        obj.full = full
+        return obj
+
+
+@dataclass
+class Section:
+    title: str
+    head: list[str]
+    rows: list[list[str]]
+    priority: list[int]  # per column: higher is kept longer in a narrow terminal; 0 is always kept
+    flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
+    note: str = ""  # a line under the table (plain text, may hold trace strings)
+    left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
+    terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
+    empty: str = "(none)"
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,14 @@
+"""The trace: the contract between the parsers and everything after, and its vectorised
+operations.
+
+Takes the tables a parser read; gives them linked (kernel -> launch -> op -> ranges,
+link.py), grouped on integer codes (grouping.py), as intervals (intervals.py,
+timeline.py), and with the one rule of which step owns which kernel (step_ownership.py).
+The column contract is schema.py; tables.py holds it as numpy columns, frames.py as the
+pandas DataFrames of a `Trace`.
+"""
+
+from tracekit.trace.frames import Trace, make_table
+from tracekit.trace.schema import KERNEL_COLUMNS, LAUNCH_COLUMNS, LINK_COLUMNS, NO_ROW, OP_COLUMNS, RANGE_COLUMNS
+
+__all__ = ["Trace", "make_table", "KERNEL_COLUMNS", "LAUNCH_COLUMNS", "LINK_COLUMNS", "NO_ROW", "OP_COLUMNS", "RANGE_COLUMNS"]
