@@ -31,10 +31,9 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCE = HERE.parent.parent / "shared" / "fixtures" / "torch" / "h100_qwen1.5-0.5b_hf_inference.json.gz"
 STAGES = {  # module -> functions build() calls, timed one by one with --stages
-    "tracekit.analysis": ["kernel_costs", "attribute", "kernel_steps", "exclusive_time", "roofline", "_ops_table", "device_time",
-                          "step_table", "_coverage", "block_table"],
-    "tracekit.analysis.collectives": ["collective_table", "overlap_table"],
-    "tracekit.analysis.findings": ["compute"],
+    "tracekit.analysis.build": ["kernel_costs", "attribute", "kernel_steps", "exclusive_time", "roofline", "ops_table", "device_time",
+                                "step_table", "coverage", "block_table", "kernel_summary", "collective_table", "collective_summary",
+                                "overlap_table", "compute_findings"],
 }
 
 

@@ -47,3 +47,15 @@ def _plugin_installed() -> bool:
 
 # tracekit's own golden tests run through its pytest plugin; registering it twice is an error.
 pytest_plugins = [] if _plugin_installed() else ["tracekit.integrations.pytest_plugin"]
+
+
+def range_stack(trace, row: int, column: str = "range") -> list[str]:
+    """Names of the ranges enclosing kernel `row` (by its `column` link), outermost first."""
+    names = trace.ranges["name"].to_numpy()
+    parents = trace.ranges["parent"].to_numpy()
+    node = int(trace.kernels[column].iat[row])
+    stack = []
+    while node != -1:
+        stack.append(str(names[node]))
+        node = int(parents[node])
+    return stack[::-1]

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import tracekit
-from conftest import PROJECT_FIXTURES, shared
+from conftest import PROJECT_FIXTURES, shared, range_stack
 
 MI300X = shared("torch", "mi300x_resnet_act_checkpoint_rank0.json.gz")
 
@@ -25,7 +25,7 @@ def test_recompute_is_what_runs_under_checkpoint_recompute_fn(mi300x):
     trace, k = mi300x.trace, mi300x.kernels
     # independent reading: walk each kernel's Python frame stack by hand
     under_recompute = np.array([any("checkpoint.py" in f and ("recompute_fn" in f or "unpack_hook" in f)
-                                    for f in trace.range_stack(i, "frame")) for i in range(len(k))])
+                                    for f in range_stack(trace, i, "frame")) for i in range(len(k))])
     assert under_recompute.sum() > 100
     assert ((k["phase"] == "recompute").to_numpy() == under_recompute).all()
     # and the recomputed work is the forward's: convolutions and batch norms
@@ -41,7 +41,7 @@ def test_training_phases_and_blocks(mi300x):
     assert set(bn["block"]) == {"norm"}
     opt = k[k["phase"] == "optimizer"]
     seen = opt[opt["launch"] >= 0]
-    assert len(seen) > 0 and all("Optimizer.step" in " ".join(mi300x.trace.range_stack(i)) or "Optimizer.zero_grad" in " ".join(mi300x.trace.range_stack(i)) for i in seen.index)
+    assert len(seen) > 0 and all("Optimizer.step" in " ".join(range_stack(mi300x.trace, i)) or "Optimizer.zero_grad" in " ".join(range_stack(mi300x.trace, i)) for i in seen.index)
     # kernels issued before the capture are optimizer work only by their identical captured kernels
     blind = opt[opt["launch"] < 0]
     assert set(blind["name"].astype(str)) <= set(seen["name"].astype(str))
@@ -176,8 +176,8 @@ def test_user_rules_promote_a_range_and_bad_rules_are_one_line(tmp_path):
     k = a.kernels
     # A range rule sees the CPU-side ranges around the launch; GPU-side ranges only for
     # kernels whose launch was not captured.
-    in_15 = [i for i in range(len(k)) if "ProfilerStep#15" in a.trace.range_stack(i)
-             or (k["launch"].iat[i] < 0 and "ProfilerStep#15" in a.trace.range_stack(i, "gpu_range"))]
+    in_15 = [i for i in range(len(k)) if "ProfilerStep#15" in range_stack(a.trace, i)
+             or (k["launch"].iat[i] < 0 and "ProfilerStep#15" in range_stack(a.trace, i, "gpu_range"))]
     assert len(in_15) > 100
     assert set(k.loc[in_15, "phase"].astype(str)) == {"warm_step"}
     assert "warm_step" not in set(k.drop(index=in_15)["phase"].astype(str))

@@ -20,6 +20,7 @@ import pytest
 import tracekit
 from tracekit.api import scan
 from tracekit.trace.inventory import inventory
+from tracekit.trace.frames import to_trace
 from tracekit.trace.tables import Coded, ColumnTrace, Interner
 
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"

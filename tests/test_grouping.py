@@ -12,7 +12,7 @@ import pandas as pd
 import re2
 
 from conftest import shared
-from tracekit.analysis import top_kernels
+
 from tracekit.attribution.match import Enclosing, NameSearch, with_ancestors
 from tracekit.trace.grouping import combine, group_rows, key_of, label_column
 from tracekit.costs.unknown import known_sum
@@ -107,7 +107,7 @@ def test_top_kernels_against_a_groupby_of_the_raw_trace():
 
     path = shared("torch", QWEN)
     a = analyze(path, workers=1)
-    top = top_kernels(a, 10**6).set_index("name")
+    top = a.top_kernels(10**6).set_index("name")
     with gzip.open(path, "rt") as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("cat") == "kernel" and e.get("ph") == "X"]
     calls = pd.Series([e["name"] for e in events]).value_counts()

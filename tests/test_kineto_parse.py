@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kineto_reference as ref_reader
-from conftest import torch_traces
+from conftest import torch_traces, range_stack
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +71,9 @@ def test_bert_flash_attention_kernel_links_to_its_op_with_shapes(load_cached):
     assert op["name"] == "aten::_flash_attention_forward"
     assert op["input_dims"][:3] == [[1, 141, 8, 64]] * 3  # q, k, v: batch 1, 141 tokens, 8 heads of 64
     assert op["input_types"][:3] == ["c10::BFloat16"] * 3
-    assert trace.range_stack(flash.index[0]) == ["ProfilerStep#6"]
-    assert trace.range_stack(flash.index[0], "gpu_range") == ["ProfilerStep#6"]
-    frames = trace.range_stack(flash.index[0], "frame")
+    assert range_stack(trace, flash.index[0]) == ["ProfilerStep#6"]
+    assert range_stack(trace, flash.index[0], "gpu_range") == ["ProfilerStep#6"]
+    frames = range_stack(trace, flash.index[0], "frame")
     assert frames[-1] == "<built-in function scaled_dot_product_attention>"
     assert trace.meta["devices"][0]["name"] == "NVIDIA H100 80GB HBM3"
     assert trace.meta["devices"][0]["sm_count"] == 132
@@ -122,7 +122,7 @@ def test_legacy_2021_schema(load_cached):
     assert sorted(steps["name"], key=lambda n: int(n.split("#")[1])) == [f"ProfilerStep#{i}" for i in range(5, 11)]
     # Every kernel ran inside a ProfilerStep range on its launching thread or the main one.
     conv = k[k["name"].str.startswith("void implicit_convolve_sgemm")].index[0]
-    assert trace.range_stack(conv)[0].startswith("ProfilerStep#")
+    assert range_stack(trace, conv)[0].startswith("ProfilerStep#")
 
 
 def test_collective_metadata_of_the_b200_all_gather(load_cached):
@@ -149,7 +149,7 @@ def test_dlrm_ranks_come_from_distributed_info(rank, load_cached):
     sendrecv = trace.kernels[trace.kernels["name"].str.startswith("ncclKernel_SendRecv")]
     assert len(sendrecv) > 0
     for row in sendrecv.index:
-        assert "nccl:all_to_all" in trace.range_stack(row)
+        assert "nccl:all_to_all" in range_stack(trace, row)
 
 
 def test_project_cpu_decode_fixture_nests_ops_in_named_ranges(load_cached):

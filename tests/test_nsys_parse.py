@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tracekit
-from conftest import SHARED, shared
+from conftest import SHARED, shared, range_stack
 from tracekit.parsers.nsys_nvtx import parse_op_text
 
 NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
@@ -100,7 +100,7 @@ def test_saxpy_kernels_sit_in_their_nvtx_range_and_mpi_domain_is_named(load_cach
     assert set(saxpy["short_name"]) == {"saxpy"}
     assert str(saxpy["name"].iat[0]) == "saxpy(double *, double *, double *, double, int)"
     for row in saxpy.index:
-        assert trace.range_stack(row) == ["saxpy"]
+        assert range_stack(trace, row) == ["saxpy"]
     r = trace.ranges
     assert set(r.loc[r["name"].isin(["MPI_Send", "MPI_Recv", "MPI_Init", "MPI_Finalize"]), "domain"]) == {"nvtx:MPI"}
     assert (r.loc[r["name"] == "saxpy", "domain"] == "nvtx").all()

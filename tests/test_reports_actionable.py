@@ -19,6 +19,7 @@ from rich.console import Console
 import tracekit
 from conftest import REPO, SHARED, shared
 from tracekit.analysis.findings import compute
+from tracekit.analysis.rollup import kernel_summary
 from tracekit.trace.kernel_names import demangle, label, labels, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
@@ -78,6 +79,7 @@ def _hostile_analysis():
     a.warnings = [HOSTILE]
     a.coverage["top_unmodeled"] = [{"name": HOSTILE, "reason": HOSTILE, "time_ns": 1.0, "share": 0.5}]
     a.findings = compute(a)
+    a.kernel_summary = kernel_summary(a.kernels)  # built once in build(): again for the renamed kernel
     return a
 
 

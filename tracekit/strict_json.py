@@ -49,5 +49,9 @@ def _is_pandas_missing(value: Any) -> bool:
 
 def records(frame) -> list[dict[str, Any]]:
     """A DataFrame's rows as plain dicts for JSON: NaN -> None, numpy scalars as Python."""
-    return [{k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v)) for k, v in row.items()}
-            for row in frame.to_dict(orient="records")]
+    return [plain(row) for row in frame.to_dict(orient="records")]
+
+
+def plain(mapping: dict[str, Any]) -> dict[str, Any]:
+    """One level of a mapping for JSON: NaN -> None (unknown is null), numpy scalars as Python."""
+    return {k: (None if isinstance(v, float) and v != v else (v.item() if hasattr(v, "item") else v)) for k, v in mapping.items()}

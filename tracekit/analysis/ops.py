@@ -30,7 +30,7 @@ def shape_key(dims: np.ndarray, op_rows: np.ndarray, text=_shapes) -> Key:
     return codes[per_row.reshape(-1)][inverse.reshape(-1)], labels
 
 
-OP_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
+OP_SUMMARY_COLUMNS = ["op", "shapes", "calls", "kernels", "time_ns", "flops", "bytes", "t_min_ns", "efficiency", "bound", "coverage"]
 
 
 def _op_work(columns: dict[str, np.ndarray], cost_source: pd.Series, op: np.ndarray) -> dict[str, np.ndarray]:
@@ -52,7 +52,7 @@ def _op_work(columns: dict[str, np.ndarray], cost_source: pd.Series, op: np.ndar
 def ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     linked = np.flatnonzero(kernels["op"].to_numpy() >= 0)
     if not len(linked):
-        return pd.DataFrame(columns=OP_COLUMNS)
+        return pd.DataFrame(columns=OP_SUMMARY_COLUMNS)
     op_rows = kernels["op"].to_numpy()[linked]
     names, name_labels = key_of(kernels["op_name"])
     keys = {"op": (names[linked], name_labels), "shapes": shape_key(trace.ops["input_dims"].to_numpy(), op_rows)}
@@ -60,7 +60,7 @@ def ops_table(kernels: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     g = kernel_rollup(_op_work(columns, kernels["cost_source"].iloc[linked], op_rows), keys)
     g["calls"] = group_rows(list(keys.values()), len(linked)).nunique(op_rows)
     g = g.rename(columns={"count": "kernels"})
-    return g[OP_COLUMNS].sort_values("time_ns", ascending=False).reset_index(drop=True)
+    return g[OP_SUMMARY_COLUMNS].sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
 def cpu_ops_table(trace: Trace) -> pd.DataFrame:

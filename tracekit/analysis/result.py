@@ -48,7 +48,7 @@ class Analysis(Measured):
 
     @property
     def prediction(self) -> pd.DataFrame:
-        """Predicted vs measured per step (tracekit.model.predict.STEP_COLUMNS); empty without --model."""
+        """Predicted vs measured per step (tracekit.model.predict.PREDICTED_STEP_COLUMNS); empty without --model."""
         return self.model.steps if self.model is not None else pd.DataFrame()
 
     def top_kernels(self, n: int) -> pd.DataFrame:

@@ -37,7 +37,6 @@ def diff(base: Any, new: Any, device: str | None = None, rules: str | None = Non
     }
 
 
-SECTIONS = ("steps", "blocks", "ops", "kernels", "collectives")
 
 
 def _complete(summary: dict[str, Any], key: str) -> bool:

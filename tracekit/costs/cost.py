@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("matrix", "vector", "memory", "comm")
 
 
 @dataclass(frozen=True)

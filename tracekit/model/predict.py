@@ -21,16 +21,16 @@ import pandas as pd
 from tracekit.hardware import Device
 from tracekit.strict_json import records
 
-STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
+PREDICTED_STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
                 "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
                 "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
-BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
+PREDICTED_BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
 @dataclass
 class Prediction:
-    steps: pd.DataFrame  # STEP_COLUMNS
-    blocks: pd.DataFrame  # BLOCK_COLUMNS: per step x block group
+    steps: pd.DataFrame  # PREDICTED_STEP_COLUMNS
+    blocks: pd.DataFrame  # PREDICTED_BLOCK_COLUMNS: per step x block group
     terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
     costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
     summary: dict[str, Any] = field(default_factory=dict)
@@ -112,7 +112,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
                            roofline_efficiency=peak / busy if busy else None)
                 block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step, terms, group_time, matrix_eff, bandwidth_eff)
         step_rows.append(row)
-    steps = pd.DataFrame(step_rows, columns=STEP_COLUMNS)
+    steps = pd.DataFrame(step_rows, columns=PREDICTED_STEP_COLUMNS)
     errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
     terms = _terms_frame(all_terms)
     summary = {
@@ -122,7 +122,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
     costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
-    return Prediction(steps, pd.DataFrame(block_rows, columns=BLOCK_COLUMNS), terms, costs=costs, summary=summary)
+    return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary)
 
 
 def _sum(values: np.ndarray) -> float | None:

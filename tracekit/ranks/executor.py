@@ -23,7 +23,7 @@ from tracekit.analysis import Analysis
 from tracekit.ranks.arrivals import arrival_table, busbw_spread, collective_skew, matched_collectives, unequal_counts
 from tracekit.trace.timeline import union
 from tracekit.errors import TraceError
-from tracekit.strict_json import records
+from tracekit.strict_json import plain, records
 
 _RANK_IN_NAME = re.compile(r"rank[_\-.]?(\d+)", re.I)
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite")
@@ -51,7 +51,7 @@ class MultiRank:
     busbw: pd.DataFrame = field(default_factory=pd.DataFrame)  # per collective type and size: busbw over ranks
 
     def to_dict(self) -> dict[str, Any]:
-        summary = {k: (None if isinstance(v, float) and v != v else v) for k, v in self.summary.items()}  # unknown is null
+        summary = plain(self.summary)  # unknown is null
         return {"ranks": len(self.ranks), "summary": summary, "per_rank": records(self.per_rank),
                 "stragglers": records(self.stragglers), "collective_skew": records(self.skew.head(50)),
                 "collective_busbw": records(self.busbw), "blocks": records(self.blocks)}

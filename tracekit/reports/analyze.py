@@ -22,7 +22,7 @@ def to_json(analysis: Analysis, top: int) -> str:
 def coverage_line(analysis: Analysis) -> str:
     c = analysis.coverage
     sources = ", ".join(f"{k} {percent(v)}" for k, v in sorted(c["modeled_share_by_source"].items(), key=lambda kv: -kv[1]))
-    return (f"coverage    {percent(c['modeled_share'])} of GPU kernel time has a cost "
+    return (f"{percent(c['modeled_share'])} of GPU kernel time has a cost "
             f"({c['kernels_modeled']:,} of {c['kernels']:,} kernels; {sources or 'none'}); "
             f"above 105% of peak: {percent(c['over_peak_share'])} of modeled time")
 
@@ -40,10 +40,10 @@ def device_line(analysis: Analysis) -> str:
     """The device and the bandwidth the roofline uses; its sources are in `tracekit devices`."""
     dev = analysis.device
     if dev is None and len(analysis.kernels):
-        return f"device      {device_label(analysis)}"
+        return device_label(analysis)
     if dev is None:
-        return "device      none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time"
-    return (f"device      {dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s, sustained {analysis.sustained:.0%} "
+        return "none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time"
+    return (f"{dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s, sustained {analysis.sustained:.0%} "
             f"(sources: tracekit devices)")
 
 
@@ -53,24 +53,24 @@ def roofline_line(analysis: Analysis) -> str:
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
     if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
-        return (f"roofline    — : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
+        return (f"— : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
                 f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
-    fmt = lambda v: "—" if v is None or v != v else percent(v)  # noqa: E731
-    return (f"roofline    kernel time at {fmt(eff)} of the peak roofline, {fmt(sus)} of the sustained one "
+    return (f"kernel time at {percent(eff)} of the peak roofline, {percent(sus)} of the sustained one "
             f"(sum t_min / sum time over the kernels with a cost)")
 
 
-def render_console(analysis: Analysis, console: Console, top: int) -> None:
+def render_console(analysis: Analysis, console: Console, top: int, warnings: bool = True) -> None:
+    """`warnings=False`: the CLI has printed them on stderr already."""
     meta = analysis.meta
     console.print(Text.assemble(terminal(meta.get("path"), "bold"), f"  ({terminal(meta.get('format'))}, span {duration(meta.get('span_ns'))})"))
     for sentence in headline(analysis):
         console.print(terminal(sentence, "bold"))
-    console.print(terminal(device_line(analysis)))
+    console.print(terminal(f"device      {device_line(analysis)}"))
     if len(analysis.kernels):
-        console.print(terminal(coverage_line(analysis)))
+        console.print(terminal(f"coverage    {coverage_line(analysis)}"))
     if analysis.device is not None:
-        console.print(terminal(roofline_line(analysis)))
-    for w in analysis.warnings:
+        console.print(terminal(f"roofline    {roofline_line(analysis)}"))
+    for w in analysis.warnings if warnings else []:
         console.print(Text.assemble(("warning", "yellow"), "     ", terminal(w)))
     for section in sections(analysis, top):
         if section.terminal:

@@ -29,10 +29,10 @@ def to_json(verdicts: list[Verdict], source: str) -> str:
 
 
 def to_markdown(verdicts: list[Verdict], source: str) -> str:
-    from tracekit.reports.text import markdown as esc
+    from tracekit.reports.text import markdown as esc, markdown_table
+
     head, body = rows(verdicts)
-    lines = [f"# tracekit check: {esc(source)}", "", summary_line(verdicts), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    lines = [f"# tracekit check: {esc(source)}", "", summary_line(verdicts), "", *markdown_table(head, body)]
     return "\n".join(lines) + "\n"
 
 

@@ -117,7 +117,8 @@ def to_json(d: dict) -> str:
 
 
 def to_markdown(d: dict, top: int = 15) -> str:
-    from tracekit.reports.text import markdown as esc
+    from tracekit.reports.text import markdown as esc, markdown_table
+
     lines = ["# tracekit diff", ""] + [f"- {esc(t)}" for t in _title(d)]
     lines += [f"- warning: {esc(w)}" for w in d.get("warnings", [])]
     for title, head, rows in sections(d, top):
@@ -125,9 +126,7 @@ def to_markdown(d: dict, top: int = 15) -> str:
         if not rows:
             lines.append("(none)")
             continue
-        lines.append("| " + " | ".join(esc(h) for h in head) + " |")
-        lines.append("|" + "---|" * len(head))
-        lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+        lines += markdown_table(head, rows)
     return "\n".join(lines) + "\n"
 
 

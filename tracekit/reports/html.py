@@ -60,9 +60,9 @@ def _section(s) -> dict:
 def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
     return _ENV.from_string(_TEMPLATE).render(
         path=h(a.meta.get("path")), fmt=h(a.meta.get("format")), span=duration(a.meta.get("span_ns")),
-        headline=[h(x) for x in headline(a)], device=h(device_line(a).replace("device      ", "device: ")),
-        coverage=h(coverage_line(a).replace("coverage    ", "coverage: ")) if len(a.kernels) else "",
-        roofline=h(roofline_line(a).replace("roofline    ", "roofline: ")) if a.device else "",
+        headline=[h(x) for x in headline(a)], device=h("device: " + device_line(a)),
+        coverage=h("coverage: " + coverage_line(a)) if len(a.kernels) else "",
+        roofline=h("roofline: " + roofline_line(a)) if a.device else "",
         warnings=[h(w) for w in a.warnings],
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],
         sections=[_section(s) for s in sections(a, top)],

@@ -7,7 +7,7 @@ from tracekit.analysis import Analysis
 from tracekit.reports.analyze import coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
 from tracekit.reports.tables import headline, sections
-from tracekit.reports.text import markdown as md
+from tracekit.reports.text import markdown as md, markdown_table
 
 
 def render(a: Analysis, top: int = 15, images: bool = True) -> str:
@@ -15,11 +15,11 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     lines = [f"# tracekit report: {md(meta.get('path'))}", ""]
     lines += [" ".join(md(s) for s in headline(a)), ""]
     lines.append(f"- format: {md(meta.get('format'))} ({md(meta.get('schema'))}), span {duration(meta.get('span_ns'))}")
-    lines.append(f"- {md(device_line(a).replace('device      ', 'device: '))}")
+    lines.append(f"- device: {md(device_line(a))}")
     if len(a.kernels):
-        lines.append(f"- {md(coverage_line(a).replace('coverage    ', 'coverage: '))}")
+        lines.append(f"- coverage: {md(coverage_line(a))}")
     if a.device is not None:
-        lines.append(f"- {md(roofline_line(a).replace('roofline    ', 'roofline: '))}")
+        lines.append(f"- roofline: {md(roofline_line(a))}")
     for w in a.warnings:
         lines.append(f"- warning: {md(w)}")
     if images and a.device is not None:
@@ -29,9 +29,7 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
         if not s.rows:
             lines.append(md(s.empty))
             continue
-        lines.append("| " + " | ".join(md(h) for h in s.head) + " |")
-        lines.append("|" + "".join("---|" if i in s.left or i == s.flex else "--:|" for i in range(len(s.head))))
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in s.rows]
+        lines += markdown_table(s.head, s.rows, (*s.left, s.flex))
         if s.note:
             lines += ["", md(s.note)]
     return "\n".join(lines) + "\n"

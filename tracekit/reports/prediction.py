@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tracekit.reports.format import UNKNOWN, duration, percent, si, signed_percent
+from tracekit.reports.format import UNKNOWN, duration, number, percent, si, signed_percent
 
 
 
@@ -38,7 +38,7 @@ def step_rows(a) -> tuple[list[str], list[list[str]]]:
         known = all(v is not None and v == v for v in (r["bytes"], r["weight_bytes"], r["kv_bytes"]))
         rest = r["bytes"] - r["weight_bytes"] - r["kv_bytes"] if known else None
         parts = f"{si(r['bytes'], 'B')} ({si(r['weight_bytes'], 'B')} + {si(r['kv_bytes'], 'B')} + {si(rest, 'B')})"
-        tbps = UNKNOWN if r["achieved_tbps"] is None or r["achieved_tbps"] != r["achieved_tbps"] else f"{r['achieved_tbps']:.3f}"
+        tbps = number(r["achieved_tbps"], "{:.3f}")
         rows.append([r["step"], r["batch"], duration(r["busy_ns"]), duration(r["wall_ns"]), duration(r["predicted_ns"]), signed_percent(r["error"]),
                      parts, tbps, percent(r["bandwidth_share_peak"]), percent(r["roofline_efficiency"]), percent(r["coverage"])])
     return head, rows

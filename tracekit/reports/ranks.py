@@ -104,12 +104,11 @@ def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
 
 
 def to_markdown(m: MultiRank, top: int = 15) -> str:
-    from tracekit.reports.text import markdown as md
+    from tracekit.reports.text import markdown as md, markdown_table
 
     lines = ["# tracekit cross-rank report", ""] + [f"- {md(line)}" for line in summary_lines(m)]
     for title, (head, rows) in _tables(m, top):
-        lines += ["", f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+        lines += ["", f"## {title}", "", *markdown_table(head, rows)]
     lines += ["", "Per-rank reports: `rank<N>/report.md`."]
     return "\n".join(lines) + "\n"
 

@@ -69,6 +69,13 @@ def markdown(value: object) -> str:
     return re.sub(r"(?i)(www)\.", r"\1\\.", text)
 
 
+def markdown_table(head: list[str], rows: list[list[object]], left: tuple[int, ...] | None = None) -> list[str]:
+    """A GitHub Markdown table, every cell (head included) through `markdown`. `left`: the
+    text columns; the rest are numbers, right-aligned. None: no alignment marks."""
+    rule = "|" + "".join("---|" if left is None or i in left else "--:|" for i in range(len(head)))
+    return ["| " + " | ".join(markdown(h) for h in head) + " |", rule] + ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows]
+
+
 def html(value: object) -> Markup:
     """For HTML text and attribute values (Jinja autoescaping leaves a Markup alone)."""
     return escape(visible(value))

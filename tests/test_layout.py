@@ -1,0 +1,142 @@
+"""The layout of ../shared/DESIGN.md, checked: no import circle between tracekit's modules, no
+private name of one module used by another, a small top level, and one meaning per
+table-column constant. Read from the source with ast, so a lazy import inside a function
+counts as much as one at the top."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "tracekit"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    return {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports(name: str, path: pathlib.Path, modules: dict[str, pathlib.Path]) -> list[tuple[str, str, int]]:
+    """(imported module, imported name or "", line) for every import of a tracekit module."""
+    out = []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                if full in modules:
+                    out.append((full, "", node.lineno))
+                elif base in modules:
+                    out.append((base, alias.name, node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(alias.name, "", node.lineno) for alias in node.names if alias.name in modules]
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: {target for target, _, _ in _imports(name, path, modules) if target != name} for name, path in modules.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_no_private_name_used_across_modules():
+    modules = _modules()
+    uses = []
+    for name, path in modules.items():
+        for target, imported, line in _imports(name, path, modules):
+            if imported.startswith("_") and not imported.startswith("__") and target != name:
+                uses.append(f"{path.relative_to(ROOT)}:{line} imports {target}.{imported}")
+        aliases = {}
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    if f"{node.module}.{alias.name}" in modules:
+                        aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in modules:
+                        aliases[alias.asname or alias.name.split(".")[0]] = alias.name
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and aliases.get(node.value.id, name) != name):
+                uses.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
+    assert uses == []
+
+
+def test_the_top_level_is_small():
+    top = sorted(p.name for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= 8, top
+
+
+def test_every_package_says_what_it_takes_and_gives():
+    for init in PACKAGE.rglob("__init__.py"):
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init.relative_to(ROOT)} has no docstring"
+
+
+def test_column_constants_have_one_meaning():
+    """A name like OP_COLUMNS is assigned in one module only: two lists of the same name with
+    different contents were how a report printed the wrong columns."""
+    where: dict[str, list[str]] = {}
+    for name, path in _modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id.endswith("_COLUMNS"):
+                        where.setdefault(target.id, []).append(name)
+    assert {k: v for k, v in where.items() if len(v) > 1} == {}

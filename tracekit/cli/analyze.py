@@ -1,0 +1,119 @@
+"""`tracekit analyze`: one trace, or the ranks of one job."""
+
+from __future__ import annotations
+
+import click
+
+from tracekit.cli.common import (WORKERS_HELP, console, emit, format_option, freeze_heap, importer, model_from, model_options,
+                                 progress, safe, status, warn)
+from tracekit.errors import TraceError
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
+@click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml).")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend (or replace) the defaults.")
+@click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
+@format_option()
+@click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels and ops to list.")
+@click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
+@click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
+@click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
+@click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
+@click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
+@model_options
+def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
+            out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
+            to_mlflow: bool = False, mlflow_run: str | None = None, **model) -> None:
+    """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
+
+    One trace, or several (files or a directory), one per rank of a job: then each rank is
+    analysed in parallel and a cross-rank report follows (stragglers, collective skew)."""
+    import os
+
+    options = model_from(**model)
+    if out_dir:
+        from tracekit.reports.bundle import check_out_dir
+
+        check_out_dir(out_dir)  # before the work: a bad --out should not cost a whole analysis
+    to_mlflow = to_mlflow or bool(mlflow_run)
+    if to_mlflow:
+        _check_mlflow(paths)
+    if len(paths) > 1 or os.path.isdir(paths[0]):
+        if options is not None:
+            raise click.UsageError("--model works on one trace at a time")
+        _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
+        return
+    path = paths[0]
+    from tracekit.api import analyze as run
+
+    with progress(f"reading {os.path.basename(path)}") as on_progress:
+        renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
+        analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
+                       model=options, workers=workers, meanwhile=importer(*renderers))
+        if out_dir:
+            from tracekit.reports.bundle import write_bundle
+
+            written = write_bundle(analysis, out_dir, top)
+    freeze_heap()
+    for warning in analysis.warnings:
+        warn(path, warning)
+
+    def table() -> None:
+        from tracekit.reports import analyze as render
+
+        render.render_console(analysis, console(), top, warnings=False)  # the warnings are on stderr already
+
+    def markdown() -> str:
+        from tracekit.reports import markdown
+
+        return markdown.render(analysis, top, images=False)
+
+    emit(fmt, json=lambda: analysis.to_json(top), markdown=markdown, table=table)
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)
+    if to_mlflow:
+        _log_to_mlflow(analysis, mlflow_run, top)
+
+
+def _check_mlflow(paths: tuple[str, ...]) -> None:
+    """Before any work: --mlflow needs MLflow installed and logs one trace's analysis."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("mlflow") is None:
+        raise click.UsageError("--mlflow needs MLflow: pip install 'tracekit[mlflow]'")
+    if len(paths) > 1 or os.path.isdir(paths[0]):
+        raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
+
+
+def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
+    from tracekit.integrations.mlflow import log_analysis
+
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with status("logging to MLflow"):
+            run_id = log_analysis(analysis, run_id=run_id, top=top)
+    except MlflowException as exc:  # a run that does not exist, a store that cannot be reached
+        raise TraceError(f"MLflow run {run_id}" if run_id else "MLflow", str(exc.message).splitlines()[0]) from None
+    click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
+
+
+def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
+    from tracekit.ranks.executor import analyze_ranks
+    from tracekit.reports import ranks as render
+
+    with status(f"analysing {len(paths)} inputs"):
+        multi = analyze_ranks(paths, device=device, device_file=device_file, rules=rules, sustained=sustained,
+                              workers=workers, scheduler=scheduler, straggler_threshold=threshold)
+        written = render.write_bundle(multi, out_dir, top) if out_dir else []
+    for r in multi.ranks:
+        for warning in r.analysis.warnings:
+            warn(r.path, warning)
+    emit(fmt, json=lambda: render.to_json(multi), markdown=lambda: render.to_markdown(multi, top),
+         table=lambda: render.render_console(multi, console(), top))
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)

@@ -1,0 +1,68 @@
+"""`tracekit diff` and `tracekit check`: compare two runs; gate one on expectations."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from tracekit.cli.common import CHECK_FAILED, console, emit, exit_if_reader_gone, format_option, status, warn
+
+
+@click.command()
+@click.argument("base")
+@click.argument("new")
+@format_option()
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
+@click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many ops and kernels to list.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
+def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None) -> None:
+    """What changed between two runs: steps, phase x block, ops, kernels, collectives.
+
+    BASE and NEW are traces (any format, any GPU) or stored summary.json files."""
+    from tracekit.compare import diff as compare
+    from tracekit.reports import diff as render
+
+    with status("analysing both runs"):
+        result = compare(base, new, rules=rules)
+    for warning in result["warnings"]:
+        warn(None, warning)
+    if out_dir:
+        written = render.write(result, out_dir, top)
+    emit(fmt, json=lambda: render.to_json(result), markdown=lambda: render.to_markdown(result, top), markdown_newline=False,
+         table=lambda: render.render_console(result, console(), top))
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
+@click.command()
+@click.argument("path")
+@click.option("--expect", "expect_path", required=True, type=click.Path(dir_okay=False), help="TOML file of [[expect]] tables.")
+@click.option("--baseline", help="A summary.json (or trace) to measure max_regression against.")
+@click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Also write the verdicts as JUnit XML here.")
+@format_option()
+@click.option("--device", help="GPU to put a trace on; default: the trace's own.")
+@click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules.")
+def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None, rules: str | None) -> None:
+    """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails."""
+    from tracekit.compare import as_summary, check as run_check, load_expectations
+    from tracekit.reports import check as render
+
+    expectations = load_expectations(expect_path)
+    with status(f"analysing {path}"):
+        summary = as_summary(path, device=device, rules=rules)
+        base = as_summary(baseline, device=device, rules=rules) if baseline else None
+    for warning in summary.get("warnings") or []:
+        warn(path, warning)
+    verdicts = run_check(summary, expectations, base)
+    if junit_path:
+        from tracekit.compare.check import junit_xml
+        from tracekit.reports.atomic import write_file
+
+        write_file(junit_path, junit_xml(verdicts, path))
+    failed = not all(v.ok for v in verdicts)
+    with exit_if_reader_gone(CHECK_FAILED if failed else 0):  # `| head` must not turn a failure into 0
+        emit(fmt, json=lambda: render.to_json(verdicts, path), markdown=lambda: render.to_markdown(verdicts, path),
+             markdown_newline=False, table=lambda: render.render_console(verdicts, console(), path))
+    if failed:
+        sys.exit(CHECK_FAILED)
