@@ -11,8 +11,9 @@ compared against.
 Definitions (all times in microseconds; nsys nanoseconds are divided by 1000):
 - gpu span: first start to last end over GPU activities (kernels, memcpy, memset).
 - file span: first start to last end over every timed event in the file (Kineto: any
-  event with a numeric ts, except metadata 'M' and the 'Trace' envelope, which is reported
-  apart; nsys: kernels, memcpy, memset, runtime and NVTX rows).
+  event with a numeric ts, instants included, except metadata 'M' and the 'Trace' envelope,
+  which is reported apart; x_event_span: complete 'X' events only; nsys: kernels, memcpy,
+  memset, runtime and NVTX rows).
 - busy (per device): measure of the union of all GPU activity intervals on that device,
   all streams; idle = gpu span - busy.
 - communication kernels: name matches COMM_PATTERNS (case-insensitive); exposed time =
@@ -20,7 +21,8 @@ Definitions (all times in microseconds; nsys nanoseconds are divided by 1000):
 - steps: host ranges named ProfilerStep#N / execute_* / step[* from user_annotation
   (2021 schema: Operator) or NVTX. A step owns the kernels whose launch (runtime event with
   the same correlation id; nsys: same process) starts inside the host range on any thread
-  of the same process.
+  of the same process. busy_in_window: device busy time inside the owned kernels' GPU
+  window; busy_in_host_range: the same inside the host range.
 - idle gaps: holes >= GAP_MIN_US between merged busy intervals of a device.
 """
 import argparse
@@ -96,7 +98,7 @@ def read_kineto(path):
         doc = json.loads(f.read())
     events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     t = dict(gpu=[], host=[], launch={}, steps=[], gpu_ann=[], file=[None, None],
-             envelope=None, dup_corr=0, unit="us")
+             xspan=[None, None], envelope=None, dup_corr=0, unit="us")
     for e in events:
         if not isinstance(e, dict) or e.get("ph") == "M" or not _num(e.get("ts")):
             continue
@@ -110,6 +112,8 @@ def read_kineto(path):
                      ts + dur if t["file"][1] is None else max(t["file"][1], ts + dur)]
         if e.get("ph") != "X" or not isinstance(name, str):
             continue
+        x = t["xspan"]
+        t["xspan"] = [ts if x[0] is None else min(x[0], ts), ts + dur if x[1] is None else max(x[1], ts + dur)]
         args = e.get("args") if isinstance(e.get("args"), dict) else {}
         corr = args.get("correlation", args.get("correlation id"))
         if cat in KINETO_GPU:
@@ -143,7 +147,7 @@ def read_nsys(path):
     strings = dict(con.execute("select id, value from StringIds")) if "StringIds" in tables else {}
     pid_of = lambda gtid: str(int(gtid) & 0xFFFFFFFFFF000000) if gtid is not None else None
     t = dict(gpu=[], host=[], launch={}, steps=[], gpu_ann=[], file=[None, None],
-             envelope=None, dup_corr=0, unit="us (from ns)")
+             xspan=[None, None], envelope=None, dup_corr=0, unit="us (from ns)")
     stamps = []
     for kind, tb in (("kernel", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
                      ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")):
@@ -188,18 +192,19 @@ def read_nsys(path):
                                        ext=None, source="nvtx"))
             stamps += [s, e]
     if stamps:
-        t["file"] = [min(stamps) / 1e3, max(stamps) / 1e3]
+        t["file"] = t["xspan"] = [min(stamps) / 1e3, max(stamps) / 1e3]
     return t
 
 
 # ---------------------------------------------------------------- analysis
 def analyse(t, is_nsys):
     gpu = t["gpu"]
-    out = dict(unit=t["unit"], file_span=None, profiler_envelope=t["envelope"], gpu_span=None,
+    out = dict(unit=t["unit"], file_span=None, x_event_span=None, profiler_envelope=t["envelope"], gpu_span=None,
                devices={}, comm=dict(patterns=COMM_PATTERNS, devices={}), top_kernels=[],
                steps=[], gaps={}, duplicate_correlation_ids=t["dup_corr"])
-    if t["file"][0] is not None:
-        out["file_span"] = dict(start=t["file"][0], end=t["file"][1], dur=t["file"][1] - t["file"][0])
+    for key, v in (("file_span", t["file"]), ("x_event_span", t["xspan"])):
+        if v[0] is not None:
+            out[key] = dict(start=v[0], end=v[1], dur=v[1] - v[0])
     if not gpu:
         return out
     kind = np.array([g[0] for g in gpu])
@@ -212,6 +217,8 @@ def analyse(t, is_nsys):
     out["gpu_span"] = dict(start=g0, end=g1, dur=span)
     is_k = kind == "kernel"
     is_comm = is_k & np.array([bool(COMM_RE.search(n)) for n in names])
+    lt, lp = launches(t, gpu, is_nsys)
+    out["kernels_without_launch"] = int((is_k & np.isnan(lt)).sum())
     busy_by_dev = {}
     for d in sorted(set(dev)):
         m = dev == d
@@ -237,9 +244,16 @@ def analyse(t, is_nsys):
         big = np.flatnonzero(ge - gs >= GAP_MIN_US)
         top = big[np.argsort(-(ge[big] - gs[big]), kind="stable")][:5]
         pids = {g[6] for g, keep in zip(gpu, m) if keep} if is_nsys else None
+        rows = np.flatnonzero(m)
+        largest = []
+        for i in top:
+            c = gap_context(t["host"], gs[i], ge[i], pids)
+            nxt = rows[(st[rows] == ge[i])][0]   # the activity that ends the gap
+            c.update(next_activity=names[nxt][:120], next_launch_after_gap_start=None
+                     if np.isnan(lt[nxt]) else float(lt[nxt] - gs[i]))
+            largest.append(c)
         out["gaps"][d] = dict(min_gap=GAP_MIN_US, count=int(big.size),
-                              total=float((ge[big] - gs[big]).sum()),
-                              largest=[gap_context(t["host"], gs[i], ge[i], pids) for i in top])
+                              total=float((ge[big] - gs[big]).sum()), largest=largest)
     # top kernels
     ksum, kcnt = defaultdict(float), defaultdict(int)
     for n, a, b in zip(names[is_k], st[is_k], en[is_k]):
@@ -249,7 +263,7 @@ def analyse(t, is_nsys):
     out["kernel_total"] = dict(count=int(is_k.sum()), sum=total_k)
     out["top_kernels"] = [dict(name=n, count=kcnt[n], sum=s, share_pct=100 * s / total_k if total_k else None)
                           for n, s in sorted(ksum.items(), key=lambda x: -x[1])[:10]]
-    out["steps"] = step_table(t, gpu, is_k, st, en, dev, busy_by_dev, is_nsys)
+    out["steps"] = step_table(t, gpu, is_k, st, en, dev, busy_by_dev, lt, lp)
     return out
 
 
@@ -269,16 +283,18 @@ def gap_context(host, a, b, pids):
                 open_host_events_total=len(open_), sync_calls=syncs[:10])
 
 
-def step_table(t, gpu, is_k, st, en, dev, busy_by_dev, is_nsys):
-    # launch time + process of each kernel through its correlation id
+def launches(t, gpu, is_nsys):
+    """Launch start and process of each GPU activity through its correlation id (NaN: none)."""
     lt = np.full(len(gpu), np.nan)
     lp = np.empty(len(gpu), dtype=object)
     for i, g in enumerate(gpu):
-        if not is_k[i] or g[5] is None:
-            continue
-        hit = t["launch"].get((g[6], g[5]) if is_nsys else g[5])
+        hit = t["launch"].get((g[6], g[5]) if is_nsys else g[5]) if g[5] is not None else None
         if hit:
             lt[i], lp[i] = hit
+    return lt, lp
+
+
+def step_table(t, gpu, is_k, st, en, dev, busy_by_dev, lt, lp):
     ann_by_ext = {a["ext"]: a for a in t["gpu_ann"] if a["ext"] is not None}
     ann_by_name = defaultdict(list)
     for a in sorted(t["gpu_ann"], key=lambda a: a["start"]):
@@ -286,9 +302,10 @@ def step_table(t, gpu, is_k, st, en, dev, busy_by_dev, is_nsys):
     seen = defaultdict(int)
     rows = []
     for s in sorted(t["steps"], key=lambda s: s["start"]):
-        own = is_k & (lp == s["pid"]) & (lt >= s["start"]) & (lt <= s["end"])
+        own_act = (lp == s["pid"]) & (lt >= s["start"]) & (lt <= s["end"])
+        own = own_act & is_k
         row = dict(name=s["name"], source=s["source"], host_start=s["start"], host_end=s["end"],
-                   host_dur=s["end"] - s["start"], kernels=int(own.sum()))
+                   host_dur=s["end"] - s["start"], kernels=int(own.sum()), activities=int(own_act.sum()))
         if own.any():
             w0, w1 = float(st[own].min()), float(en[own].max())
             row.update(gpu_window_start=w0, gpu_window_end=w1, gpu_window_dur=w1 - w0,
@@ -297,6 +314,8 @@ def step_table(t, gpu, is_k, st, en, dev, busy_by_dev, is_nsys):
                        busy_in_window={d: float(overlap(busy_by_dev[d], [w0], [w1])[0])
                                        for d in sorted(set(dev[own]))})
             row["busy_in_window_total"] = sum(row["busy_in_window"].values())
+            row["busy_in_host_range_total"] = sum(float(overlap(busy_by_dev[d], [s["start"]], [s["end"]])[0])
+                                                  for d in sorted(set(dev[own])))
         a = ann_by_ext.get(s["ext"]) if s["ext"] is not None else None
         if a is None and not ann_by_ext:
             lst = ann_by_name.get(s["name"], [])
@@ -312,14 +331,15 @@ def step_table(t, gpu, is_k, st, en, dev, busy_by_dev, is_nsys):
 def report(path, r):
     p = print
     p(f"== {path}  [{r['unit']}]")
-    for k in ("file_span", "profiler_envelope", "gpu_span"):
+    for k in ("file_span", "x_event_span", "profiler_envelope", "gpu_span"):
         v = r[k]
         if isinstance(v, dict):
             p(f"{k:18s} {v['start']:.3f} .. {v['end']:.3f}  dur {v['dur']:.3f}")
         elif v:
             p(f"{k:18s} {v[0]:.3f} .. {v[1]:.3f}  dur {v[1] - v[0]:.3f}")
     if r.get("kernel_total"):
-        p(f"kernels            {r['kernel_total']['count']}  sum {r['kernel_total']['sum']:.3f}")
+        p(f"kernels            {r['kernel_total']['count']}  sum {r['kernel_total']['sum']:.3f}  "
+          f"without launch event {r['kernels_without_launch']}")
     for d, v in r["devices"].items():
         p(f"device {d}: kernels {v['kernels']} sum {v['kernel_sum']:.3f} busy {v['busy']:.3f} "
           f"idle {v['idle']:.3f} ({v['busy_pct_of_gpu_span']:.2f}% busy) memcpy {v['memcpy']} memset {v['memset']}")
@@ -334,16 +354,20 @@ def report(path, r):
         extra = ""
         if "gpu_window_dur" in s:
             extra = (f" gpu_window {s['gpu_window_dur']:.3f} ksum {s['kernel_sum']:.3f} "
-                     f"busy {s['busy_in_window_total']:.3f} tail {s['gpu_end_after_host_end']:.3f}")
+                     f"busy {s['busy_in_window_total']:.3f} (in host range {s['busy_in_host_range_total']:.3f}) "
+                     f"tail {s['gpu_end_after_host_end']:.3f}")
         if "gpu_user_annotation" in s:
             extra += f" gpu_ann {s['gpu_user_annotation']['dur']:.3f}"
-        p(f"step {s['name'][:50]}: host {s['host_dur']:.3f} kernels {s['kernels']}{extra}")
+        p(f"step {s['name'][:50]}: host {s['host_dur']:.3f} kernels {s['kernels']} "
+          f"(activities {s['activities']}){extra}")
     for d, g in r["gaps"].items():
         p(f"gaps >= {g['min_gap']} on device {d}: {g['count']} total {g['total']:.3f}")
         for x in g["largest"]:
             inner = "; ".join(f"{h['cat']}:{h['name'][:40]}" for h in x["open_host_events"][:4])
             sync = "; ".join(f"{y['name']} {y['overlap']:.1f}" for y in x["sync_calls"][:3])
-            p(f"  {x['dur']:10.3f} at {x['start']:.3f} open[{inner}] sync[{sync}]")
+            la = x["next_launch_after_gap_start"]
+            la = "none" if la is None else f"{la:.1f}"
+            p(f"  {x['dur']:10.3f} at {x['start']:.3f} next launched {la} after gap start; open[{inner}] sync[{sync}]")
 
 
 def main(argv=None):
@@ -351,10 +375,12 @@ def main(argv=None):
     ap.add_argument("trace")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
-    with open(a.trace, "rb") as f:
-        head = f.read(16)
-    is_nsys = head.startswith(b"SQLite format 3")
-    t = read_nsys(a.trace) if is_nsys else read_kineto(a.trace)
+    try:
+        with open(a.trace, "rb") as f:
+            is_nsys = f.read(16).startswith(b"SQLite format 3")
+        t = read_nsys(a.trace) if is_nsys else read_kineto(a.trace)
+    except (ValueError, OSError, EOFError, sqlite3.DatabaseError) as exc:
+        raise SystemExit(f"{a.trace}: cannot read: {type(exc).__name__}: {exc}")
     r = analyse(t, is_nsys)
     r["trace"] = a.trace
     if a.json:
