@@ -68,7 +68,8 @@ def device_name(trace: Trace) -> str | None:
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
-            workers: int | None = None, meanwhile=None) -> Analysis:
+            workers: int | None = None, meanwhile=None, samples_per_step: int | None = None,
+            frames_per_step: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
@@ -106,7 +107,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             # when one was. The parser's note that the export names no GPU (pointing at
             # --device) would repeat the first and be stale after the second.
             trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-        return build(trace, spec, sustained, rule_set, model)
+        return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step)
 
 
 def calibrate(paths: list[str], model, device: str | None = None, device_file: str | None = None,
@@ -131,7 +132,8 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
     target, _ = resolve(None, to, device_file, source=source)  # an unknown target fails before the trace is read
     # --device-file alone names the target's file: the source stays the trace's own GPU
     a = analysis if analysis is not None else analyze(path, device=device, device_file=device_file if device else None,
-                                                      rules=rules, workers=workers)
+                                                      rules=rules, workers=workers, samples_per_step=samples_per_step,
+                                                      frames_per_step=frames_per_step)
     if a.device is None:
         raise TraceError(source, "the trace does not name its GPU (or it is not in the device table): "
                                  "pass --device NAME for the GPU it ran on (see `tracekit devices`)")

@@ -85,3 +85,17 @@ def stage_table(kernels: pd.DataFrame, stage: str = "phase") -> pd.DataFrame:
 def step_names(trace) -> list[str]:
     names = as_text(trace.ranges["name"]) if trace is not None and len(trace.ranges) else []
     return [names[s] for s in step_rows(trace)] if len(names) else []
+
+
+def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
+               frames_per_step: int | None = None) -> dict:
+    """{"steps": per step items and throughput, "stages": stage table, "total": items / wall time of all steps}."""
+    per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
+    stages = stage_table(kernels)
+    total = None
+    if len(per_step):
+        wall = float(per_step["duration_ns"].sum())
+        units = per_step["unit"].unique()
+        total = {"items": float(per_step["items"].sum()), "unit": str(units[0]) if len(units) == 1 else "mixed",
+                 "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None}
+    return {"steps": per_step, "stages": stages, "total": total}
