@@ -7,6 +7,7 @@ import gc
 import os
 from typing import TYPE_CHECKING
 
+from tracekit.errors import TraceError
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
 from tracekit.trace.link import link
 from tracekit.parsers import as_trace, parse_tables
@@ -67,7 +68,8 @@ def device_name(trace: Trace) -> str | None:
 
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
-            workers: int | None = None, meanwhile=None) -> Analysis:
+            workers: int | None = None, meanwhile=None, samples_per_step: int | None = None,
+            frames_per_step: int | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
@@ -105,7 +107,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             # when one was. The parser's note that the export names no GPU (pointing at
             # --device) would repeat the first and be stale after the second.
             trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-        return build(trace, spec, sustained, rule_set, model)
+        return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step)
 
 
 def calibrate(paths: list[str], model, device: str | None = None, device_file: str | None = None,
@@ -115,3 +117,29 @@ def calibrate(paths: list[str], model, device: str | None = None, device_file: s
     from tracekit.model.calibrate import calibrate as fit
 
     return fit([analyze(p, device=device, device_file=device_file, sustained=sustained, model=model) for p in paths])
+
+
+def project(path: str | os.PathLike, to: str, device: str | None = None, device_file: str | None = None,
+            rules: str | None = None, workers: int | None = None, samples_per_step: int | None = None,
+            frames_per_step: int | None = None, analysis: Analysis | None = None):
+    """Project a trace (or an `analysis` already made) onto GPU `to`: busy time, step time and
+    throughput with a range, per block and stage (tracekit.projection.device). `device`: the
+    GPU it ran on where the trace does not name it. An unknown GPU raises TraceError."""
+    from tracekit.hardware import resolve
+    from tracekit.projection.device import project_device
+
+    source = os.fspath(path)
+    target, _ = resolve(None, to, device_file, source=source)  # an unknown target fails before the trace is read
+    # --device-file alone names the target's file: the source stays the trace's own GPU
+    a = analysis if analysis is not None else analyze(path, device=device, device_file=device_file if device else None,
+                                                      rules=rules, workers=workers, samples_per_step=samples_per_step,
+                                                      frames_per_step=frames_per_step)
+    if a.device is None:
+        raise TraceError(source, "the trace does not name its GPU (or it is not in the device table): "
+                                 "pass --device NAME for the GPU it ran on (see `tracekit devices`)")
+    from tracekit.analysis.throughput import step_items
+
+    items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
+    p = project_device(a, target, items)
+    p.warnings = list(a.warnings)
+    return p

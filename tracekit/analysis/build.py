@@ -15,6 +15,7 @@ from tracekit.analysis.ops import cpu_ops_table, ops_table
 from tracekit.analysis.result import Analysis, Measured
 from tracekit.analysis.rollup import block_table, kernel_summary
 from tracekit.analysis.steps import step_table
+from tracekit.analysis.throughput import throughput
 from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
@@ -27,7 +28,8 @@ from tracekit.trace.timeline import device_time, exclusive_time
 
 
 def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
-          model: ModelOptions | None = None) -> Analysis:
+          model: ModelOptions | None = None, samples_per_step: int | None = None,
+          frames_per_step: int | None = None) -> Analysis:
     """With a `model`, its costs fill the kernels the op shapes leave uncosted (order:
     shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict)."""
     costs = kernel_costs(trace)
@@ -63,4 +65,5 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
                     kernel_summary=kernel_summary(kernels), collectives=collectives,
                     collective_summary=collective_summary(collectives), overlap=overlap_table(kernels),
-                    findings=findings, model=prediction)
+                    findings=findings, model=prediction,
+                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step))

@@ -45,6 +45,7 @@ class Analysis(Measured):
     overlap: pd.DataFrame  # communication hidden by compute, per device
     findings: Findings  # the headline and what to fix first
     model: Prediction | None = None  # with --model
+    throughput: dict | None = None  # analysis.throughput: per step items/s, per stage share of wall time
 
     @property
     def prediction(self) -> pd.DataFrame:
@@ -78,4 +79,6 @@ class Analysis(Measured):
             "what_to_fix_first": self.findings.to_dict(top),
             "warnings": self.warnings,
             **({"model": self.model.to_dict()} if self.model is not None else {}),
+            **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
+                               "total": self.throughput["total"]}} if self.throughput is not None else {}),
         }

@@ -23,10 +23,13 @@ from tracekit.errors import TraceError
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
 @click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
 @click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
+@click.option("--samples-per-step", type=click.IntRange(1, None), help="Samples per step (training throughput) where the trace does not say.")
+@click.option("--frames-per-step", type=click.IntRange(1, None), help="Frames or images per step (diffusion throughput) where the annotations do not say.")
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
-            to_mlflow: bool = False, mlflow_run: str | None = None, **model) -> None:
+            to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
+            frames_per_step: int | None = None, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -52,7 +55,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     with progress(f"reading {os.path.basename(path)}") as on_progress:
         renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
-                       model=options, workers=workers, meanwhile=importer(*renderers))
+                       model=options, workers=workers, meanwhile=importer(*renderers),
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step)
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 

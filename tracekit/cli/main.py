@@ -21,9 +21,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from tracekit.cli import analyze, calibrate, compare, trace
+    from tracekit.cli import analyze, calibrate, compare, project, trace
 
-    for command in (trace.info, analyze.analyze, calibrate.calibrate, trace.export, compare.diff, compare.check, trace.devices):
+    for command in (trace.info, analyze.analyze, calibrate.calibrate, trace.export, compare.diff, compare.check, trace.devices, project.project):
         cli.add_command(command)
 
 

@@ -165,6 +165,7 @@ def _coverage_note(a: Analysis) -> str:
 def sections(a: Analysis, top: int) -> list[Section]:
     """Every section, in the order a reader needs them: what to fix, then the detail."""
     from tracekit.reports.prediction import sections as prediction_sections
+    from tracekit.reports.throughput import sections as throughput_sections
 
     if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time
         return [op_rows(a, top)]
@@ -172,4 +173,4 @@ def sections(a: Analysis, top: int) -> list[Section]:
     label = Labels(a)
     return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a),
             block_rows(a), kernel_rows(a, top, label), op_rows(a, top),
-            collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *prediction_sections(a), unmodeled_rows(a, label)]
+            collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]

@@ -1,0 +1,119 @@
+"""tracekit project: the same run on another GPU (tracekit.projection.device)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from tests.synthetic import KinetoBuilder
+from tracekit.api import analyze, project
+from tracekit.errors import TraceError
+from tracekit.hardware import builtin_devices
+
+SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+if not SHARED.exists():
+    SHARED = pathlib.Path("/work/shared/fixtures")
+TORCH = SHARED / "torch"
+
+N, DUR, LEAD, TAIL = 100, 10.0, 5.0, 5.0  # kernels, µs each, step start -> first kernel, last kernel -> step end
+
+
+def decode_step(tmp_path, device_name="NVIDIA H200"):
+    """A bandwidth-bound decode step: N GEMVs (batch 32 x 4096 x 4096, bf16) launched ahead of
+    the GPU (queued back to back), the host waiting for the last one (step ends TAIL after it)."""
+    b = KinetoBuilder(device_name)
+    b.range("decode_step", 0.0, LEAD + N * DUR + TAIL)
+    for i in range(N):
+        b.op("aten::mm", 1.0 + i * 0.04, 0.03, dims=[[32, 4096], [4096, 4096]], types=["c10::BFloat16", "c10::BFloat16"])
+        b.kernel("gemv_bf16", 1.0 + i * 0.04 + 0.01, LEAD + i * DUR, DUR)
+    return b.write(tmp_path / "decode.json")
+
+
+def test_bandwidth_bound_decode_h200_to_b200_scales_by_hbm_ratio(tmp_path):
+    devices = builtin_devices()
+    h200, b200 = devices["H200"], devices["B200"]
+    p = project(decode_step(tmp_path), "B200")
+    assert p.source.key == "H200" and p.target.key == "B200"
+    bw = h200.memory_gbps / b200.memory_gbps  # 4800 / 8000 = 0.6
+    assert bw == pytest.approx(0.6)
+    # memory-bound on both: bytes = 2 B x (32*4096 + 4096*4096 + 32*4096) = 33.8 MB -> 7.0 us on H200 > 1.1 us of math
+    assert p.totals["busy_ns"] == pytest.approx(N * DUR * 1e3)
+    assert p.totals["busy_projected_ns"] == pytest.approx(N * DUR * 1e3 * bw)  # sum of d x BW ratio
+    assert p.totals["busy_low_ns"] == p.totals["busy_high_ns"] == pytest.approx(N * DUR * 1e3 * bw)  # every kernel costed
+    # queued kernels chain from the first start; the host waited for the last: step' = LEAD + N*DUR*bw + TAIL
+    step = p.steps.iloc[0]
+    assert step["measured_ns"] == pytest.approx((LEAD + N * DUR + TAIL) * 1e3)
+    assert step["projected_ns"] == pytest.approx((LEAD + N * DUR * bw + TAIL) * 1e3)
+    assert not step["host_bound"]
+    assert step["ratio"] == pytest.approx((LEAD + N * DUR * bw + TAIL) / (LEAD + N * DUR + TAIL))  # 610/1010 = 0.604
+
+
+def test_launch_bound_step_does_not_move(tmp_path):
+    """Each kernel launched after the one before finished (the GPU waits for the host): a
+    faster GPU shortens the kernels, not the step (launch times are the host's)."""
+    b = KinetoBuilder("NVIDIA H200")
+    b.range("ProfilerStep#1", 0.0, 1000.0)
+    for i in range(10):
+        t = 10.0 + i * 90.0  # launch every 90 us, kernel runs 10 us from launch + 5 us
+        b.op("aten::mm", t, 2.0, dims=[[32, 4096], [4096, 4096]], types=["c10::BFloat16", "c10::BFloat16"])
+        b.kernel("gemv_bf16", t + 0.5, t + 5.0, 10.0)
+    p = project(b.write(tmp_path / "launch.json"), "B200")
+    assert p.totals["busy_projected_ns"] == pytest.approx(10 * 10.0e3 * 0.6)  # kernels still scale
+    step = p.steps.iloc[0]
+    assert step["host_bound"] and step["projected_ns"] == step["measured_ns"] == pytest.approx(1000.0e3)
+
+
+def test_uncosted_kernel_gets_a_range(tmp_path):
+    b = KinetoBuilder("NVIDIA H200")
+    b.range("ProfilerStep#1", 0.0, 200.0)
+    b.kernel("mystery_kernel", 1.0, 5.0, 100.0)  # no op: no cost
+    p = project(b.write(tmp_path / "u.json"), "B200")
+    t = p.totals
+    # unchanged ... scaled by HBM ratio 0.6; the point is the middle
+    assert (t["busy_low_ns"], t["busy_high_ns"]) == pytest.approx((100e3 * 0.6, 100e3))
+    assert t["busy_projected_ns"] == pytest.approx(100e3 * 0.8)
+
+
+def test_unknown_target_is_one_line_exit_2(tmp_path, capsys):
+    from tracekit.cli.main import main
+
+    path = decode_step(tmp_path)
+    with pytest.raises(TraceError):
+        project(path, "H9000")
+    with pytest.raises(SystemExit) as exc:
+        main(["project", path, "--to", "H9000"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown device" in err
+
+
+def test_same_device_is_identity():
+    a = analyze(TORCH / "h100_bert_small_hf_inference.json.gz")
+    p = project(a.meta["path"], "H100-SXM", analysis=a)
+    assert p.totals["busy_projected_ns"] == pytest.approx(p.totals["busy_ns"])
+    assert p.steps["projected_ns"].tolist() == pytest.approx(p.steps["measured_ns"].tolist())
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TORCH.glob("*.json.gz")))
+def test_every_kineto_fixture_projects(name, capsys):
+    from tracekit.cli.main import main
+
+    main(["project", str(TORCH / name), "--to", "B200", "--device", "MI300X", "--format", "json"] if "vllm_gpt-oss-20b_prefilldecode" in name
+         else ["project", str(TORCH / name), "--to", "B200", "--format", "json"])
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["target"]["key"] == "B200"
+    t = doc["totals"]
+    assert t["busy_low_ns"] <= t["busy_projected_ns"] <= t["busy_high_ns"]
+
+
+@pytest.mark.parametrize("name", ["h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite", "a100x4_cloverleaf_nsys2024.5.sqlite",
+                                  "a100_saxpy_mpi_nsys2022.2.sqlite", "h100_nvfuser_matmul_nsys2024.6.sqlite",
+                                  "rtx3080_tiny_nsys2026.1.sqlite"])
+def test_nsys_exports_project(name, capsys):
+    from tracekit.cli.main import main
+
+    main(["project", str(SHARED / "nsys" / name), "--to", "H200", "--device", "H100", "--format", "markdown"])
+    assert "tracekit projection" in capsys.readouterr().out

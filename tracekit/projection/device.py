@@ -1,0 +1,256 @@
+"""The same run on another GPU: per kernel, keep the achieved fraction of its binding roof.
+
+    efficiency   e  = t_min(source) / measured          (tracekit.hardware.roofline)
+    projected    t' = t_min(target) / e = measured * t_min(target) / t_min(source)
+
+t_min on each device is max(flops / peak(kind, dtype), bytes / bandwidth) with that device's
+matrix or vector peak for the kernel's dtype, HBM bandwidth, interconnect (collectives) or
+host link (host copies), so a kernel can change roof (memory-bound here, compute-bound
+there). A kernel without a cost, or whose dtype the target has no peak for, gets a range:
+unchanged ... scaled by the bandwidth ratio of its link (point: the middle of the two).
+Step times come from replaying the timeline with the projected durations
+(tracekit.projection.replay): host time, launch overhead and host-bound gaps do not move.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import Device
+from tracekit.hardware.roofline import roofline
+from tracekit.projection.replay import launch_starts, replay
+from tracekit.strict_json import dumps, records
+from tracekit.trace.column_text import as_text
+from tracekit.trace.step_ownership import step_rows
+
+HOST_COPIES = ["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]
+# A step whose host range ends within this of its last kernel waited for the GPU at its end
+# (a synchronisation): its end moves with the GPU. Otherwise the host set it.
+TAIL_NS = 50_000
+PROJECTED_BLOCK_COLUMNS = ["phase", "block", "kernels", "measured_ns", "projected_ns", "low_ns", "high_ns", "ratio", "roof", "costed_share"]
+PROJECTED_STEP_COLUMNS = ["step", "measured_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
+                "host_bound", "items", "unit", "throughput", "throughput_projected", "throughput_low", "throughput_high"]
+
+
+@dataclass
+class Projection:
+    source: Device
+    target: Device
+    kernels: pd.DataFrame  # per kernel: ratio, low, high, roof label
+    blocks: pd.DataFrame
+    stages: pd.DataFrame
+    steps: pd.DataFrame
+    totals: dict[str, Any]
+    assumptions: list[str] = field(default_factory=list)
+    path: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trace": self.path,
+            "source": {"key": self.source.key, "name": self.source.name},
+            "target": {"key": self.target.key, "name": self.target.name},
+            "totals": self.totals, "steps": records(self.steps), "stages": records(self.stages),
+            "blocks": records(self.blocks), "assumptions": self.assumptions,
+        }
+
+    def to_json(self) -> str:
+        return dumps(self.to_dict())
+
+
+def _ratio_of(a: float | None, b: float | None) -> float:
+    return float(a / b) if a and b else float("nan")
+
+
+def kernel_ratios(kernels: pd.DataFrame, source: Device, target: Device) -> pd.DataFrame:
+    """Per kernel: projected / measured time (point, low, high) and the roof it rests on."""
+    n = len(kernels)
+    t_src = kernels["t_min_ns"].to_numpy(dtype=np.float64) if source is not None else np.full(n, np.nan)
+    roof_t = roofline(kernels, kernels, target)
+    t_dst = roof_t["t_min_ns"].to_numpy(dtype=np.float64)
+    kind = kernels["cost_kind"].astype(object).to_numpy()
+    dtype = kernels["dtype"].astype(object).to_numpy()
+    host = kernels["copy_kind"].isin(HOST_COPIES).to_numpy()
+    comm = (kind == "comm") | kernels["collective"].notna().to_numpy()
+    link_ratio = np.full(n, _ratio_of(source.bandwidth, target.bandwidth))
+    link_ratio[comm] = _ratio_of(source.interconnect, target.interconnect)
+    link_ratio[host] = _ratio_of(source.host_link_gbps, target.host_link_gbps)
+    link_ratio = np.where(np.isnan(link_ratio), 1.0, link_ratio)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(t_src > 0, t_dst / t_src, np.where(t_src == 0, 1.0, np.nan))
+    known = ~np.isnan(ratio)
+    low = np.where(known, ratio, np.minimum(1.0, link_ratio))
+    high = np.where(known, ratio, np.maximum(1.0, link_ratio))
+    point = np.where(known, ratio, (low + high) / 2)
+
+    bound = roof_t["bound"].astype(object).to_numpy()
+    link = np.where(host, "host link", np.where(comm, "interconnect", "HBM"))
+    roof = np.where(~known, np.char.add("no cost: 1x…", link.astype(str)),
+                    np.where(bound == "compute", np.char.add(np.where(kind == "matrix", "matrix ", "vector ").astype(str),
+                                                             pd.Series(dtype).fillna("?").astype(str).to_numpy()),
+                             np.where(bound == "comm", "interconnect", link.astype(str))))
+    return pd.DataFrame({"ratio": point, "low": low, "high": high, "roof": roof, "costed": known}, index=kernels.index)
+
+
+def _aggregate(kernels: pd.DataFrame, r: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    excl = kernels["exclusive_ns"].to_numpy(dtype=np.float64)
+    frame = pd.DataFrame({**{c: kernels[c].astype(object).fillna("—").to_numpy() for c in by},
+                          "measured_ns": excl, "projected_ns": excl * r["ratio"].to_numpy(),
+                          "low_ns": excl * r["low"].to_numpy(), "high_ns": excl * r["high"].to_numpy(),
+                          "costed_ns": np.where(r["costed"].to_numpy(), excl, 0.0), "roof": r["roof"].to_numpy()})
+    grouped = frame.groupby(by, sort=False)
+    out = grouped[["measured_ns", "projected_ns", "low_ns", "high_ns", "costed_ns"]].sum()
+    out["kernels"] = grouped.size()
+    # the roof most of the group's time rests on
+    roof_time = frame.groupby(by + ["roof"], sort=False)["measured_ns"].sum().reset_index()
+    top = roof_time.sort_values("measured_ns", ascending=False).drop_duplicates(by).set_index(by)["roof"]
+    out["roof"] = top.reindex(out.index)
+    out = out.reset_index()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["ratio"] = np.where(out["measured_ns"] > 0, out["projected_ns"] / out["measured_ns"], np.nan)
+        out["costed_share"] = np.where(out["measured_ns"] > 0, out["costed_ns"] / out["measured_ns"], np.nan)
+    return out.sort_values("measured_ns", ascending=False).reset_index(drop=True)
+
+
+def _host_calls(trace) -> np.ndarray:
+    """(start, end) of the host's GPU API calls (launches, copies, synchronisations): one
+    still open when the GPU finished was waiting for it (a sync, a blocking copy)."""
+    launches = trace.launches if trace is not None else None
+    if launches is None or not len(launches):
+        return np.zeros((0, 2))
+    return launches[["start", "end"]].to_numpy(dtype=np.float64)
+
+
+def _step_times(a, new_end: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: (name, measured, projected wall time, host-bound) from the replayed kernel ends.
+
+    The host waited for the GPU when it sat in a GPU API call (a sync, a blocking copy) until the step's last
+    kernel ended (or its range ended with that kernel): what it did after moves with the GPU,
+    by max(last', entered the wait) - last. Otherwise the host set the step's end, which
+    moves only if the kernels now run past it."""
+    trace = a.trace
+    rows = step_rows(trace) if trace is not None else np.zeros(0, dtype=np.int64)
+    if not len(rows):
+        return [], np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)
+    r = trace.ranges
+    names = as_text(r["name"])
+    calls = _host_calls(trace)
+    owner = a.kernels["step"].to_numpy()
+    end = a.kernels["end"].to_numpy(dtype=np.float64)
+    measured, projected, host_bound = [], [], []
+    for s in rows:
+        lo, hi = float(r["start"].iat[s]), float(r["end"].iat[s])
+        mine = owner == s
+        if not mine.any():
+            measured.append(hi - lo), projected.append(hi - lo), host_bound.append(True)
+            continue
+        last, last_new = end[mine].max(), new_end[mine].max()
+        waits = calls[(calls[:, 0] <= last) & (calls[:, 1] >= last) & (calls[:, 1] <= hi + TAIL_NS)]
+        if len(waits):
+            new_hi = hi + max(last_new, float(waits[:, 0].min())) - last
+        elif hi - last <= TAIL_NS:
+            new_hi = hi + last_new - last
+        else:
+            new_hi = max(hi, last_new)
+        # host-bound: the GPU was idle, waiting for launches, most of its kernels' window
+        busy = float(a.kernels["exclusive_ns"].to_numpy()[mine].sum())
+        first = float(a.kernels["start"].to_numpy()[mine].min())
+        measured.append(hi - lo), projected.append(new_hi - lo), host_bound.append(busy < 0.5 * (last - first))
+    return [names[s] for s in rows], np.array(measured), np.array(projected), np.array(host_bound)
+
+
+def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Projection:
+    """Project Analysis `a` (measured on a.device) onto `target`. `items`: per step name, the
+    work it did (columns step, items, unit) for throughput; default one step per step."""
+    source = a.device
+    k = a.kernels
+    r = kernel_ratios(k, source, target)
+    launched = launch_starts(k, a.trace.launches if a.trace is not None else None)
+    duration = k["duration_ns"].to_numpy(dtype=np.float64)
+    ends = {}
+    for col in ("ratio", "low", "high"):
+        _, ends[col] = replay(k, launched, duration * r[col].to_numpy())
+    steps = _steps_frame(a, r, ends, items)
+    blocks = _aggregate(k, r, ["phase", "block"])[PROJECTED_BLOCK_COLUMNS]
+    stage_col = "stage" if "stage" in k.columns else "phase"
+    stages = _aggregate(k, r, [stage_col]).rename(columns={stage_col: "stage"})[["stage"] + PROJECTED_BLOCK_COLUMNS[2:]]
+    excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    busy = float(excl.sum())
+    costed = float(excl[r["costed"].to_numpy()].sum())
+    start = k["start"].to_numpy(dtype=np.float64)
+    totals = {
+        "busy_ns": busy,
+        "busy_projected_ns": float((excl * r["ratio"]).sum()),
+        "busy_low_ns": float((excl * r["low"]).sum()), "busy_high_ns": float((excl * r["high"]).sum()),
+        "active_ns": float(k["end"].max() - start.min()) if len(k) else 0.0,
+        "active_projected_ns": float(ends["ratio"].max() - start.min()) if len(k) else 0.0,
+        "costed_share": costed / busy if busy > 0 else None,
+        "steps": len(steps),
+        "step_measured_ns": float(steps["measured_ns"].sum()) if len(steps) else None,
+        "step_projected_ns": float(steps["projected_ns"].sum()) if len(steps) else None,
+        "step_low_ns": float(steps["low_ns"].sum()) if len(steps) else None,
+        "step_high_ns": float(steps["high_ns"].sum()) if len(steps) else None,
+    }
+    totals["busy_ratio"] = totals["busy_projected_ns"] / busy if busy > 0 else None
+    if len(steps):
+        totals["step_ratio"] = totals["step_projected_ns"] / totals["step_measured_ns"] if totals["step_measured_ns"] else None
+    return Projection(source, target, r, blocks, stages, steps, totals, _assumptions(a, source, target, totals, steps),
+                      path=a.meta.get("path"))
+
+
+def _steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
+    names, measured, projected, host_bound = _step_times(a, ends["ratio"])
+    if not names:
+        return pd.DataFrame(columns=PROJECTED_STEP_COLUMNS)
+    _, _, low, _ = _step_times(a, ends["low"])
+    _, _, high, _ = _step_times(a, ends["high"])
+    owner = a.kernels["step"].to_numpy()
+    rows = step_rows(a.trace)
+    excl = a.kernels["exclusive_ns"].to_numpy(dtype=np.float64)
+    per = {} if items is None or not len(items) else {row["step"]: row for row in items.to_dict(orient="records")}
+    out = []
+    for i, name in enumerate(names):
+        mine = owner == rows[i]
+        busy = float(excl[mine].sum())
+        got = per.get(name, {})
+        n_items = got.get("items")
+        n_items = float(n_items) if n_items is not None and n_items == n_items else 1.0
+        unit = got.get("unit") or "steps"
+        lo, hi = min(low[i], high[i]), max(low[i], high[i])
+        out.append({"step": name, "measured_ns": measured[i], "projected_ns": projected[i], "low_ns": lo, "high_ns": hi,
+                    "busy_ns": busy, "busy_projected_ns": float((excl[mine] * r["ratio"].to_numpy()[mine]).sum()),
+                    "ratio": projected[i] / measured[i] if measured[i] > 0 else None, "host_bound": bool(host_bound[i]),
+                    "items": n_items, "unit": unit,
+                    "throughput": n_items / measured[i] * 1e9 if measured[i] > 0 else None,
+                    "throughput_projected": n_items / projected[i] * 1e9 if projected[i] > 0 else None,
+                    "throughput_low": n_items / hi * 1e9 if hi > 0 else None,
+                    "throughput_high": n_items / lo * 1e9 if lo > 0 else None})
+    return pd.DataFrame(out, columns=PROJECTED_STEP_COLUMNS)
+
+
+def _assumptions(a, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:
+    share = totals["costed_share"]
+    out = [
+        f"costed kernels ({share:.0%} of busy time) keep their measured efficiency against their binding roof; "
+        f"roofs: HBM {source.memory_gbps:,.0f}→{target.memory_gbps:,.0f} GB/s, interconnect {source.interconnect_gbps:,.0f}→"
+        f"{target.interconnect_gbps:,.0f} GB/s, host link {source.host_link_gbps:,.0f}→{target.host_link_gbps:,.0f} GB/s, "
+        "matrix/vector peaks per dtype from the device table" if share is not None else "the trace has no kernel time",
+        "kernels without a cost (or without a target peak for their dtype): range from unchanged to scaled by the "
+        "bandwidth ratio of their link; the point figure is the middle",
+        "host time, launch overhead and host-bound gaps are as measured; each stream is replayed alone (kernels wait "
+        "for their launch and their predecessor), dependencies across streams are not modelled",
+        "a step whose host sat in a GPU API call (a sync, a blocking copy; or whose range ended) until its last kernel ended waited for the GPU: "
+        "its end moves with the GPU; any other step ends when its host range ended, or later if its kernels now run past it; "
+        "host time on another machine (CPU, driver) is not projected",
+        "same software: kernels, libraries and their tuning on the target behave like those measured (a different "
+        "attention or GEMM library, or another precision, is not projected)",
+    ]
+    if len(steps) and steps["host_bound"].any():
+        out.append(f"{int(steps['host_bound'].sum())} of {len(steps)} steps are host-bound (their GPU was idle, waiting for "
+                   "launches, most of its kernels' window): their time barely moves with the GPU")
+    return out

@@ -1,0 +1,32 @@
+"""Throughput per step and each stage's share of wall time (tracekit.analysis.throughput) as Sections."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tracekit.reports.format import duration, number, percent
+from tracekit.reports.section import Section
+
+if TYPE_CHECKING:
+    from tracekit.analysis import Analysis
+
+
+def sections(a: Analysis) -> list[Section]:
+    t = a.throughput
+    if t is None:
+        return []
+    head = ["step", "wall", "work", "throughput", "from"]
+    rows = [[r["step"], duration(r["duration_ns"]), f"{number(r['items'], '{:,.0f}')} {r['unit']}",
+             f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s", r["source"]] for r in t["steps"].to_dict(orient="records")]
+    total = t["total"]
+    note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
+            f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
+    out = [Section("Throughput per step (tokens: serving batch from the step annotation; frames: diffusion; samples: "
+                   "--samples-per-step; else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
+                   empty="(no step annotations)")]
+    head = ["stage", "kernels", "runs", "wall", "share of GPU-active window", "wall per run", "busy"]
+    rows = [[r["stage"], f"{r['kernels']:,}", f"{r['runs']:,}", duration(r["wall_ns"]), percent(r["wall_share"]),
+             duration(r["wall_per_run_ns"]), duration(r["busy_ns"])] for r in t["stages"].to_dict(orient="records")]
+    out.append(Section("Stages: share of wall time (a run: consecutive kernels of one stage, first start to last end)",
+                       head, rows, [0, 2, 2, 0, 0, 1, 1]))
+    return out
