@@ -326,6 +326,8 @@ def _mixers(c: Fields, layers: int, pattern: str | None, model_type: str, path: 
 
 def _ffn_kinds(c: Fields, layers: int, experts: int, pattern: str | None, model_type: str) -> tuple[str, ...]:
     if pattern:
+        if "E" in pattern and not experts:
+            raise c.fail("hybrid_override_pattern", "names MoE layers (E) but the config has no `n_routed_experts`")
         return tuple({"-": "dense", "E": "moe"}.get(ch, "none") for ch in pattern)
     if not experts:
         return ("dense",) * layers
