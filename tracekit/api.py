@@ -85,7 +85,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
         if isinstance(model, (str, os.PathLike)):
             model = ModelOptions(config=os.fspath(model))
 
-        load_config(model.config, model.weight_dtype)
+        load_config(model.config, model.weight_dtype, model.kv_dtype)
 
     def import_stages() -> None:  # while worker processes decode the trace: this one would wait
         import tracekit.analysis  # noqa: F401  (pandas and every stage)

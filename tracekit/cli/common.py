@@ -13,6 +13,7 @@ import click
 WORKERS_HELP = "Processes that read a large JSON trace (default: one per core; 1: none)."
 FORMATS = ("table", "json", "markdown")
 WEIGHT_DTYPES = ["bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4", "nvfp4"]
+KV_DTYPES = ["bf16", "fp16", "fp32", "fp8", "nvfp4"]  # tracekit.model.quant.KV_BYTES
 # `tracekit check`: an expectation failed (2 stays bad input, 1 a bug in tracekit).
 CHECK_FAILED = 3
 
@@ -73,6 +74,7 @@ def model_details(command):
         click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), help="With --model: stored weight format (default: from the config)."),
         click.option("--batch", type=click.IntRange(1, None), help="With --model: requests per step where the trace does not say."),
         click.option("--context", type=click.IntRange(0, None), help="With --model: KV tokens cached per request where the trace does not say."),
+        click.option("--kv-dtype", type=click.Choice(KV_DTYPES), help="With --model: KV-cache format (default: the checkpoint's, else the activations')."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -80,14 +82,14 @@ def model_details(command):
 
 
 def model_from(config: str | None, tp: int | None = None, ep: int | None = None, weight_dtype: str | None = None,
-           batch: int | None = None, context: int | None = None):
+           batch: int | None = None, context: int | None = None, kv_dtype: str | None = None):
     if config is None:
-        if any(v is not None for v in (tp, ep, weight_dtype, batch, context)):
-            raise click.UsageError("--tp, --ep, --weight-dtype, --batch and --context need --model")
+        if any(v is not None for v in (tp, ep, weight_dtype, batch, context, kv_dtype)):
+            raise click.UsageError("--tp, --ep, --weight-dtype, --batch, --context and --kv-dtype need --model")
         return None
     from tracekit.model import ModelOptions
 
-    return ModelOptions(config, tp, ep, weight_dtype, batch, context)
+    return ModelOptions(config, tp, ep, weight_dtype, batch, context, kv_dtype)
 
 
 def format_option(choices: tuple[str, ...] = FORMATS):

@@ -33,6 +33,7 @@ class ModelOptions:
     weight_dtype: str | None = None
     batch: int | None = None  # requests per step, where the trace does not say
     context: int | None = None  # KV tokens cached per request, where the trace does not say
+    kv_dtype: str | None = None  # the KV cache's format (default: the checkpoint's, else the activations')
 
 
 @dataclass
@@ -59,7 +60,7 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
               device: Device | None = None, arch: Architecture | None = None) -> ModelRun:
     """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
     (`costs` is changed in place). `step_of`: tracekit.trace.step_ownership.kernel_steps of the trace."""
-    arch = arch or load_config(options.config, options.weight_dtype)
+    arch = arch or load_config(options.config, options.weight_dtype, options.kv_dtype)
     par = infer_parallel(trace, arch, options.tp, options.ep)
     reader = BatchReader(trace, arch.vocab)
     steps, notes = [], []
