@@ -31,6 +31,41 @@ def test_dualpipe_chunk_ranges_give_backward_and_weight_gradient_phases(tmp_path
     assert labels["buffer_kernel_gemm"][0] == "forward"
 
 
+def test_dualpipe_chunk_markers_without_separator_and_op_less_launches(tmp_path):
+    # DualPipe (deepseek-ai/DualPipe) names its chunks `attn(F)`, `mlp(B)`, `dispatch(W)`,
+    # `combine(B)`: no separator before the marker. DeepGEMM launches its GEMMs through
+    # the driver (`cuLaunchKernel`) outside any aten op, so only the range open at launch
+    # time says which phase they belong to.
+    b = KinetoBuilder()
+    chunks = (("attn(F)", "fwd_attn_gemm"), ("mlp(B)", "bwd_mlp_gemm"), ("dispatch(W)", "wgrad_dispatch_gemm"),
+              ("combine(B)", "bwd_combine_gemm"), ("Block(B)uffer", "buffer_gemm"))
+    for i, (chunk, kernel) in enumerate(chunks):
+        start = i * 100
+        b.range(chunk, start, 100)
+        b.kernel(f"void deep_gemm::fp8_gemm_kernel<{kernel}>(float*)", start + 10, start + 1000, 5, launch="cuLaunchKernel")
+    _, labels = _labels(b.write(tmp_path / "dualpipe_nosep.json"))
+    phase = {n.split("<")[1].split(">")[0]: labels[n][0] for n in labels}
+    assert phase == {"fwd_attn_gemm": "forward", "bwd_mlp_gemm": "backward", "wgrad_dispatch_gemm": "backward",
+                     "bwd_combine_gemm": "backward",
+                     "buffer_gemm": "unknown"}  # no marker, no op: nothing says its phase
+
+
+def test_a_matching_forward_rule_is_not_overridden_for_op_less_launches(tmp_path):
+    # A user's explicit `forward` rule used to become `unknown` for a kernel launched with
+    # cuLaunchKernel outside any op, because the fallback compared the label with the
+    # default phase instead of asking whether a rule matched.
+    b = KinetoBuilder()
+    b.range("train_forward_chunk", 0, 100)
+    b.kernel("void deep_gemm::fp8_gemm_kernel<128u>(float*)", 10, 1000, 5, launch="cuLaunchKernel")
+    b.kernel("void deep_gemm::fp8_gemm_kernel<256u>(float*)", 200, 1100, 5, launch="cuLaunchKernel")  # outside the range
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[phase]]\nname = "forward"\nrange = "^train_forward_chunk$"\n')
+    a = tracekit.analyze(b.write(tmp_path / "deepgemm.json"), rules=str(rules))
+    labels = dict(zip(a.kernels["name"].astype(str), a.kernels["phase"].astype(str)))
+    assert labels["void deep_gemm::fp8_gemm_kernel<128u>(float*)"] == "forward"
+    assert labels["void deep_gemm::fp8_gemm_kernel<256u>(float*)"] == "unknown"
+
+
 def test_work_no_framework_op_launched_has_no_default_phase(tmp_path):
     # A CUDA application's kernel (a launch outside any op) is not "forward": nothing says
     # which phase it is. Under an op it is forward, the default for inference without ranges.

@@ -9,7 +9,9 @@
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
 - kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
   of kernels with the same name and launch grid, but only when every such kernel that has
-  a cost has the very same cost ("inferred"); otherwise their cost stays unknown.
+  a cost has the very same cost ("inferred"); a kernel whose grid the trace did not record
+  (Kineto leaves it out for kernels launched before the capture) is compared by name alone,
+  under the same rule; otherwise their cost stays unknown.
 """
 
 from __future__ import annotations
@@ -249,7 +251,14 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
     return call, costs
 
 
+INFERRED, INFERRED_BY_NAME = "inferred from identical kernels", "inferred from kernels of the same name"
+
+
 def _inferred(k: pd.DataFrame, out: dict) -> None:
+    """Kernels with no op take the cost of identical kernels (same name and launch grid)
+    costed from op shapes, when every one of them has the very same cost. Kineto often
+    records no grid for kernels launched before the capture: those are compared by name
+    alone, and borrow only when every donor of that name (whatever its grid) agrees."""
     unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (as_text(k["kind"]) == "kernel")
     if not unknown.any():
         return
@@ -257,45 +266,34 @@ def _inferred(k: pd.DataFrame, out: dict) -> None:
     if not known.any():
         return
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
-    sig = combine([names.cat.codes.to_numpy().astype(np.int64), *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x"))])
-    flops, read, written = out["flops"], out["bytes_read"], out["bytes_written"]
-    if np.isnan(flops[known]).any() or np.isnan(read[known]).any() or np.isnan(written[known]).any():  # pandas skips NaN
-        return _inferred_with_missing(sig, known, unknown, out)
-    # Per signature, over the kernels costed from op shapes (in row order): are all their
-    # FLOPs and bytes read the same, and which kernel came first (the donor).
+    name = names.cat.codes.to_numpy().astype(np.int64)
+    full = combine([name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x"))])
+    grid_known = (k["grid_x"].to_numpy() >= 0)
+    _borrow(full, known, unknown & grid_known, out, INFERRED)
+    _borrow(name, known, unknown & ~grid_known, out, INFERRED_BY_NAME)
+
+
+def _borrow(sig: np.ndarray, known: np.ndarray, rows: np.ndarray, out: dict, source: str) -> None:
+    """`rows` take the cost of the `known` kernels with the same signature, when all of
+    those agree on FLOPs, bytes read and bytes written (NaN counts as a value)."""
+    if not rows.any():
+        return
     donors = np.flatnonzero(known)
-    donors = donors[np.argsort(sig[donors], kind="stable")]
-    starts = np.flatnonzero(np.r_[True, sig[donors][1:] != sig[donors][:-1]])
-    same = (np.minimum.reduceat(flops[donors], starts) == np.maximum.reduceat(flops[donors], starts)) & \
-           (np.minimum.reduceat(read[donors], starts) == np.maximum.reduceat(read[donors], starts))
-    donor_of = np.full(int(sig.max()) + 1, -1, dtype=np.int64)
-    donor_of[sig[donors[starts[same]]]] = donors[starts[same]]
-    rows = np.flatnonzero(unknown)
-    rows = rows[donor_of[sig[rows]] >= 0]
-    if not len(rows):
+    table = pd.DataFrame({"sig": sig[donors], "flops": out["flops"][donors], "read": out["bytes_read"][donors],
+                          "written": out["bytes_written"][donors], "donor": donors})
+    grouped = table.groupby("sig", sort=False)
+    agree = (grouped[["flops", "read", "written"]].nunique(dropna=False) == 1).all(axis=1)
+    first = grouped["donor"].first()[agree]
+    wanted = np.flatnonzero(rows)
+    donor = first.reindex(sig[wanted]).to_numpy()
+    keep = ~np.isnan(donor)
+    wanted, donor = wanted[keep], donor[keep].astype(np.int64)
+    keep = ~np.isnan(out["flops"][donor])
+    wanted, donor = wanted[keep], donor[keep]
+    if not len(wanted):
         return
     # Donors have an op and these rows have none, so no row is both: one vectorised copy.
-    donor = donor_of[sig[rows]]
-    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = flops[donor], read[donor], written[donor]
-    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
-    out["cost_source"][rows] = "inferred from identical kernels"
-
-
-def _inferred_with_missing(sig: np.ndarray, known: np.ndarray, unknown: np.ndarray, out: dict) -> None:
-    """_inferred where some op-shape costs are NaN: pandas' NaN-skipping min / max / first."""
-    table = pd.DataFrame({"sig": sig, "flops": out["flops"], "read": out["bytes_read"], "written": out["bytes_written"]})
-    ref = table[known].groupby("sig").agg(
-        flops_min=("flops", "min"), flops_max=("flops", "max"), read_min=("read", "min"), read_max=("read", "max"),
-        written=("written", "first"), read=("read", "first"), flops=("flops", "first"),
-    )
-    same = ref[(ref["flops_min"] == ref["flops_max"]) & (ref["read_min"] == ref["read_max"])]
-    first_known = pd.Series(np.flatnonzero(known), index=sig[known]).groupby(level=0).first()
-    rows = np.flatnonzero(unknown)
-    rows = rows[np.isin(sig[rows], same.index.to_numpy())]
-    if not len(rows):
-        return
-    donor = first_known.reindex(sig[rows]).to_numpy()
-    match = same.reindex(sig[rows])
-    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = (match[c].to_numpy() for c in ("flops", "read", "written"))
-    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
-    out["cost_source"][rows] = "inferred from identical kernels"
+    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype"):
+        out[f][wanted] = out[f][donor]
+    out["cost_source"][wanted] = source
+    out["unknown_reason"][wanted] = None
