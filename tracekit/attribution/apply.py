@@ -94,5 +94,5 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     blind = no_context.to_numpy() & ~matched
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(k, kernel_class, phase, block)
+    phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

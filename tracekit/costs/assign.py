@@ -24,6 +24,7 @@ from tracekit.costs.autograd import conv_hints
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
+from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
 from tracekit.trace.column_text import as_text
@@ -48,6 +49,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
     _from_metadata(trace, kind, duration, out)
+    _from_inductor_arguments(trace, kind, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
@@ -114,7 +116,9 @@ def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
 def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> None:
     k, ops = trace.kernels, trace.ops
     op = k["op"].to_numpy()
-    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"])
+    # A graph replay's kernels are not the work of the op around the graph launch
+    # (CompiledFunctionBackward, Torch-Compiled Region): they keep the graph's reason.
+    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"]) & ~k["graph_launch"].to_numpy(dtype=bool)
     if not todo.any():
         return
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
@@ -215,6 +219,47 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
     out["dtype"][rows] = np.where(computes, matrix_dtype or "unknown", "b8")
     out["cost_source"][rows] = METADATA
     out["unknown_reason"][rows] = None
+
+
+INDUCTOR_ARGUMENTS = "Inductor kernel arguments"
+
+
+def _from_inductor_arguments(trace: Trace, kind: np.ndarray, out: dict) -> None:
+    """Inductor kernels (triton_poi_* / triton_red_* / triton_per_*) that neither op shapes
+    nor Inductor's metadata costed: from the record_function Inductor opens around each
+    launch, named after the kernel, whose inputs are the kernel's tensor arguments (see
+    tracekit.costs.inductor). A kernel under its own launcher record takes that record's
+    cost; one without (a CUDA-graph replay of a kernel recorded at capture time) takes the
+    cost of the records of that name when they all agree."""
+    k, ops = trace.kernels, trace.ops
+    todo = (kind == "kernel") & np.isnan(out["flops"])
+    if not todo.any() or not len(ops):
+        return
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    wanted = {str(n) for n in names.cat.categories if is_inductor_kernel(str(n))}
+    if not wanted:
+        return
+    op_names = as_text(ops["name"])
+    launchers = np.flatnonzero(np.isin(op_names, list(wanted)))
+    if not len(launchers):
+        return
+    dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r]) for r in launchers.tolist()}
+    by_name: dict[str, set] = {}
+    for r, cost in per_op.items():
+        by_name.setdefault(str(op_names[r]), set()).add(cost)
+    kernel_names, op = as_text(k["name"]), k["op"].to_numpy()
+    for row in np.flatnonzero(todo).tolist():
+        name = str(kernel_names[row])
+        if name not in by_name:
+            continue
+        own = per_op.get(int(op[row])) if op[row] >= 0 and str(op_names[op[row]]) == name else None
+        costs = by_name[name]
+        cost = own if own is not None else (next(iter(costs)) if len(costs) == 1 else None)
+        if isinstance(cost, Cost):
+            _set(out, np.array([row]), cost, 1.0, INDUCTOR_ARGUMENTS)
+        elif isinstance(cost, Unknown):
+            out["unknown_reason"][row] = cost.reason
 
 
 def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndarray, receives: np.ndarray,
