@@ -12,6 +12,7 @@ class KinetoBuilder:
         self.events: list[dict] = []
         self.corr = 0
         self.device_name = device_name
+        self.header: dict = {}  # top-level keys beside traceEvents (distributedInfo, ...)
 
     def range(self, name: str, ts: float, dur: float, tid: int = 1) -> None:
         self.events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur})
@@ -20,9 +21,13 @@ class KinetoBuilder:
         args = {"Input Dims": dims or [], "Input type": types or [], **extra}
         self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args})
 
-    def kernel(self, name: str, launch_ts: float, gpu_ts: float, dur: float, tid: int = 1, stream: int = 7, **extra) -> None:
+    def kernel(self, name: str, launch_ts: float, gpu_ts: float, dur: float, tid: int = 1, stream: int = 7,
+               launch: str = "cudaLaunchKernel", **extra) -> None:
+        """`launch`: the runtime / driver call (`cuLaunchKernel` is a `cuda_driver` event, as
+        extensions such as DeepGEMM launch through the driver API)."""
         self.corr += 1
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": tid,
+        category = "cuda_driver" if launch.startswith("cu") and not launch.startswith("cuda") else "cuda_runtime"
+        self.events.append({"ph": "X", "cat": category, "name": launch, "pid": 1, "tid": tid,
                             "ts": launch_ts, "dur": 1.0, "args": {"correlation": self.corr}})
         self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": gpu_ts, "dur": dur,
                             "args": {"correlation": self.corr, "device": 0, "stream": stream,
@@ -30,6 +35,6 @@ class KinetoBuilder:
 
     def write(self, path) -> str:
         doc = {"traceEvents": self.events,
-               "deviceProperties": [{"id": 0, "name": self.device_name, "totalGlobalMem": 85899345920}]}
+               "deviceProperties": [{"id": 0, "name": self.device_name, "totalGlobalMem": 85899345920}], **self.header}
         path.write_text(json.dumps(doc))
         return str(path)

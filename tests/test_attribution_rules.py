@@ -31,6 +31,41 @@ def test_dualpipe_chunk_ranges_give_backward_and_weight_gradient_phases(tmp_path
     assert labels["buffer_kernel_gemm"][0] == "forward"
 
 
+def test_dualpipe_chunk_markers_without_separator_and_op_less_launches(tmp_path):
+    # DualPipe (deepseek-ai/DualPipe) names its chunks `attn(F)`, `mlp(B)`, `dispatch(W)`,
+    # `combine(B)`: no separator before the marker. DeepGEMM launches its GEMMs through
+    # the driver (`cuLaunchKernel`) outside any aten op, so only the range open at launch
+    # time says which phase they belong to.
+    b = KinetoBuilder()
+    chunks = (("attn(F)", "fwd_attn_gemm"), ("mlp(B)", "bwd_mlp_gemm"), ("dispatch(W)", "wgrad_dispatch_gemm"),
+              ("combine(B)", "bwd_combine_gemm"), ("Block(B)uffer", "buffer_gemm"))
+    for i, (chunk, kernel) in enumerate(chunks):
+        start = i * 100
+        b.range(chunk, start, 100)
+        b.kernel(f"void deep_gemm::fp8_gemm_kernel<{kernel}>(float*)", start + 10, start + 1000, 5, launch="cuLaunchKernel")
+    _, labels = _labels(b.write(tmp_path / "dualpipe_nosep.json"))
+    phase = {n.split("<")[1].split(">")[0]: labels[n][0] for n in labels}
+    assert phase == {"fwd_attn_gemm": "forward", "bwd_mlp_gemm": "backward", "wgrad_dispatch_gemm": "backward",
+                     "bwd_combine_gemm": "backward",
+                     "buffer_gemm": "unknown"}  # no marker, no op: nothing says its phase
+
+
+def test_a_matching_forward_rule_is_not_overridden_for_op_less_launches(tmp_path):
+    # A user's explicit `forward` rule used to become `unknown` for a kernel launched with
+    # cuLaunchKernel outside any op, because the fallback compared the label with the
+    # default phase instead of asking whether a rule matched.
+    b = KinetoBuilder()
+    b.range("train_forward_chunk", 0, 100)
+    b.kernel("void deep_gemm::fp8_gemm_kernel<128u>(float*)", 10, 1000, 5, launch="cuLaunchKernel")
+    b.kernel("void deep_gemm::fp8_gemm_kernel<256u>(float*)", 200, 1100, 5, launch="cuLaunchKernel")  # outside the range
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[phase]]\nname = "forward"\nrange = "^train_forward_chunk$"\n')
+    a = tracekit.analyze(b.write(tmp_path / "deepgemm.json"), rules=str(rules))
+    labels = dict(zip(a.kernels["name"].astype(str), a.kernels["phase"].astype(str)))
+    assert labels["void deep_gemm::fp8_gemm_kernel<128u>(float*)"] == "forward"
+    assert labels["void deep_gemm::fp8_gemm_kernel<256u>(float*)"] == "unknown"
+
+
 def test_work_no_framework_op_launched_has_no_default_phase(tmp_path):
     # A CUDA application's kernel (a launch outside any op) is not "forward": nothing says
     # which phase it is. Under an op it is forward, the default for inference without ranges.
@@ -92,3 +127,63 @@ def test_kernels_before_the_capture_take_the_phase_of_identical_captured_kernels
         assert name not in phases.index or len(phases[name]) > 1
     share = k.loc[k["phase"].astype(str) == "unknown", "duration_ns"].sum() / k["duration_ns"].sum()
     assert share < 0.01
+
+
+def test_vae_decoder_convolutions_next_to_a_silu_are_not_ffn():
+    # xDiT FLUX.1 on MI300X: the VAE decoder's aten::miopen_convolution launches implicit-GEMM
+    # kernels (MIOpen `igemm_fwd_gtcx3_nhwc_bf16_...`, CK `kernel_grouped_conv_fwd_xdl_cshuffle_v3`,
+    # Tensile `Cijk_...` for 1x1 convolutions) between SiLU kernels. The layer-pattern inference
+    # made 35 of them (1.97 ms) `vae_decode / ffn`: only GEMMs are inferred, never a convolution.
+    a = tracekit.analyze(shared("torch", "mi300x_xdit_flux1_capture_rank0.json.gz"))
+    k = a.kernels
+    conv = k[k["op_name"].astype(str) == "aten::miopen_convolution"]
+    assert len(conv[conv["kernel_class"] == "gemm"]) == 35  # the class is untouched
+    assert (conv["block"].astype(str) != "ffn").all()
+
+
+def test_compiled_convolution_without_op_is_not_relabelled_by_its_neighbours(tmp_path):
+    # Same form with no op (a compiled VAE): GEMM-class conv kernel, then a SiLU. A true GEMM
+    # followed by the SiLU still becomes ffn.
+    b = KinetoBuilder("AMD Instinct MI300X")
+    b.kernel("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2", 0, 100, 10)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(at::TensorIteratorBase&)>(int)", 1, 111, 2)
+    b.kernel(GEMM, 2, 120, 10)
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(at::TensorIteratorBase&)>(int)", 3, 131, 2)
+    a, labels = _labels(b.write(tmp_path / "vae.json"))
+    assert labels["igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2"][1] == "other"
+    assert labels[GEMM][1] == "ffn"
+    assert set(a.kernels.loc[a.kernels["name"].astype(str).str.startswith("igemm"), "kernel_class"]) == {"gemm"}
+
+
+# Kernel names as engines write them (serving_research.md section 4; the first two are from
+# the mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_execution fixture).
+MOE_GEMMS = ["_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1_swiglu", "_matmul_ogs_NNT_bf16xbf16xmxfp4_128x128x128x1",
+             "fused_moe_kernel", "void marlin_moe_wna16::Marlin<(vllm::ScalarType::Id)5, 128, 8, 8, true>(int4 const*, int4*)",
+             "void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)1, 4096u, 7168u, 128u>(float*, int*)",
+             "void deep_gemm::m_grouped_fp8_gemm_masked_kernel<4096u>(float*)"]
+ROUTING = ["void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, int>(float const*, bool const*, float*, int, int*, int*, int, int, int)",
+           "void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, unsigned long)",
+           "void vllm::moe::count_and_sort_expert_tokens_kernel<int>(int const*, int*, int*, unsigned long)",
+           "_combined_routing_compute", "_routing_memset_indx", "_finalize_matmul_scatter_bf16"]
+
+
+def test_moe_and_routing_kernels_are_ffn(tmp_path):
+    b = KinetoBuilder()
+    for i, name in enumerate(MOE_GEMMS + ROUTING + ["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u>(float*)"]):
+        b.kernel(name, i, 100 + 10 * i, 5)  # launched with no op and no module frame (a CUDA graph replay)
+    a, labels = _labels(b.write(tmp_path / "moe.json"))
+    classes = dict(zip(a.kernels["name"].astype(str), a.kernels["kernel_class"].astype(str)))
+    for name in MOE_GEMMS:
+        assert (labels[name][1], classes[name]) == ("ffn", "gemm"), name
+    for name in ROUTING:
+        assert (labels[name][1], classes[name]) == ("ffn", "routing"), name
+    # a dense DeepGEMM GEMM (GemmType 0, Normal) is no MoE kernel
+    assert labels["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u>(float*)"][1] == "other"
+
+
+def test_gpt_oss_execution_moe_kernels_are_ffn():
+    # mi300x vLLM gpt-oss-20b piecewise-graph execution: the triton_kernels matmul_ogs experts
+    # (83.3 + 39.2 ms) were `other` under the graph replay.
+    k = tracekit.analyze(shared("torch", "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_execution.json.gz")).kernels
+    moe = k[k["name"].astype(str).str.startswith("_matmul_ogs_")]
+    assert len(moe) == 48 and (moe["block"] == "ffn").all()

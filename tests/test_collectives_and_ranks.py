@@ -258,3 +258,57 @@ def test_ranks_with_different_collective_counts_are_flagged(dlrm_ranks):
     results[1].analysis.collectives = c[c["row"] != first]  # rank 1 misses its first all_to_all
     assert cross_rank(copy.deepcopy(dlrm_ranks.ranks[:3])).summary["unequal_collective_counts"] == []
     assert cross_rank(results).summary["unequal_collective_counts"] == ["all_to_all: 4 to 5 per rank"]
+
+
+ALLGATHER_KERNEL = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+RS_KERNEL = "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def _collective_trace(tmp_path, op, dims, types, kernel, concrete=None, ranks=8):
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder()
+    b.header["distributedInfo"] = {"backend": "nccl", "rank": 0, "world_size": 8, "pg_config": [
+        {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 8, "ranks": list(range(8))},
+        {"pg_name": "1", "pg_desc": "undefined", "backend_config": "cuda:nccl", "pg_size": ranks, "ranks": list(range(ranks))}]}
+    extra = {"Concrete Inputs": concrete} if concrete else {}
+    b.op(op, 0, 50, dims=dims, types=types, **extra)
+    b.kernel(kernel, 5, 100, 1000)  # 1 ms on the GPU, no collective metadata on the kernel
+    return tracekit.analyze(b.write(tmp_path / "coll.json")).collectives.iloc[0]
+
+
+def test_allgather_base_is_sized_by_its_output_not_output_times_world(tmp_path):
+    # Real form (a training trace): `c10d::_allgather_base_` Input Dims [[65536, 384], [8192, 384]],
+    # float; signature _allgather_base_(Tensor output_tensor, Tensor input_tensor, ...): the
+    # first tensor is already the gathered whole. 65536 x 384 x 4 B = 100,663,296 B (not x 8 = 805 MB).
+    row = _collective_trace(tmp_path, "c10d::_allgather_base_", [[65536, 384], [8192, 384], [], [], []],
+                            ["float", "float", "", "Scalar", "Scalar"], ALLGATHER_KERNEL)
+    assert row["collective"] == "all_gather" and row["message_bytes"] == 65536 * 384 * 4
+    assert row["group_size"] == 8 and row["size_source"] == "op shapes"
+    # busbw = size / 1 ms x (n-1)/n = 100.66 GB/s x 7/8
+    assert row["busbw_gbps"] == pytest.approx(65536 * 384 * 4 / 1e-3 * 7 / 8 / 1e9)
+
+
+def test_reduce_scatter_base_is_sized_by_its_full_input(tmp_path):
+    # _reduce_scatter_base_(Tensor output_tensor, Tensor input_tensor, ...): the input (second) is the full one
+    row = _collective_trace(tmp_path, "c10d::_reduce_scatter_base_", [[8192, 384], [65536, 384], [], [], []],
+                            ["float", "float", "", "", "Scalar"], RS_KERNEL)
+    assert row["collective"] == "reduce_scatter" and row["message_bytes"] == 65536 * 384 * 4
+
+
+def test_functional_all_gather_is_its_input_times_the_group_size_it_records(tmp_path):
+    # _c10d_functional::all_gather_into_tensor(Tensor input, int group_size, str group_name):
+    # the input is one rank's share; Concrete Inputs ['', '4', '1'] give the group of 4 (world 8)
+    row = _collective_trace(tmp_path, "_c10d_functional::all_gather_into_tensor", [[8192, 384], [], []],
+                            ["c10::BFloat16", "Scalar", ""], ALLGATHER_KERNEL, concrete=["", "4", "1"], ranks=4)
+    assert row["group_size"] == 4 and row["group_source"] == "op"
+    assert row["message_bytes"] == 8192 * 384 * 2 * 4
+
+
+def test_b200_allgather_base_record_param_comms_and_group_from_pg_config():
+    # b200 vLLM TP8: `c10d::_allgather_base_` Input Dims [[8, 25136], [1, 25136]] bf16 around
+    # record_param_comms [[1, 25136]] ('Group size': 8); the NCCL kernel carries metadata
+    # (Out msg nelems 201088 = 8 x 25136), which comes first: 201088 x 2 B = 402,176 B.
+    c = tracekit.analyze(shared("torch", "b200_vllm_tp8_rank0_eager.json.gz")).collectives
+    ag = c[c["collective"] == "all_gather"]
+    assert len(ag) == 1 and ag["message_bytes"].iloc[0] == 8 * 25136 * 2 and ag["group_size"].iloc[0] == 8

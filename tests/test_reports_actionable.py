@@ -20,7 +20,7 @@ import tracekit
 from conftest import REPO, SHARED, shared
 from tracekit.analysis.findings import compute
 from tracekit.analysis.rollup import kernel_summary
-from tracekit.trace.kernel_names import demangle, label, labels, readable
+from tracekit.trace.kernel_names import MAX_LABEL, demangle, label, labels, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
 from tracekit.trace.timeline import idle_gaps
@@ -151,7 +151,7 @@ def test_demangle_and_labels():
     assert demangle(aiter).startswith("void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, std::bfloat16_t, 256, 16, false")
     # a C++20 mangling the demangler rejects still yields its qualified name, never _ZN
     sgl = "_ZN7sgl_hip10activation18act_and_mul_kernelI14__hip_bfloat16TnPFT_RKS3_EXadL_Z4siluIS2_ES3_S5_EEEEvPS3_PS4_i"
-    assert label(sgl) == "act_and_mul_kernel<…>"
+    assert label(sgl) == "sgl_hip::act_and_mul_kernel<…>"  # the library's namespace stays
     # the return type with a `>` inside parentheses, and nsys casts
     assert readable("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
                     "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long)") == "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>"
@@ -169,12 +169,31 @@ def test_demangle_and_labels():
                                                    "vectorized_elementwise_kernel<4, CUDAFunctor_add<float>>"}
 
 
+def test_labels_keep_what_identifies_a_kernel_and_fit_60_characters():
+    # FlashAttention-3 backward as Kineto names it: the launcher cutlass::device_kernel wraps
+    # flash::FlashAttnBwdSm90<mainloop, epilogue, flash::SingleTileSchedulerBwd<...>>; the label
+    # was "SingleTileSchedulerBwd" (the scheduler, not the kernel)
+    fa3 = ("void cutlass::device_kernel<flash::FlashAttnBwdSm90<flash::CollectiveMainloopBwdSm90<2, cute::tuple<cute::C<1>, "
+           "cute::C<1>, cute::C<1> >, cute::tuple<cute::C<64>, cute::C<128>, cute::C<128> >, cutlass::bfloat16_t, float, "
+           "cutlass::arch::Sm90, true, false>, flash::CollectiveEpilogueBwd<cute::tuple<cute::C<64>>, cutlass::bfloat16_t>, "
+           "flash::SingleTileSchedulerBwd<false> > >(flash::FlashAttnBwdSm90<int>::Params)")
+    assert label(fa3).startswith("flash::FlashAttnBwdSm90<")
+    # a templated GEMM of an extension keeps its namespace (it was "GemmKernel #3")
+    gemm = "void fp8_blockwise::GemmKernel<128, 128, 64, 4, (bool)1>(float*)"
+    assert label(gemm) == "fp8_blockwise::GemmKernel<128, 128, 64, 4, true>"
+    # AMD Tensile: layouts, types, macro tile and matrix instruction of a 200+ character name
+    tensile = ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x32x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_AFEM1_ASEM1_CLR1_CADS0_"
+               "DTLA0_DTLB0_DTVA0_DTVB0_EPS0_FDSI0_GRPM1_GRVWA8_GRVWB8_GSUAMBSK_GLS0_ISA942_IU1_K1_LDSTI0_WS64_WG64_4_1")
+    assert label(tensile) == "Cijk_Alik_Bljk_BBS_BH_MT256x32x64_MI16x16x1"
+
+
 @pytest.mark.parametrize("path", sorted(SHARED.glob("torch/*.json.gz")) + sorted(SHARED.glob("nsys/*.sqlite")), ids=lambda p: p.name)
 def test_labels_are_unique_and_demangled_on_shared_traces(path, load_cached):
     names = load_cached(path).kernels["name"].astype(str).unique()
     got = labels(names)
     assert len(set(got.values())) == len(names)
     assert not any(v.startswith("_Z") for v in got.values())
+    assert max(len(v) for v in got.values()) <= MAX_LABEL + len(" #999")  # numbered only where all else is equal
 
 
 # -- what to fix first ----------------------------------------------------------------------

@@ -7,13 +7,24 @@ symm_mem / custom all-reduce ops). The collective's type comes from the metadata
 kernel name (ncclKernel_AllReduce_..., multimem_all_reduce), or the `nccl:<op>` range
 around the launch. nccl-tests conventions: algbw = size / time, busbw = algbw x factor
 (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1), where size
-is the full message (the gathered output for all_gather).
+is the full message (the gathered output for all_gather, the full input for reduce_scatter).
+
+Sizes from an op follow the op's signature (torch/csrc/distributed/c10d/Ops.cpp and
+Functional.cpp): the c10d ops take the output first (`_allgather_base_(Tensor
+output_tensor, Tensor input_tensor, ...)`: the first tensor is already the gathered whole;
+`_reduce_scatter_base_(output, input)`: the second is the full one); the functional ops take
+the input first (`_c10d_functional::all_gather_into_tensor(Tensor input, int group_size, str
+group_name)`: one rank's share, times its group size). The group size comes from the
+kernel's process group (`distributedInfo.pg_config` ranks in Kineto), then from the op
+(a functional op's group_size; record_param_comms ends with the group size), then from
+the only process group, then from the world size.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -57,7 +68,7 @@ def collective_table(analysis) -> pd.DataFrame:
         return pd.DataFrame(columns=COLUMNS)
     meta = analysis.meta
     world = meta.get("world_size")
-    groups = {str(g.get("pg_name")): int(g.get("pg_size")) for g in (meta.get("process_groups") or []) if isinstance(g, dict) and g.get("pg_size")}
+    groups = {str(g.get("pg_name")): _group_size(g) for g in (meta.get("process_groups") or []) if isinstance(g, dict) and g.get("pg_size")}
     ops = trace.ops if trace is not None else None
     range_names = np.array([], dtype=object)
     if trace is not None and len(trace.ranges):
@@ -81,17 +92,24 @@ def collective_table(analysis) -> pd.DataFrame:
             size = max(r["coll_in_elems"], r["coll_out_elems"]) * element_bytes(dtype)
             group, n, group_source, size_source = str(r["coll_group"]), int(r["coll_group_size"]), "metadata", "metadata"
         else:
-            size, dtype = _size_from_op(ops, int(r["op"]))
+            message = _message_from_op(ops, int(r["op"]), kind)
             group = str(r["coll_group"]) if isinstance(r["coll_group"], str) else ""
-            if len(groups) == 1:
+            if group in groups:
+                n, group_source = groups[group], "process group"
+            elif message.group_size:
+                n, group_source = message.group_size, "op"
+            elif len(groups) == 1:
                 n, group_source = next(iter(groups.values())), "process group"
             elif world:
                 n, group_source = int(world), "world size"
             else:
                 n, group_source = None, None
+            size, dtype = message.size, message.dtype
             size_source = "op shapes" if size is not None else None
-            if size is not None and kind == "all_gather" and n:
-                size *= n  # the op's input is one rank's share; the message is the gathered whole
+            if size is not None and message.share_of_group:
+                # the op's tensor is one rank's share; the message is the gathered whole
+                size = size * n if n else None
+                size_source = size_source if n else None
         duration = int(r["end"] - r["start"])
         algbw = size / (duration * 1e-9) if size and duration > 0 else float("nan")
         factor = bus_factor(kind or "", n) if n else float("nan")
@@ -105,19 +123,92 @@ def collective_table(analysis) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _size_from_op(ops: pd.DataFrame | None, op: int) -> tuple[float | None, str | None]:
-    if ops is None or op < 0:
+def _group_size(group: dict) -> int:
+    """A pg_config entry's size: its ranks where listed, else pg_size."""
+    ranks = group.get("ranks")
+    return len(ranks) if isinstance(ranks, list) and ranks else int(group["pg_size"])
+
+
+@dataclass(frozen=True)
+class _Message:
+    size: float | None = None  # bytes of the op's tensor(s) that the message is made of
+    dtype: str | None = None
+    share_of_group: bool = False  # the tensor is one rank's share of an all_gather: times the group size
+    group_size: int | None = None  # the group size the op itself records
+
+
+# Which argument of an op holds the full message, by the op's signature (see the module
+# docstring): the c10d ops put the output first, the functional ops the input.
+_FULL_ARGUMENT = {
+    "c10d::_allgather_base_": 0, "c10d::allgather_": 0, "c10d::allgather_coalesced_": 0,
+    "c10d::allgather_into_tensor_coalesced_": 0,
+    "c10d::_reduce_scatter_base_": 1, "c10d::reduce_scatter_": 1, "c10d::reduce_scatter_tensor_coalesced_": 1,
+}
+# Functional collectives: (concrete input holding group_size) for the ones whose input is a share.
+_FUNCTIONAL_GATHER = {"_c10d_functional::all_gather_into_tensor": 1, "_c10d_functional::all_gather_into_tensor_out": 1,
+                      "_c10d_functional::all_gather_into_tensor_coalesced": 1, "c10d_functional::all_gather_into_tensor": 1}
+_FUNCTIONAL_SCATTER = {"_c10d_functional::reduce_scatter_tensor": 2, "_c10d_functional::reduce_scatter_tensor_coalesced": 2,
+                       "_c10d_functional::reduce_scatter_tensor_out": 2, "c10d_functional::reduce_scatter_tensor": 2}
+
+
+def _message_from_op(ops: pd.DataFrame | None, op: int, kind: str | None) -> _Message:
+    """The message of the collective a kernel runs, from the op that launched it or the
+    nearest enclosing op whose tensors are recorded. An op whose signature tracekit knows
+    gives the size by that signature; another op (record_param_comms, an engine's own
+    all_gather) gives its first tensor, one rank's share for an all_gather."""
+    if ops is None:
+        return _Message()
+    names, parents = ops["name"], ops["parent"].to_numpy()
+    fallback = None
+    while 0 <= op < len(ops):
+        name = str(names.iat[op])
+        dims, types, concrete = ops["input_dims"].iat[op], ops["input_types"].iat[op], ops["concrete_inputs"].iat[op]
+        if name in _FULL_ARGUMENT:
+            size, dtype = _tensor_bytes(dims, types, _FULL_ARGUMENT[name])
+            if size is not None:
+                return _Message(size, dtype)
+        elif name in _FUNCTIONAL_GATHER or name in _FUNCTIONAL_SCATTER:
+            size, dtype = _tensor_bytes(dims, types, 0)
+            n = _concrete_int(concrete, _FUNCTIONAL_GATHER.get(name, _FUNCTIONAL_SCATTER.get(name)))
+            if size is not None:
+                return _Message(size, dtype, share_of_group=name in _FUNCTIONAL_GATHER, group_size=n)
+        elif fallback is None:
+            size, dtype = _tensor_bytes(dims, types, 0)
+            if size is not None:
+                # record_param_comms(..., global rank start, global rank stride, group size)
+                n = _concrete_int(concrete, -1) if name == "record_param_comms" else None
+                fallback = _Message(size, dtype, share_of_group=kind == "all_gather", group_size=n)
+        op = int(parents[op])
+    return fallback or _Message()
+
+
+def _concrete_int(concrete, i: int) -> int | None:
+    if not isinstance(concrete, list) or not concrete or not -len(concrete) <= i < len(concrete):
+        return None
+    try:
+        value = int(str(concrete[i]).strip())
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _tensor_bytes(dims, types, i: int) -> tuple[float | None, str | None]:
+    """Bytes of argument i: a tensor, or a (nested) list of tensors, summed."""
+    if not isinstance(dims, list) or i >= len(dims):
         return None, None
-    dims, types = ops["input_dims"].iat[op], ops["input_types"].iat[op]
-    if not isinstance(dims, list) or not dims:
-        return None, None
-    first, dtype_name = dims[0], (types[0] if isinstance(types, list) and types else None)
+    arg, dtype_name = dims[i], (types[i] if isinstance(types, list) and i < len(types) else None)
     dtype = canonical(dtype_name) or "fp32"
-    if isinstance(first, list) and first and all(isinstance(d, list) for d in first):  # a tensor list
-        n = sum(math.prod(d) for d in first)
-    elif isinstance(first, list) and first:
-        n = math.prod(first)
-    else:
+
+    def elements(shape) -> int | None:
+        if not isinstance(shape, list) or not shape:
+            return None
+        if all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            return math.prod(shape)
+        parts = [elements(s) for s in shape]
+        return sum(parts) if all(p is not None for p in parts) else None
+
+    n = elements(arg)
+    if n is None:
         return None, None
     return float(n * element_bytes(dtype)), dtype
 

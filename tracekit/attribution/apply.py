@@ -65,7 +65,9 @@ class _Matcher:
         return hit
 
 
-def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> np.ndarray:
+def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, matched): the first matching rule's label per kernel, `default` where no
+    rule matched (matched False there)."""
     n = len(matcher.trace.kernels)
     labels = np.full(n, None, dtype=object)
     unset = np.ones(n, dtype=bool)
@@ -74,21 +76,23 @@ def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> np
         labels[hit] = rule.label
         unset &= ~hit
     labels[unset] = default
-    return labels
+    return labels, ~unset
 
 
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
     """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
     rules = rules or default_rules()
     matcher = _Matcher(trace, kernel_class)
-    phase = _first_match(matcher, rules.phase, DEFAULT_PHASE)
+    phase, matched = _first_match(matcher, rules.phase, DEFAULT_PHASE)
     # "forward" is the default only for work a framework op launched (an inference without
     # phase ranges). No launch and no GPU-side range, or a launch outside any op (a CUDA
-    # application, an MPI code): nothing says which phase it belongs to.
+    # application, an MPI code, an extension's cuLaunchKernel): nothing says which phase it
+    # belongs to. A rule that matched (a user's `forward` rule, a range open at launch time)
+    # is never overridden by this fallback, whatever its label.
     k = trace.kernels
     no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
-    blind = no_context.to_numpy() & (phase == DEFAULT_PHASE)
+    blind = no_context.to_numpy() & ~matched
     phase = np.where(blind, UNKNOWN_PHASE, phase)
-    block = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(k, kernel_class, phase, block)
+    block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
+    phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

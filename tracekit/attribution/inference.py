@@ -14,6 +14,8 @@ still place them:
   projection follows the activation; the attention projections sit next to the attention
   kernel. A GEMM with no other label takes the block its neighbours say, looking past the
   GEMMs of its own run (gate and up projections back to back) but not past another GEMM.
+  Only GEMMs: a convolution (an implicit-GEMM conv kernel is classed gemm too) next to a
+  SiLU is a VAE or U-Net block, not an FFN, so it is never relabelled; nor is any kernel's class.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from tracekit.trace.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
+# Convolution kernels by name (cuDNN fprop / dgrad / wgrad and implicit-GEMM kernels, MIOpen
+# igemm_* and naive_conv, CK grouped_conv, Winograd) or by the op that launched them.
+CONVOLUTION = re.compile(r"conv|implicit_?gemm|igemm|winograd|fprop|dgrad|wgrad", re.I)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
 
 
@@ -65,10 +70,27 @@ def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tu
     return out
 
 
-def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Block of GEMMs left in `other`, from the activation / attention kernels next to them."""
+def convolutions(k: pd.DataFrame, op_names: pd.Series | None = None) -> np.ndarray:
+    """Per kernel: is it a convolution, by its name or the name of the op that launched it."""
+    names = k["name"].astype("category")
+    by_code = np.array([bool(CONVOLUTION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
+    conv = by_code[names.cat.codes.to_numpy()]
+    if op_names is not None and len(op_names):
+        ops = op_names.astype("category")
+        op_conv = np.array([bool(CONVOLUTION.search(str(u)[:512])) for u in ops.cat.categories] + [False], dtype=bool)
+        op_code = ops.cat.codes.to_numpy()
+        op = k["op"].to_numpy()
+        conv |= np.where(op >= 0, op_conv[op_code[np.clip(op, 0, None)]], False)
+    return conv
+
+
+def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, conv: np.ndarray | None = None) -> np.ndarray:
+    """Block of GEMMs left in `other`, from the activation / attention kernels next to them.
+    Convolutions (`conv`, per kernel) are GEMM-class kernels that are never relabelled."""
     is_gemm = kernel_class == "gemm"
     todo = is_gemm & (block == DEFAULT_BLOCK)
+    if conv is not None:
+        todo &= ~conv
     if not todo.any():
         return block
     names = k["name"].astype("category")  # one search per distinct name
@@ -119,8 +141,10 @@ def _signals(gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, la
     return np.where(found, np.where(is_activation, ACTIVATION_SEEN, ATTENTION_SEEN), 0)
 
 
-def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Phase and block for kernels the rules left without one (see the module docstring)."""
+def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray,
+                  op_names: pd.Series | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Phase and block for kernels the rules left without one (see the module docstring).
+    `op_names`: the ops table's names, so that a kernel a convolution op launched is known as one."""
     if not len(k):
         return phase, block
     signatures = identical_signatures(k)
@@ -128,5 +152,5 @@ def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, b
     grid_known = (k["grid_x"] >= 0).to_numpy()
     phase = from_identical_kernels(phase, blind, signatures, grid_known, UNKNOWN_PHASE)
     block = from_identical_kernels(block, blind, signatures, grid_known, DEFAULT_BLOCK)
-    block = layer_pattern(k, np.asarray(kernel_class, dtype=object), block)
+    block = layer_pattern(k, np.asarray(kernel_class, dtype=object), block, convolutions(k, op_names))
     return phase, block

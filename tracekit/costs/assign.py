@@ -9,7 +9,9 @@
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
 - kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
   of kernels with the same name and launch grid, but only when every such kernel that has
-  a cost has the very same cost ("inferred"); otherwise their cost stays unknown.
+  a cost has the very same cost ("inferred"); a kernel whose grid the trace did not record
+  (Kineto leaves it out for kernels launched before the capture) is compared by name alone,
+  under the same rule; otherwise their cost stays unknown.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from tracekit.costs.autograd import conv_hints
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
+from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.memory import ASSUMED_FP32
 from tracekit.trace.column_text import as_text
@@ -46,6 +49,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
     _from_metadata(trace, kind, duration, out)
+    _from_inductor_arguments(trace, kind, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
@@ -112,7 +116,9 @@ def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
 def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> None:
     k, ops = trace.kernels, trace.ops
     op = k["op"].to_numpy()
-    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"])
+    # A graph replay's kernels are not the work of the op around the graph launch
+    # (CompiledFunctionBackward, Torch-Compiled Region): they keep the graph's reason.
+    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"]) & ~k["graph_launch"].to_numpy(dtype=bool)
     if not todo.any():
         return
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
@@ -215,6 +221,47 @@ def _from_metadata(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: di
     out["unknown_reason"][rows] = None
 
 
+INDUCTOR_ARGUMENTS = "Inductor kernel arguments"
+
+
+def _from_inductor_arguments(trace: Trace, kind: np.ndarray, out: dict) -> None:
+    """Inductor kernels (triton_poi_* / triton_red_* / triton_per_*) that neither op shapes
+    nor Inductor's metadata costed: from the record_function Inductor opens around each
+    launch, named after the kernel, whose inputs are the kernel's tensor arguments (see
+    tracekit.costs.inductor). A kernel under its own launcher record takes that record's
+    cost; one without (a CUDA-graph replay of a kernel recorded at capture time) takes the
+    cost of the records of that name when they all agree."""
+    k, ops = trace.kernels, trace.ops
+    todo = (kind == "kernel") & np.isnan(out["flops"])
+    if not todo.any() or not len(ops):
+        return
+    names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    wanted = {str(n) for n in names.cat.categories if is_inductor_kernel(str(n))}
+    if not wanted:
+        return
+    op_names = as_text(ops["name"])
+    launchers = np.flatnonzero(np.isin(op_names, list(wanted)))
+    if not len(launchers):
+        return
+    dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r]) for r in launchers.tolist()}
+    by_name: dict[str, set] = {}
+    for r, cost in per_op.items():
+        by_name.setdefault(str(op_names[r]), set()).add(cost)
+    kernel_names, op = as_text(k["name"]), k["op"].to_numpy()
+    for row in np.flatnonzero(todo).tolist():
+        name = str(kernel_names[row])
+        if name not in by_name:
+            continue
+        own = per_op.get(int(op[row])) if op[row] >= 0 and str(op_names[op[row]]) == name else None
+        costs = by_name[name]
+        cost = own if own is not None else (next(iter(costs)) if len(costs) == 1 else None)
+        if isinstance(cost, Cost):
+            _set(out, np.array([row]), cost, 1.0, INDUCTOR_ARGUMENTS)
+        elif isinstance(cost, Unknown):
+            out["unknown_reason"][row] = cost.reason
+
+
 def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndarray, receives: np.ndarray,
                                 call: np.ndarray, costs: list) -> tuple[np.ndarray, list]:
     """A tensor-list op (cat, stack) records no dtype, so its cost assumed fp32; the kernels
@@ -249,7 +296,14 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
     return call, costs
 
 
+INFERRED, INFERRED_BY_NAME = "inferred from identical kernels", "inferred from kernels of the same name"
+
+
 def _inferred(k: pd.DataFrame, out: dict) -> None:
+    """Kernels with no op take the cost of identical kernels (same name and launch grid)
+    costed from op shapes, when every one of them has the very same cost. Kineto often
+    records no grid for kernels launched before the capture: those are compared by name
+    alone, and borrow only when every donor of that name (whatever its grid) agrees."""
     unknown = np.isnan(out["flops"]) & (k["op"].to_numpy() < 0) & (as_text(k["kind"]) == "kernel")
     if not unknown.any():
         return
@@ -257,45 +311,34 @@ def _inferred(k: pd.DataFrame, out: dict) -> None:
     if not known.any():
         return
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
-    sig = combine([names.cat.codes.to_numpy().astype(np.int64), *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x"))])
-    flops, read, written = out["flops"], out["bytes_read"], out["bytes_written"]
-    if np.isnan(flops[known]).any() or np.isnan(read[known]).any() or np.isnan(written[known]).any():  # pandas skips NaN
-        return _inferred_with_missing(sig, known, unknown, out)
-    # Per signature, over the kernels costed from op shapes (in row order): are all their
-    # FLOPs and bytes read the same, and which kernel came first (the donor).
+    name = names.cat.codes.to_numpy().astype(np.int64)
+    full = combine([name, *(k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x"))])
+    grid_known = (k["grid_x"].to_numpy() >= 0)
+    _borrow(full, known, unknown & grid_known, out, INFERRED)
+    _borrow(name, known, unknown & ~grid_known, out, INFERRED_BY_NAME)
+
+
+def _borrow(sig: np.ndarray, known: np.ndarray, rows: np.ndarray, out: dict, source: str) -> None:
+    """`rows` take the cost of the `known` kernels with the same signature, when all of
+    those agree on FLOPs, bytes read and bytes written (NaN counts as a value)."""
+    if not rows.any():
+        return
     donors = np.flatnonzero(known)
-    donors = donors[np.argsort(sig[donors], kind="stable")]
-    starts = np.flatnonzero(np.r_[True, sig[donors][1:] != sig[donors][:-1]])
-    same = (np.minimum.reduceat(flops[donors], starts) == np.maximum.reduceat(flops[donors], starts)) & \
-           (np.minimum.reduceat(read[donors], starts) == np.maximum.reduceat(read[donors], starts))
-    donor_of = np.full(int(sig.max()) + 1, -1, dtype=np.int64)
-    donor_of[sig[donors[starts[same]]]] = donors[starts[same]]
-    rows = np.flatnonzero(unknown)
-    rows = rows[donor_of[sig[rows]] >= 0]
-    if not len(rows):
+    table = pd.DataFrame({"sig": sig[donors], "flops": out["flops"][donors], "read": out["bytes_read"][donors],
+                          "written": out["bytes_written"][donors], "donor": donors})
+    grouped = table.groupby("sig", sort=False)
+    agree = (grouped[["flops", "read", "written"]].nunique(dropna=False) == 1).all(axis=1)
+    first = grouped["donor"].first()[agree]
+    wanted = np.flatnonzero(rows)
+    donor = first.reindex(sig[wanted]).to_numpy()
+    keep = ~np.isnan(donor)
+    wanted, donor = wanted[keep], donor[keep].astype(np.int64)
+    keep = ~np.isnan(out["flops"][donor])
+    wanted, donor = wanted[keep], donor[keep]
+    if not len(wanted):
         return
     # Donors have an op and these rows have none, so no row is both: one vectorised copy.
-    donor = donor_of[sig[rows]]
-    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = flops[donor], read[donor], written[donor]
-    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
-    out["cost_source"][rows] = "inferred from identical kernels"
-
-
-def _inferred_with_missing(sig: np.ndarray, known: np.ndarray, unknown: np.ndarray, out: dict) -> None:
-    """_inferred where some op-shape costs are NaN: pandas' NaN-skipping min / max / first."""
-    table = pd.DataFrame({"sig": sig, "flops": out["flops"], "read": out["bytes_read"], "written": out["bytes_written"]})
-    ref = table[known].groupby("sig").agg(
-        flops_min=("flops", "min"), flops_max=("flops", "max"), read_min=("read", "min"), read_max=("read", "max"),
-        written=("written", "first"), read=("read", "first"), flops=("flops", "first"),
-    )
-    same = ref[(ref["flops_min"] == ref["flops_max"]) & (ref["read_min"] == ref["read_max"])]
-    first_known = pd.Series(np.flatnonzero(known), index=sig[known]).groupby(level=0).first()
-    rows = np.flatnonzero(unknown)
-    rows = rows[np.isin(sig[rows], same.index.to_numpy())]
-    if not len(rows):
-        return
-    donor = first_known.reindex(sig[rows]).to_numpy()
-    match = same.reindex(sig[rows])
-    out["flops"][rows], out["bytes_read"][rows], out["bytes_written"][rows] = (match[c].to_numpy() for c in ("flops", "read", "written"))
-    out["cost_kind"][rows], out["dtype"][rows] = out["cost_kind"][donor], out["dtype"][donor]
-    out["cost_source"][rows] = "inferred from identical kernels"
+    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype"):
+        out[f][wanted] = out[f][donor]
+    out["cost_source"][wanted] = source
+    out["unknown_reason"][wanted] = None

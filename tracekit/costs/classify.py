@@ -19,8 +19,16 @@ _RULES: list[tuple[str, re.Pattern]] = [
     # DeepEP's dispatch / combine and pplx all-to-all kernels move tokens between GPUs: collectives.
     ("collective", re.compile(r"nccl|rccl|multimem|all_?reduce|allgather|all_gather|reduce_?scatter|alltoall|all2all|sendrecv|"
                               r"cross_device_reduce|custom_ar|deep_?ep|internode(_ll)?::|intranode::|nvshmem|pplx", re.I)),
+    # Mixture-of-experts routing: top-k gating, token sorting / alignment per expert, and the
+    # scatter / combine of expert outputs (vLLM csrc/moe, triton_kernels routing and
+    # matmul_ogs_details, TRT-LLM routing kernels). Block ffn, class routing.
+    ("routing", re.compile(r"topkGating|moeSoftmax|moeTopK|moe_align_block_size|count_and_sort_expert_tokens|moe_sum_kernel|"
+                           r"grouped_topk|noaux_tc|(^|[^\w])_(combined_)?routing_|_expt_data_|_filter_expt_data|_topk_forward|"
+                           r"_sum_bitmatrix_rows|_finalize_matmul|_reduce_grouped|^routing(Main|Indices)\w*Kernel", re.I)),
     ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers", re.I)),
-    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
+    # MoE grouped GEMMs first by name (vLLM's Triton fused_moe_kernel, Marlin MoE), then every GEMM.
+    ("gemm", re.compile(r"(^|[^\w])fused_moe_kernel|marlin|m_grouped|MGrouped|GroupProblemShape|"
+                        r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
     ("norm", re.compile(r"layer_?norm|rms_?norm|batch_?norm|group_?norm|bn_fw|bn_bw|instance_?norm", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
     ("reduction", re.compile(r"reduce|sum_kernel|argmax|argmin|cumsum|scan|topk|sort", re.I)),

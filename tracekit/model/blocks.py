@@ -51,7 +51,7 @@ WHOLE_BLOCKS = frozenset({"norm", "embedding", "collective"})
 # kernel classes (tracekit.costs.classify) each family's model cost may be spread over
 FAMILIES: dict[str, frozenset[str]] = {
     "gemm": frozenset({"gemm"}), "attention": frozenset({"attention"}), "norm": frozenset({"norm"}),
-    "vector": frozenset({"elementwise", "copy", "other", "triton"}), "collective": frozenset({"collective"}),
+    "vector": frozenset({"elementwise", "copy", "other", "triton", "routing"}), "collective": frozenset({"collective"}),
 }
 COLUMNS = ["block", "layer", "flops", "bytes_read", "bytes_written", "weight_bytes", "kv_bytes", "state_bytes", "kind", "dtype"]
 

@@ -277,21 +277,75 @@ def _leaf(arg: str, detail: int) -> str | None:
     return f"{shown}<{', '.join(leaves)}>" if leaves else shown
 
 
+MAX_LABEL = 60  # characters: a label fits a table column and a headline line
+# Scopes that say nothing of which library a kernel comes from: torch's own kernels keep
+# their bare names (`elementwise_kernel<...>`), a library's keep its namespace (`flash::`, `aiter::`).
+_GENERIC_SCOPES = {"at", "native", "c10", "std", "anon", "detail", "details", "impl", "internal", "cuda", "hip",
+                   "kernel", "kernels", "device", "tensor_operation", "void", ""}
+# AMD Tensile GEMM kernels: `Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x32x64_MI16x16x1_SN_..._WG64_4_1`
+# (several hundred characters): the layouts and types, then the macro tile (MT) and matrix instruction (MI).
+_TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_")
+
+
+def _qualified(base: str) -> str:
+    """The kernel's name with the outermost scope that identifies its library:
+    `flash::FlashAttnBwdSm90`, `fp8_gemm::GemmKernel`; torch's `at::native::` is dropped."""
+    name = _last(base)
+    scopes = [p for p in _split_scope(base)[:-1] if p and "(" not in p and "<" not in p and not p.startswith("λ")]
+    scope = next((p for p in scopes if p not in _GENERIC_SCOPES), None)
+    return f"{scope}::{name}" if scope else name
+
+
+def _tensile(name: str, detail: int) -> str:
+    parts = name.split("_")
+    head = []
+    for p in parts:  # Cijk, layouts, types: up to the first option (Bias, HA, UserArgs, MT...)
+        if len(head) >= 5 or p.startswith(("MT", "MI")) or p in ("Bias", "HA", "HAS", "S", "SAV", "UserArgs"):
+            break
+        head.append(p)
+    picked = [p for p in parts if p.startswith(("MT", "MI"))][:2]
+    if detail >= 1:  # the workgroup shape and the tail tell apart kernels of one tile
+        wg = next((i for i, p in enumerate(parts) if p.startswith("WG")), None)
+        picked += parts[wg:] if wg is not None else parts[-2:]
+    return "_".join(head + picked)
+
+
+def _fit(text: str, limit: int = MAX_LABEL) -> str:
+    """At most `limit` characters: template arguments are dropped from the end first."""
+    if len(text) <= limit:
+        return text
+    base, args = _base_and_args(text)
+    if args and len(base) + 4 < limit:
+        kept = []
+        for a in args:
+            if len(base) + len(", ".join(kept + [a])) + 5 > limit:
+                break
+            kept.append(a)
+        return f"{base}<{', '.join(kept + ['…'])}>"
+    return text[: limit - 1] + "…"
+
+
 def label(name: str, detail: int = 0) -> str:
-    """A short label: detail 0 `elementwise_kernel<128, 2, MulFunctor>`; detail 1 adds the
-    arguments of each argument (`MulFunctor<float>`) and lambda numbers; detail 2 the
-    wrapper around it (`AUnaryFunctor<MulFunctor<float>>`)."""
+    """A short label (at most MAX_LABEL characters): detail 0 `elementwise_kernel<128, 2,
+    MulFunctor>`; detail 1 adds the arguments of each argument (`MulFunctor<float>`) and
+    lambda numbers; detail 2 the wrapper around it (`AUnaryFunctor<MulFunctor<float>>`).
+    A library's namespace stays (`flash::FlashAttnBwdSm90<...>`), and a generic launcher
+    (`cutlass::device_kernel<X>`) is labelled by the kernel class X it launches."""
+    if _TENSILE.match(str(name)):
+        return _fit(_tensile(str(name), detail))
     text = readable(name)
     if ("<" not in text and "::" not in text):
-        return text
+        return _fit(text)
     base, args = _base_and_args(text)
     short = _last(base) if base else text
     if not args:
-        return short
+        return _fit(_qualified(base) if base else text)
+    if short in _WRAPPERS:
+        wrapped = next((a for a in args if (x := _leaf(a, 0)) and not _is_scalar(x) and not _LITERAL.fullmatch(x)), None)
+        if wrapped is not None:
+            return label(_clean_type(wrapped), detail)
     leaves = [x for x in (_leaf(a, detail) for a in args) if x]
-    if short in _WRAPPERS and leaves:
-        return leaves[0]
-    return f"{short}<{', '.join(leaves)}>"
+    return _fit(f"{_qualified(base)}<{', '.join(leaves)}>")
 
 
 def labels(names) -> dict[str, str]:
