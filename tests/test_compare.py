@@ -241,5 +241,5 @@ def test_diff_renders_hostile_names_as_text():
     assert "\\[bold red\\]evil\\[/\\] \\\\x1b\\[2J\\|&lt;img src=x onerror=alert(1)&gt;\\*\\_x\\_\\*" in markdown
     (row,) = [line for line in markdown.splitlines() if "evil" in line]
     assert not re.findall(r"(?<!\\)[<>]", row)  # no raw HTML
-    assert len(re.findall(r"(?<!\\)\|", row)) == 9  # the ops table's 8 cells, no extra cell break
+    assert len(re.findall(r"(?<!\\)\|", row)) == 11  # the ops table's 10 cells, no extra cell break
     assert "\x1b" not in markdown
