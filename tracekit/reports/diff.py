@@ -152,6 +152,19 @@ def sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], l
             ("Collectives by (type, size), per call", *_collectives(d))]
 
 
+def console_sections(d: dict, top: int = 15) -> list:
+    """The diff's tables as Sections: names are text columns (the first of them gets the
+    room first); priorities as `sections` declares them (0: the answer)."""
+    from tracekit.reports.section import Section
+
+    out = []
+    for title, head, rows, priority in sections(d, top):
+        text = tuple(i for i, h in enumerate(head) if h in TEXT_COLUMNS)
+        names = [i for i in text if head[i] not in ("verdict", "", "compared as")]
+        out.append(Section(title, head, rows, priority, flex=names[-1] if names else 0, left=text))
+    return out
+
+
 def _title(d: dict) -> list[str]:
     def side(s: dict) -> str:
         rank = f" rank {s['rank']}" if s.get("rank") is not None else ""
@@ -183,7 +196,6 @@ def to_markdown(d: dict, top: int = 15) -> str:
 def render_console(d: dict, console, top: int = 15) -> None:
     from rich.text import Text
 
-    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 
@@ -191,11 +203,9 @@ def render_console(d: dict, console, top: int = 15) -> None:
         console.print(terminal(t))
     for w in d.get("warnings", []):
         console.print(Text.assemble(("warning: ", "yellow"), terminal(w)))
-    for title, head, rows, priority in sections(d, top):
-        if not rows:
-            continue
-        text = tuple(i for i, h in enumerate(head) if h in TEXT_COLUMNS)
-        print_section(Section(title, head, rows, priority, flex=text[-1] if text else 0, left=text), console)
+    for section in console_sections(d, top):
+        if section.rows:
+            print_section(section, console)
 
 
 def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
@@ -251,7 +261,8 @@ def render_ranks(d: dict, console, top: int = 15) -> None:
                            f"{d['stragglers']['base']} -> {d['stragglers']['new']} (per-rank detail: --format json or --out)"))
     for title, head, rows, priority in rank_sections(d, top):
         text = tuple(i for i, h in enumerate(head) if h in ("run", "compared as", "verdict", "largest kernel change", "per call"))
-        print_section(Section(title, head, rows, priority, flex=text[-2] if len(text) > 1 else 0, left=text), console)
+        flex = head.index("largest kernel change") if "largest kernel change" in head else 0
+        print_section(Section(title, head, rows, priority, flex=flex, left=text), console)
 
 
 def write_ranks(d: dict, out_dir: str, top: int = 15) -> list[str]:

@@ -29,6 +29,7 @@ class Section:
     flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
     note: str = ""  # a line under the table (plain text, may hold trace strings)
     left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
+    wrap: tuple[int, ...] = ()  # prose columns (a reason, a why): they wrap in a narrow terminal instead of eliding
     terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
     empty: str = "(none)"
     extra: dict = field(default_factory=dict)

@@ -155,7 +155,7 @@ def overlap_rows(a: Analysis) -> Section:
 def unmodeled_rows(a: Analysis, label: Labels) -> Section:
     head = ["kernel", "time", "share", "why it has no cost"]
     rows = [[label(r["name"]), duration(r["time_ns"]), percent(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
-    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 0], flex=0, left=(0, 3))
+    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 0], flex=0, left=(0, 3), wrap=(3,))
 
 
 def _coverage_note(a: Analysis) -> str:

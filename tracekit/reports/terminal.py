@@ -126,7 +126,7 @@ def plan(section: Section, width: int) -> Layout:
         widths[i] += grow
         spare -= grow
     shown = [[elide_middle(row[i], widths[i]) if i in text_cols and i in widths else row[i] for i in range(len(head))] for row in cells]
-    wrap = _wrap_where_equal(cells, shown, keep, text_cols)
+    wrap = _wrap_where_equal(cells, shown, keep, text_cols) | {i for i in section.wrap if i in widths}
     for i in wrap:
         for r, row in enumerate(cells):
             shown[r][i] = row[i]
