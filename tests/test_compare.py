@@ -50,7 +50,10 @@ def test_diff_steps_match_by_order_with_raw_durations(dlrm_diff):
     base, new = raw_step_ns(RANK0, "ProfilerStep#10"), raw_step_ns(RANK1, "ProfilerStep#10")
     assert (step["base"]["time_ns"], step["new"]["time_ns"]) == (base, new) == (14_455_000, 19_901_000)
     assert step["delta_ns"] == new - base and step["ratio"] == pytest.approx(new / base)
-    assert dlrm_diff["totals"][0] == {"metric": "step_time_ns", "base": base, "new": new, "delta": new - base, "ratio": pytest.approx(new / base)}
+    assert dlrm_diff["totals"][0] == {"metric": "step_time_ns", "base": base, "new": new, "delta": new - base, "ratio": pytest.approx(new / base),
+                                      "normalisation": "median step", "compared": True,
+                                      # one step each side: no spread to measure, so no interval or verdict
+                                      "interval": None, "verdict": None, "samples": [1, 1]}
 
 
 def test_diff_kernels_by_label_add_up_raw_kernel_time(dlrm_diff):
@@ -59,7 +62,11 @@ def test_diff_kernels_by_label_add_up_raw_kernel_time(dlrm_diff):
 
     row = next(r for r in dlrm_diff["kernels"] if r["key"]["kernel"] == "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t")
     base, new = raw_kernel_ns(RANK0, "ncclKernel_SendRecv"), raw_kernel_ns(RANK1, "ncclKernel_SendRecv")
-    assert (row["base"]["time_ns"], row["new"]["time_ns"], row["delta_ns"]) == (base, new, new - base) == (3_999_000, 9_506_000, 5_507_000)
+    assert (row["base"]["time_ns"], row["new"]["time_ns"], row["total_delta_ns"]) == (base, new, new - base) == (3_999_000, 9_506_000, 5_507_000)
+    # per call: 5 calls each side (count the raw events), Δ = (9,506 - 3,999) µs / 5
+    calls = [sum(1 for e in raw_events(p) if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel_SendRecv")) for p in (RANK0, RANK1)]
+    assert calls == [row["base"]["calls"], row["new"]["calls"]] == [5, 5]
+    assert row["delta_ns"] == pytest.approx(5_507_000 / 5) and row["impact_ns"] == pytest.approx(5_507_000)
     # The largest change of the run comes first.
     assert dlrm_diff["kernels"][0] is row
 
@@ -76,15 +83,16 @@ def test_diff_ops_match_by_name_and_shapes_and_list_one_side_only(dlrm_diff):
     assert ("[[24], [24, 16], [768], [], []]", "base") in rows and ("[[24], [24, 16], [1792], [], []]", "new") in rows
     assert ("[[26], [26, 16], [3424], [], []]", None) in rows
     only_base = next(r for r in dlrm_diff["ops"] if r["key"]["shapes"] == "[[24], [24, 16], [768], [], []]")
-    assert only_base["new"] is None and only_base["delta_ns"] == -only_base["base"]["time_ns"]
+    assert only_base["new"] is None and only_base["delta_ns"] == -only_base["base"]["time_ns"] == only_base["impact_ns"]
 
 
 def test_diff_sections_are_sorted_by_absolute_time_change(dlrm_diff):
+    # impact: the change in time (per call tables: Δ per call × the new run's calls)
     for section in ("blocks", "ops", "kernels", "collectives"):
-        deltas = [abs(r["delta_ns"]) for r in dlrm_diff[section]]
+        deltas = [abs(r["impact_ns"]) for r in dlrm_diff[section]]
         assert deltas == sorted(deltas, reverse=True), section
     collectives = {(r["key"]["collective"], r["key"]["message_bytes"]): r for r in dlrm_diff["collectives"]}
-    assert collectives[("all_to_all", 24576.0)]["delta_ns"] == 5_520_000
+    assert collectives[("all_to_all", 24576.0)]["total_delta_ns"] == 5_520_000
 
 
 def test_diff_of_stored_summaries_matches_diff_of_traces(dlrm_diff):
@@ -112,7 +120,12 @@ def test_diff_across_gpus_and_formats():
     assert {r["only"] for k, r in by_label.items() if k.startswith("Cijk_")} == {"new"}
     x = diff(QWEN, NSYS)
     assert x["new"]["format"] == "nsys" and x["base"]["format"] == "kineto"
-    assert sum(r["delta_ns"] for r in x["blocks"]) == pytest.approx(x["totals"][1]["delta"])  # block times add up to busy time
+    # one capture marks a step, the other none: totals are not compared, blocks by share
+    assert x["same_steps"] is False and x["normalisation"]["blocks"] == "share of GPU time"
+    assert x["totals"][1]["delta"] is None and all(r["delta_ns"] is None for r in x["blocks"])
+    for side in ("base", "new"):  # block times still add up to busy time, shares to 1
+        assert sum((r[side] or {}).get("time_ns") or 0 for r in x["blocks"]) == pytest.approx(x["totals"][1][side])
+        assert sum((r[side] or {}).get("share") or 0 for r in x["blocks"]) == pytest.approx(1)
 
 
 def test_diff_cli_formats_and_out_dir(tmp_path):
@@ -228,5 +241,5 @@ def test_diff_renders_hostile_names_as_text():
     assert "\\[bold red\\]evil\\[/\\] \\\\x1b\\[2J\\|&lt;img src=x onerror=alert(1)&gt;\\*\\_x\\_\\*" in markdown
     (row,) = [line for line in markdown.splitlines() if "evil" in line]
     assert not re.findall(r"(?<!\\)[<>]", row)  # no raw HTML
-    assert len(re.findall(r"(?<!\\)\|", row)) == 9  # the ops table's 8 cells, no extra cell break
+    assert len(re.findall(r"(?<!\\)\|", row)) == 11  # the ops table's 10 cells, no extra cell break
     assert "\x1b" not in markdown

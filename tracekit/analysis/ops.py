@@ -96,3 +96,25 @@ def cpu_ops_table(trace: Trace) -> pd.DataFrame:
     return grouped.sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
+
+
+def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]], points: int = 20) -> dict[tuple[str, str], list[float]]:
+    """Per (op, input shapes) in `wanted`: a sketch of its calls' GPU time (the kernel time
+    each call launched; tracekit.compare.noise.sketch), for telling a change from noise."""
+    linked = np.flatnonzero(kernels["op"].to_numpy() >= 0) if len(kernels) else np.array([], dtype=np.int64)
+    if not len(linked) or not wanted:
+        return {}
+    from tracekit.compare.noise import sketch
+    from tracekit.trace.column_text import as_text
+
+    op_rows = kernels["op"].to_numpy()[linked]
+    per_call = np.bincount(op_rows, weights=kernels["duration_ns"].to_numpy(dtype=np.float64)[linked])
+    calls = np.unique(op_rows)
+    dims = trace.ops["input_dims"].to_numpy()
+    names = as_text(trace.ops["name"])
+    groups: dict[tuple[str, str], list[float]] = {}
+    for row in calls:
+        key = (str(names[row]), _shapes(dims[row]))
+        if key in wanted:
+            groups.setdefault(key, []).append(per_call[row])
+    return {key: sketch(np.asarray(v), points) for key, v in groups.items()}

@@ -55,6 +55,24 @@ class Analysis(Measured):
     def top_kernels(self, n: int) -> pd.DataFrame:
         return self.kernel_summary.head(n).reset_index(drop=True)
 
+    def _kernel_records(self, top: int) -> list[dict[str, Any]]:
+        """The top kernels, each with a sketch of its calls' durations (compare.noise)."""
+        from tracekit.analysis.rollup import duration_sketches
+
+        rows = records(self.top_kernels(top))
+        sketches = duration_sketches(self.kernels, [r["name"] for r in rows])
+        return [{**r, "duration_sketch_ns": sketches.get(r["name"])} for r in rows]
+
+    def _op_records(self, top: int) -> list[dict[str, Any]]:
+        """The top ops, each with a sketch of its calls' GPU time (compare.noise)."""
+        from tracekit.analysis.ops import call_sketches
+
+        rows = records(self.ops.head(top))
+        if self.trace is None or not len(self.kernels):
+            return rows
+        sketches = call_sketches(self.kernels, self.trace, {(r["op"], r["shapes"]) for r in rows})
+        return [{**r, "call_sketch_ns": sketches.get((r["op"], r["shapes"]))} for r in rows]
+
     def to_json(self, top: int = 15) -> str:
         return dumps(self.to_dict(top))
 
@@ -71,8 +89,8 @@ class Analysis(Measured):
             "steps": records(self.steps),
             "overlap": records(self.overlap),
             "collectives": records(self.collective_summary),
-            "top_kernels": records(self.top_kernels(top)),
-            "top_ops": records(self.ops.head(top)),
+            "top_kernels": self._kernel_records(top),
+            "top_ops": self._op_records(top),
             # How long the full lists are, so a reader (tracekit diff) knows whether an item
             # missing from a top list is absent or only below the cut.
             "listed_of": {"top_kernels": len(self.kernel_summary), "top_ops": len(self.ops)},

@@ -91,3 +91,26 @@ def kernel_summary(k: pd.DataFrame) -> pd.DataFrame:
     return g[cols].sort_values("time_ns", ascending=False).reset_index(drop=True)
 
 
+
+
+def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> dict[str, list[float]]:
+    """Per kernel name in `names`: a sketch of its calls' durations (at most `points` values,
+    each the quantile (i + 0.5) / points, or every duration when there are fewer): what
+    tracekit.compare.noise resamples to tell a change from noise."""
+    if not len(k) or not names:
+        return {}
+    from tracekit.compare.noise import sketch
+
+    name = text_of(k["name"])
+    wanted = np.isin(name, np.asarray(names, dtype=object))
+    durations = k["duration_ns"].to_numpy(dtype=np.float64)[wanted]
+    chosen = name[wanted]
+    order = np.argsort(chosen, kind="stable")
+    chosen, durations = chosen[order], durations[order]
+    out: dict[str, list[float]] = {}
+    if not len(chosen):
+        return out
+    cuts = np.flatnonzero(chosen[1:] != chosen[:-1]) + 1
+    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(chosen)]):
+        out[str(chosen[lo])] = sketch(durations[lo:hi], points)
+    return out

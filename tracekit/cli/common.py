@@ -61,6 +61,23 @@ def safe(text) -> str:
     return plain_terminal(text)
 
 
+def device_options(command):
+    """--device and --device-file: the GPU a trace is put on."""
+    options = [
+        click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own."),
+        click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml)."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def min_change_option(command):
+    """--min-change: the smallest change diff and check call faster or slower (tracekit.compare.noise)."""
+    return click.option("--min-change", default=0.02, show_default=True, type=click.FloatRange(0.0, 10.0),
+                        help="A change smaller than this share is within noise even when its interval excludes no change.")(command)
+
+
 def model_options(command):
     """--model and the options that go with it."""
     return model_details(click.option("--model", "config", type=click.Path(), help="The model's Hugging Face config.json (or its directory): costs what op shapes cannot, predicts each step.")(command))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from tracekit.cli.common import CHECK_FAILED, console, emit, exit_if_reader_gone, format_option, status, warn
+from tracekit.cli.common import (CHECK_FAILED, console, device_options, emit, exit_if_reader_gone, format_option, min_change_option,
+                                 model_from, model_options, status, warn)
 
 
 @click.command()
@@ -16,15 +18,31 @@ from tracekit.cli.common import CHECK_FAILED, console, emit, exit_if_reader_gone
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many ops and kernels to list.")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
-def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None) -> None:
-    """What changed between two runs: steps, phase x block, ops, kernels, collectives.
+@device_options
+@min_change_option
+@model_options
+def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None, device: str | None, device_file: str | None,
+         min_change: float, **model) -> None:
+    """What changed between two runs, like with like: steps, phase x block, ops and kernels
+    per call, collectives; each change with its interval and verdict (faster, slower,
+    within noise).
 
-    BASE and NEW are traces (any format, any GPU) or stored summary.json files."""
+    BASE and NEW are traces (any format, any GPU), stored summary.json files, or two
+    directories of one trace per rank (a diff per rank and of the cross-rank summary)."""
     from tracekit.compare import diff as compare
+
+    options = model_from(**model)
+    if os.path.isdir(base) or os.path.isdir(new):
+        if not (os.path.isdir(base) and os.path.isdir(new)):
+            raise click.UsageError("give two directories of per-rank traces, or two traces")
+        if options is not None:
+            raise click.UsageError("--model works on one trace at a time")
+        _diff_ranks(base, new, fmt, out_dir, top, rules, device, device_file, min_change)
+        return
     from tracekit.reports import diff as render
 
     with status("analysing both runs"):
-        result = compare(base, new, rules=rules)
+        result = compare(base, new, device=device, rules=rules, min_change=min_change, device_file=device_file, model=options)
     for warning in result["warnings"]:
         warn(None, warning)
     if out_dir:
@@ -35,26 +53,48 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
         click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
 
 
+def _diff_ranks(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None, device: str | None,
+                device_file: str | None, min_change: float) -> None:
+    from tracekit.compare.diff import diff_ranks
+    from tracekit.reports import diff as render
+
+    with status("analysing both runs' ranks"):
+        result = diff_ranks([base], [new], device=device, rules=rules, min_change=min_change, device_file=device_file)
+    for warning in result["warnings"]:
+        warn(None, warning)
+    if out_dir:
+        written = render.write_ranks(result, out_dir, top)
+    emit(fmt, json=lambda: render.to_json(result), markdown=lambda: render.ranks_markdown(result, top), markdown_newline=False,
+         table=lambda: render.render_ranks(result, console(), top))
+    if out_dir:
+        click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
+
+
 @click.command()
 @click.argument("path")
 @click.option("--expect", "expect_path", required=True, type=click.Path(dir_okay=False), help="TOML file of [[expect]] tables.")
 @click.option("--baseline", help="A summary.json (or trace) to measure max_regression against.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Also write the verdicts as JUnit XML here.")
 @format_option()
-@click.option("--device", help="GPU to put a trace on; default: the trace's own.")
+@device_options
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules.")
-def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None, rules: str | None) -> None:
-    """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails."""
+@min_change_option
+def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None,
+          device_file: str | None, rules: str | None, min_change: float) -> None:
+    """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails.
+
+    A max_regression against --baseline fails only when the change is above its limit and
+    beyond the noise (the interval over steps or calls excludes no change)."""
     from tracekit.compare import as_summary, check as run_check, load_expectations
     from tracekit.reports import check as render
 
     expectations = load_expectations(expect_path)
     with status(f"analysing {path}"):
-        summary = as_summary(path, device=device, rules=rules)
-        base = as_summary(baseline, device=device, rules=rules) if baseline else None
+        summary = as_summary(path, device=device, rules=rules, device_file=device_file)
+        base = as_summary(baseline, device=device, rules=rules, device_file=device_file) if baseline else None
     for warning in summary.get("warnings") or []:
         warn(path, warning)
-    verdicts = run_check(summary, expectations, base)
+    verdicts = run_check(summary, expectations, base, min_change=min_change)
     if junit_path:
         from tracekit.compare.check import junit_xml
         from tracekit.reports.atomic import write_file

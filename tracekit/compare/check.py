@@ -9,9 +9,20 @@
     max_step_time_ms = 30            # median step
     max_exposed_comm_share = 0.1     # exposed communication / capture span
     min_coverage = 0.9               # share of kernel time with a cost
+    max_regression = 0.05            # vs --baseline: the median step may grow at most 5%
+    [[expect]]                       # a kernel (its name or readable label), vs --baseline
+    kernel = "flash_fwd_kernel"
+    max_regression = 0.05            # time per call may grow at most 5%
 
 Each limit gives one Verdict. A value that cannot be measured fails its limit with the
-reason (an efficiency over less than half of the block's time is unknown, not a pass)."""
+reason (an efficiency over less than half of the block's time is unknown, not a pass).
+
+A regression against a baseline uses diff's normalisation and noise verdict
+(tracekit.compare.noise): the median step (interval over steps), a kernel's time per call
+(interval over its calls), a block's time per step when the captures cover different
+steps. It fails when the change is above the limit *and* beyond the noise (`slower`); a
+change inside the interval passes, with the interval in its reason. Where one side has a
+single sample (no spread to measure), the change alone decides."""
 
 from __future__ import annotations
 
@@ -19,8 +30,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.compare.noise import DEFAULT_MIN_CHANGE, SLOWER, Samples, compare as noise
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
+from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.errors import TraceError
 
 
@@ -39,10 +51,19 @@ BLOCK_LIMITS = {
     "max_share": ("share", "max", "share"),
     "max_regression": ("regression", "max", "share"),
 }
+KERNEL_LIMITS = {
+    "max_regression": ("regression", "max", "share"),
+}
 # What max_regression compares, and which way is worse: +1 when a larger value is worse.
 REGRESSION_METRICS = {"run": {"step_time": +1, "efficiency": -1, "exposed_comm_share": +1},
-                      "block": {"time": +1, "efficiency": -1, "share": +1}}
-OTHER_KEYS = {"block", "name", "metric"}
+                      "block": {"time": +1, "efficiency": -1, "share": +1},
+                      "kernel": {"time_per_call": +1}}
+OTHER_KEYS = {"block", "kernel", "name", "metric"}
+SCOPE_LIMITS = {"run": RUN_LIMITS, "block": BLOCK_LIMITS, "kernel": KERNEL_LIMITS}
+
+
+def scope_of(item: dict[str, Any]) -> str:
+    return "block" if "block" in item else "kernel" if "kernel" in item else "run"
 
 
 @dataclass
@@ -53,6 +74,8 @@ class Verdict:
     unit: str  # "share" or "ms"
     ok: bool
     reason: str  # why it failed (or "")
+    interval: list[float] | None = None  # regression: the 95% interval of the change (as a share), when measured
+    change: str | None = None  # regression: faster / slower / within noise (tracekit.compare.noise)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,13 +111,17 @@ def validate(item: Any, where: str) -> None:
 
     if not isinstance(item, dict):
         raise bad("an expectation must be a table")
-    scope = "block" if "block" in item else "run"
-    limits = BLOCK_LIMITS if scope == "block" else RUN_LIMITS
+    scope = scope_of(item)
+    limits = SCOPE_LIMITS[scope]
+    if "block" in item and "kernel" in item:
+        raise bad("an expectation names a block or a kernel, not both")
     unknown = set(item) - set(limits) - OTHER_KEYS
     if unknown:
         raise bad(f"unknown key {sorted(unknown)[0]!r} for a {scope} expectation (known: {', '.join(sorted(limits))})")
     if scope == "block" and (not isinstance(item["block"], str) or not item["block"].strip("/")):
         raise bad("block must be a name: \"phase/block\" or \"block\"")
+    if scope == "kernel" and (not isinstance(item["kernel"], str) or not item["kernel"]):
+        raise bad("kernel must be a kernel's name or label")
     if not any(k in limits for k in item):
         raise bad(f"no limit given (one of: {', '.join(sorted(limits))})")
     for key in limits:
@@ -105,24 +132,27 @@ def validate(item: Any, where: str) -> None:
         raise bad(f"metric must be one of {', '.join(REGRESSION_METRICS[scope])}")
 
 
-def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None) -> list[Verdict]:
-    """One Verdict per limit (in a fixed order per expectation), expectations in the order written."""
+def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None,
+          min_change: float = DEFAULT_MIN_CHANGE) -> list[Verdict]:
+    """One Verdict per limit (in a fixed order per expectation), expectations in the order written.
+    `min_change`: the smallest change a regression verdict calls slower (tracekit.compare.noise)."""
     verdicts = []
     for i, item in enumerate(expectations):
         validate(item, f"<expectations>: expect[{i}]")
         if "max_regression" in item and baseline is None:
             raise TraceError("<expectations>", f"expect[{i}]: max_regression needs a baseline summary (--baseline)")
-        scope = "block" if "block" in item else "run"
-        limits = BLOCK_LIMITS if scope == "block" else RUN_LIMITS
-        subject = item.get("name") or (item["block"] if scope == "block" else "run")
+        scope = scope_of(item)
+        limits = SCOPE_LIMITS[scope]
+        subject = item.get("name") or (item[scope] if scope != "run" else "run")
         for key, (metric, direction, unit) in limits.items():
             if key not in item:
                 continue
             limit = float(item[key])
             if metric == "regression":
-                compared = item.get("metric") or ("time" if scope == "block" else "step_time")
-                measured, reason = _regression(summary, baseline, item, scope, compared)
-                name = f"{subject} {compared} regression"
+                compared = item.get("metric") or {"block": "time", "kernel": "time_per_call", "run": "step_time"}[scope]
+                change = _regression(summary, baseline, item, scope, compared, min_change)
+                verdicts.append(_regression_verdict(f"{subject} {compared} regression", limit, change))
+                continue
             else:
                 measured, reason = _measure(summary, item, scope, metric)
                 name = f"{subject} {metric}"
@@ -193,19 +223,83 @@ def select_block(summary: dict[str, Any], selector: str) -> dict[str, float | No
     }
 
 
-def _regression(summary, baseline, item, scope, metric) -> tuple[float | None, str]:
+def _regression_verdict(name: str, limit: float, change: dict[str, Any]) -> Verdict:
+    """Fails when the change is above the limit and not inside the noise."""
+    measured, interval, noise_verdict = change["measured"], change.get("interval"), change.get("verdict")
+    text = f"<= {limit:g}"
+    if measured is None:
+        return Verdict(name, text, None, "share", False, change["reason"] or "unknown")
+    shown = f" (95% interval {interval[0]:+.1%} … {interval[1]:+.1%})" if interval else ""
+    if measured <= limit:
+        reason = "" if noise_verdict != SLOWER else f"slower beyond noise, within the limit{shown}"
+        return Verdict(name, text, measured, "share", True, reason, interval, noise_verdict)
+    if noise_verdict is None:  # no spread to measure on either side: the change decides
+        return Verdict(name, text, measured, "share", False, "above the maximum (one sample each side: no noise estimate)",
+                       interval, noise_verdict)
+    if noise_verdict != SLOWER:
+        return Verdict(name, text, measured, "share", True, f"{noise_verdict}{shown}: not a regression", interval, noise_verdict)
+    return Verdict(name, text, measured, "share", False, f"above the maximum, slower beyond noise{shown}", interval, noise_verdict)
+
+
+def _regression(summary, baseline, item, scope, metric, min_change) -> dict[str, Any]:
     """How much worse the run is than the baseline, as a share of the baseline (positive =
-    worse): time growth, or efficiency drop."""
+    worse): time growth, or efficiency drop; with the interval and noise verdict where the
+    figure has samples (steps, a kernel's calls)."""
     worse = REGRESSION_METRICS[scope][metric]
+    if scope == "kernel":
+        (now, now_samples), why_now = _kernel_per_call(summary, item["kernel"])
+        (then, then_samples), why_then = _kernel_per_call(baseline, item["kernel"])
+        if now is None:
+            return {"measured": None, "reason": why_now}
+        if then is None:
+            return {"measured": None, "reason": f"baseline {why_then}"}
+        return _change(then, now, then_samples, now_samples, "mean", min_change, worse)
     now, why_now = _measure(summary, item, scope, metric)
     then, why_then = _measure(baseline, item, scope, metric)
     if now is None:
-        return None, why_now
+        return {"measured": None, "reason": why_now}
     if then is None:
-        return None, f"baseline {why_then}"
+        return {"measured": None, "reason": f"baseline {why_then}"}
+    if scope == "block" and metric == "time":  # per step when the captures cover different steps
+        from tracekit.compare.diff import same_steps
+
+        steps_now, steps_then = len(records(summary, "steps")), len(records(baseline, "steps"))
+        if not same_steps(summary, baseline)[0] and steps_now and steps_then:
+            now, then = now / steps_now, then / steps_then
+    samples = (None, None)
+    if scope == "run" and metric == "step_time":
+        from tracekit.compare.diff import step_samples
+
+        samples = (step_samples(baseline), step_samples(summary))
+    return _change(then, now, *samples, "median", min_change, worse)
+
+
+def _change(then: float, now: float, then_samples, now_samples, statistic: str, min_change: float, worse: int) -> dict[str, Any]:
     if then == 0:
-        return None, "unknown (baseline value is 0)"
-    return worse * (now - then) / then, ""
+        return {"measured": None, "reason": "unknown (baseline value is 0)"}
+    ratio = now / then
+    out = {"measured": worse * (ratio - 1), "reason": "", "interval": None, "verdict": None}
+    if worse > 0 and then_samples is not None and now_samples is not None:
+        n = noise(then_samples, now_samples, ratio, statistic, min_change)
+        out["verdict"] = n["verdict"]
+        out["interval"] = [n["interval"][0] - 1, n["interval"][1] - 1] if n["interval"] else None
+    return out
+
+
+def _kernel_per_call(summary: dict[str, Any], selector: str) -> tuple[tuple[float | None, Samples | None], str]:
+    """A kernel's time per call over every top-list row whose name or readable label is
+    `selector`, with its calls' sketch; (None, None) and why when it is not there."""
+    from tracekit.reports.format import kernel_label
+
+    rows = [r for r in records(summary, "top_kernels") if selector in (r.get("name"), kernel_label(str(r.get("name")), 200))]
+    if not rows:
+        return (None, None), f"no kernel {selector!r} in this run's top kernels"
+    calls = sum(int(r.get("count") or 0) for r in rows)
+    time = sum(number(r.get("time_ns")) or 0.0 for r in rows)
+    if not calls:
+        return (None, None), f"kernel {selector!r} has no calls"
+    sketches = [Samples.sketched(r.get("duration_sketch_ns"), r.get("count")) for r in rows]
+    return (time / calls, Samples.merged(sketches) if None not in sketches else None), ""
 
 
 def junit_xml(verdicts: list[Verdict], source: str) -> bytes:

@@ -18,10 +18,11 @@ _SUMMARY_MAX_BYTES = 64 << 20
 _TRACE_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"')
 
 
-def as_summary(source: Any, device: str | None = None, rules: str | None = None, top: int | None = None) -> dict[str, Any]:
+def as_summary(source: Any, device: str | None = None, rules: str | None = None, top: int | None = None,
+               **options: Any) -> dict[str, Any]:
     """A summary dict from an Analysis, a summary dict, a summary.json path or a trace path.
     Analyses give every op and kernel (not just the `top` ones, unless `top` is given), so
-    nothing is cut off."""
+    nothing is cut off. `options` go to tracekit.api.analyze (device_file, model, sustained)."""
     from tracekit.analysis import Analysis
 
     if isinstance(source, Analysis):
@@ -35,7 +36,7 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
         return stored
     from tracekit.api import analyze
 
-    analysis = analyze(path, device=device, rules=rules)
+    analysis = analyze(path, device=device, rules=rules, **{k: v for k, v in options.items() if v is not None})
     return analysis.to_dict(top or _everything(analysis))
 
 

@@ -6,7 +6,13 @@ tracekit is installed): replay stored traces in tests.
         tracekit_expect(summary, [{"block": "decode/attention", "min_efficiency": 0.5}])
         tracekit_golden(summary, "tests/golden/decode.summary.json", rel=1e-6)
 
-`pytest --tracekit-update-goldens` rewrites the golden files instead of comparing.
+    def test_no_regression(tracekit_summary, tracekit_baseline, tracekit_expect):
+        summary = tracekit_summary("traces/train.json.gz")
+        baseline = tracekit_baseline(summary, "tests/baseline/train.summary.json")
+        tracekit_expect(summary, [{"max_regression": 0.05}, {"kernel": "flash_fwd_kernel", "max_regression": 0.05}], baseline)
+
+`pytest --tracekit-update-goldens` rewrites the golden files (and records the baselines)
+instead of comparing.
 Importing this module costs only pytest: tracekit itself loads when a fixture is used."""
 
 from __future__ import annotations
@@ -97,3 +103,25 @@ def tracekit_golden(request: pytest.FixtureRequest):
                         pytrace=False)
 
     return golden
+
+
+@pytest.fixture
+def tracekit_baseline(request: pytest.FixtureRequest):
+    """`baseline(summary, path)` -> the baseline summary stored at `path`, to give
+    tracekit_expect for `max_regression`; with --tracekit-update-goldens, `summary` is
+    recorded there first (the run you accept as the new baseline)."""
+    from tracekit.compare.golden import write_golden
+    from tracekit.compare.summary import as_summary
+
+    update = request.config.getoption("tracekit_update_goldens")
+
+    def baseline(summary: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
+        path = pathlib.Path(path)
+        if update:
+            write_golden(path, summary)
+            request.config.stash[_UPDATED].append(str(path))
+        if not path.exists():
+            pytest.fail(f"no baseline summary at {path}: record one with pytest --tracekit-update-goldens", pytrace=False)
+        return as_summary(str(path))
+
+    return baseline

@@ -36,13 +36,18 @@ def to_markdown(verdicts: list[Verdict], source: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_console(verdicts: list[Verdict], console, source: str) -> None:
+def section(verdicts: list[Verdict], source: str):
+    """The verdicts as a Section: every column is the answer (the why elides or wraps)."""
     from tracekit.reports.section import Section
+
+    head, body = rows(verdicts)
+    text = tuple(i for i, h in enumerate(head) if h != "measured")
+    return Section(f"tracekit check: {source}", head, body, [0] * len(head), flex=0, left=text, wrap=(len(head) - 1,))
+
+
+def render_console(verdicts: list[Verdict], console, source: str) -> None:
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 
-    head, body = rows(verdicts)
-    body = [[*row[:3], "PASS" if v.ok else "FAIL", *row[4:]] for row, v in zip(body, verdicts)]
-    measured = tuple(i for i, h in enumerate(head) if h != "measured")
-    print_section(Section(f"tracekit check: {source}", head, body, [0] * len(head), flex=len(head) - 1, left=measured), console)
+    print_section(section(verdicts, source), console)
     console.print(terminal(summary_line(verdicts)))

@@ -42,10 +42,42 @@ def _common(row: dict) -> list[str]:
     return [_side(row, "base", "time_ns", duration), _side(row, "new", "time_ns", duration), signed_duration(row["delta_ns"]), ratio(row["ratio"])]
 
 
+def _interval(bounds: list[float] | None) -> str:
+    return UNKNOWN if not bounds else f"{bounds[0]:.3f}–{bounds[1]:.3f}x"
+
+
+def _verdict(row: dict) -> str:
+    """The change's verdict, or why there is none."""
+    if row.get("verdict"):
+        return row["verdict"]
+    if row["only"] or row["unlisted"]:
+        return _note(row)
+    samples = row.get("samples") or [0, 0]
+    if min(samples) >= 1 and max(samples) < 2:
+        return "1 call each"
+    return "no durations" if row.get("ratio") is not None else UNKNOWN
+
+
 TIME_HEAD = ["base", "new", "Δ time", "ratio"]
+TEXT_COLUMNS = {"run", "compared as", "kind", "base step", "new step", "phase", "block", "op", "input shapes", "kernel", "collective",
+                "verdict", ""}
+# columns of a per-call table, after its name columns
+CALL_HEAD = ["calls", "base/call", "new/call", "Δ/call", "ratio", "95% interval", "verdict", "total base → new"]
+# their priorities: the change per call, its ratio and its verdict are the answer
+CALL_PRIORITY = [1, 2, 2, 0, 0, 1, 0, 3]
 
 
-def _totals(d: dict) -> tuple[list[str], list[list[str]]]:
+def _calls(row: dict) -> list[str]:
+    def count(side):
+        f = row[side]
+        return f"{int(f['calls']):,}" if f is not None and f.get("calls") is not None else ("0" if row["only"] else UNKNOWN)
+
+    return [f"{count('base')} → {count('new')}", _side(row, "base", "per_call_ns", duration), _side(row, "new", "per_call_ns", duration),
+            signed_duration(row["delta_ns"]), ratio(row["ratio"]), _interval(row.get("interval")), _verdict(row),
+            f"{_side(row, 'base', 'time_ns', duration)} → {_side(row, 'new', 'time_ns', duration)}"]
+
+
+def _totals(d: dict, key: str = "totals") -> tuple[list[str], list[list[str]], list[int]]:
     def fmt(metric: str, v: Any, signed: bool = False) -> str:
         if v is None:
             return UNKNOWN
@@ -53,54 +85,83 @@ def _totals(d: dict) -> tuple[list[str], list[list[str]]]:
             return signed_duration(v) if signed else duration(v)
         return (f"{100 * v:+.1f} pt" if signed else percent(v))
 
-    rows = [[r["metric"].removesuffix("_ns"), fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), fmt(r["metric"], r["delta"], True), ratio(r["ratio"])]
-            for r in d["totals"]]
-    return ["run", *TIME_HEAD[:2], "Δ", "ratio"], rows
+    def change(r: dict) -> list[str]:
+        if not r.get("compared", True):
+            return ["not compared", UNKNOWN]
+        return [fmt(r["metric"], r["delta"], True), ratio(r["ratio"])]
+
+    rows = [[r["metric"].removesuffix("_ns"), r.get("normalisation") or "", fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), *change(r),
+             _interval(r.get("interval")), r.get("verdict") or (UNKNOWN if r.get("compared", True) else "different steps")]
+            for r in d[key]]
+    return ["run", "compared as", "base", "new", "Δ", "ratio", "95% interval", "verdict"], rows, [0, 2, 1, 1, 0, 0, 1, 0]
 
 
-def _steps(d: dict) -> tuple[list[str], list[list[str]]]:
-    rows = [[str(r["key"]["index"]), (r["base"] or {}).get("step") or UNKNOWN, (r["new"] or {}).get("step") or UNKNOWN, *_common(r), _note(r)]
-            for r in d["steps"]]
-    return ["#", "base step", "new step", *TIME_HEAD, ""], rows
+def _steps(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
+    rows = [[str(r["key"].get("kind", "")), str(r["key"]["index"]), (r["base"] or {}).get("step") or UNKNOWN, (r["new"] or {}).get("step") or UNKNOWN,
+             *_common(r), _note(r)] for r in d["steps"]]
+    return ["kind", "#", "base step", "new step", *TIME_HEAD, ""], rows, [0, 0, 2, 2, 1, 1, 0, 0, 0]
 
 
-def _blocks(d: dict) -> tuple[list[str], list[list[str]]]:
-    rows = [[r["key"]["phase"], r["key"]["block"], *_common(r),
+def _blocks(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
+    mode = (d.get("normalisation") or {}).get("blocks", "total")
+    per_step = mode.startswith("per step")
+
+    def time(r, side):
+        return _side(r, side, "per_step_ns" if per_step else "time_ns", duration)
+
+    rows = [[r["key"]["phase"], r["key"]["block"], time(r, "base"), time(r, "new"), signed_duration(r["delta_ns"]), ratio(r["ratio"]),
              f"{_side(r, 'base', 'share', percent)} → {_side(r, 'new', 'share', percent)}", _efficiencies(r),
              f"{_side(r, 'base', 'coverage', percent)} → {_side(r, 'new', 'coverage', percent)}", _note(r)]
             for r in d["blocks"]]
-    return ["phase", "block", *TIME_HEAD, "share", "efficiency", "coverage", ""], rows
+    unit = "/step" if per_step else ""
+    share_answer = 0 if mode == "share of GPU time" else 2
+    return (["phase", "block", f"base{unit}", f"new{unit}", f"Δ{unit}", "ratio", "share", "efficiency", "coverage", ""], rows,
+            [0, 0, 2, 2, 0, 0, share_answer, 1, 3, 0])
 
 
-def _ops(d: dict, top: int) -> tuple[list[str], list[list[str]]]:
-    rows = [[r["key"]["op"], str(r["key"]["shapes"])[:80], *_common(r), _efficiencies(r), _note(r)] for r in d["ops"][:top]]
-    return ["op", "input shapes", *TIME_HEAD, "efficiency", ""], rows
+def _ops(d: dict, top: int) -> tuple[list[str], list[list[str]], list[int]]:
+    rows = [[r["key"]["op"], str(r["key"]["shapes"]), *_calls(r)] for r in d["ops"][:top]]
+    return ["op", "input shapes", *CALL_HEAD], rows, [0, 0, *CALL_PRIORITY]
 
 
-def _kernels(d: dict, top: int) -> tuple[list[str], list[list[str]]]:
-    rows = [[r["key"]["kernel"][:90], *_common(r), _efficiencies(r), _note(r)] for r in d["kernels"][:top]]
-    return ["kernel", *TIME_HEAD, "efficiency", ""], rows
+def _kernels(d: dict, top: int) -> tuple[list[str], list[list[str]], list[int]]:
+    rows = [[r["key"]["kernel"], *_calls(r)] for r in d["kernels"][:top]]
+    return ["kernel", *CALL_HEAD], rows, [0, *CALL_PRIORITY]
 
 
-def _collectives(d: dict) -> tuple[list[str], list[list[str]]]:
-    def count(r, side):
-        return str((r[side] or {}).get("count", UNKNOWN)) if r[side] else "0"
-
+def _collectives(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
     rows = [[str(r["key"]["collective"]), si(r["key"]["message_bytes"], "B") if r["key"]["message_bytes"] is not None else UNKNOWN,
-             f"{count(r, 'base')} → {count(r, 'new')}", *_common(r),
-             f"{_side(r, 'base', 'busbw_gbps', _gbps)} → {_side(r, 'new', 'busbw_gbps', _gbps)}", _note(r)]
+             *_calls(r), f"{_side(r, 'base', 'busbw_gbps', _gbps)} → {_side(r, 'new', 'busbw_gbps', _gbps)}"]
             for r in d["collectives"]]
-    return ["collective", "size", "count", *TIME_HEAD, "busbw", ""], rows
+    return ["collective", "size", *CALL_HEAD, "busbw"], rows, [0, 0, *CALL_PRIORITY, 2]
 
 
 def _gbps(v: Any) -> str:
     return UNKNOWN if v is None else f"{v:.2f} GB/s"
 
 
-def sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]]]]:
-    out = [("Run", *_totals(d)), ("Steps (by order)", *_steps(d)), ("Phase x block", *_blocks(d)),
-           (f"Ops by (name, input shapes), top {top} by |Δ time|", *_ops(d, top)),
-           (f"Kernels by label, top {top} by |Δ time|", *_kernels(d, top)), ("Collectives by (type, size)", *_collectives(d))]
+def sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
+    """(title, head, rows, priorities): the title says how the table is normalised."""
+    norm = d.get("normalisation") or {}
+    totals = norm.get("totals", "total")
+    return [(f"Run (totals: {totals})", *_totals(d)),
+            ("Steps, per step (matched by kind and order)", *_steps(d)),
+            (f"Phase x block ({norm.get('blocks', 'total')})", *_blocks(d)),
+            (f"Ops by (name, input shapes), per call, top {top} by |Δ per call × calls|", *_ops(d, top)),
+            (f"Kernels by label, per call, top {top} by |Δ per call × calls|", *_kernels(d, top)),
+            ("Collectives by (type, size), per call", *_collectives(d))]
+
+
+def console_sections(d: dict, top: int = 15) -> list:
+    """The diff's tables as Sections: names are text columns (the first of them gets the
+    room first); priorities as `sections` declares them (0: the answer)."""
+    from tracekit.reports.section import Section
+
+    out = []
+    for title, head, rows, priority in sections(d, top):
+        text = tuple(i for i, h in enumerate(head) if h in TEXT_COLUMNS)
+        names = [i for i in text if head[i] not in ("verdict", "", "compared as")]
+        out.append(Section(title, head, rows, priority, flex=names[-1] if names else 0, left=text))
     return out
 
 
@@ -121,7 +182,9 @@ def to_markdown(d: dict, top: int = 15) -> str:
 
     lines = ["# tracekit diff", ""] + [f"- {esc(t)}" for t in _title(d)]
     lines += [f"- warning: {esc(w)}" for w in d.get("warnings", [])]
-    for title, head, rows in sections(d, top):
+    lines.append(f"- verdicts: 95% bootstrap interval of new / base (fixed seed); slower or faster only when the interval "
+                 f"excludes 1 and the change is at least {100 * d.get('min_change', 0.02):g}%")
+    for title, head, rows, _ in sections(d, top):
         lines += ["", f"## {esc(title)}", ""]
         if not rows:
             lines.append("(none)")
@@ -133,7 +196,6 @@ def to_markdown(d: dict, top: int = 15) -> str:
 def render_console(d: dict, console, top: int = 15) -> None:
     from rich.text import Text
 
-    from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 
@@ -141,13 +203,9 @@ def render_console(d: dict, console, top: int = 15) -> None:
         console.print(terminal(t))
     for w in d.get("warnings", []):
         console.print(Text.assemble(("warning: ", "yellow"), terminal(w)))
-    for title, head, rows in sections(d, top):
-        if not rows:
-            continue
-        text = tuple(i for i, h in enumerate(head) if i < 2 or h in ("", "op", "kernel"))
-        # names and the side note are kept; the time columns before the detail ones
-        priority = [0 if i in text else (1 if i < len(head) // 2 + 1 else 2) for i in range(len(head))]
-        print_section(Section(title, head, rows, priority, flex=1 if len(head) > 1 else 0, left=text), console)
+    for section in console_sections(d, top):
+        if section.rows:
+            print_section(section, console)
 
 
 def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
@@ -158,3 +216,59 @@ def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
 
     return [write_file(os.path.join(out_dir, "diff.json"), to_json(d) + "\n"),
             write_file(os.path.join(out_dir, "diff.md"), to_markdown(d, top))]
+
+
+def rank_sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
+    """The cross-rank comparison and one line per rank: its step time and largest kernel change."""
+    rows = []
+    for r in d["ranks"]:
+        if r["diff"] is None:
+            rows.append([str(r["rank"]), UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, f"only in {r['only']}", "", ""])
+            continue
+        step = r["diff"]["totals"][0]
+        kernels = [k for k in r["diff"]["kernels"] if k["only"] is None and k["unlisted"] is None]
+        k = kernels[0] if kernels else None
+        rows.append([str(r["rank"]), duration(step["base"]), duration(step["new"]), ratio(step["ratio"]),
+                     _interval(step.get("interval")), step.get("verdict") or UNKNOWN,
+                     k["key"]["kernel"] if k else UNKNOWN, f"{ratio(k['ratio'])} {_verdict(k)}" if k else UNKNOWN])
+    per_rank = (["rank", "base step", "new step", "ratio", "95% interval", "verdict", "largest kernel change", "per call"], rows,
+                [0, 1, 1, 0, 2, 0, 0, 0])
+    return [("Cross-rank (median step over every rank's steps)", *_totals(d, "cross_rank")),
+            ("Per rank: median step, and the kernel whose per-call change costs the most time", *per_rank)]
+
+
+def ranks_markdown(d: dict, top: int = 15) -> str:
+    from tracekit.reports.text import markdown as esc, markdown_table
+
+    lines = ["# tracekit diff (ranks)", "", f"- base: {d['base']['ranks']} ranks, new: {d['new']['ranks']} ranks",
+             f"- stragglers: base {esc(d['stragglers']['base'])}, new {esc(d['stragglers']['new'])}"]
+    lines += [f"- warning: {esc(w)}" for w in d.get("warnings", [])]
+    for title, head, rows, _ in rank_sections(d, top):
+        lines += ["", f"## {esc(title)}", ""] + (markdown_table(head, rows) if rows else ["(none)"])
+    for r in d["ranks"]:
+        if r["diff"] is not None:
+            body = to_markdown(r["diff"], top).split("\n", 1)[1]
+            lines += ["", f"# rank {r['rank']}", body]
+    return "\n".join(lines) + "\n"
+
+
+def render_ranks(d: dict, console, top: int = 15) -> None:
+    from tracekit.reports.section import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
+    console.print(terminal(f"base: {d['base']['ranks']} ranks; new: {d['new']['ranks']} ranks; stragglers "
+                           f"{d['stragglers']['base']} -> {d['stragglers']['new']} (per-rank detail: --format json or --out)"))
+    for title, head, rows, priority in rank_sections(d, top):
+        text = tuple(i for i, h in enumerate(head) if h in ("run", "compared as", "verdict", "largest kernel change", "per call"))
+        flex = head.index("largest kernel change") if "largest kernel change" in head else 0
+        print_section(Section(title, head, rows, priority, flex=flex, left=text), console)
+
+
+def write_ranks(d: dict, out_dir: str, top: int = 15) -> list[str]:
+    import os
+
+    from tracekit.reports.atomic import write_file
+
+    return [write_file(os.path.join(out_dir, "diff.json"), to_json(d) + "\n"),
+            write_file(os.path.join(out_dir, "diff.md"), ranks_markdown(d, top))]

@@ -1,7 +1,8 @@
 """A report section as rows of display strings: what every renderer lays out (terminal,
 Markdown, HTML). Cells hold raw text (trace names included): each renderer passes every cell
 through its medium's function in reports/text.py. Each column has a priority, so a narrow
-terminal drops the least useful columns first (0: never dropped)."""
+terminal drops the least useful columns first; priority 0 declares the columns that carry
+the table's answer (why, Δ, ratio, recoverable, coverage, the names): never dropped."""
 
 from __future__ import annotations
 
@@ -24,10 +25,16 @@ class Section:
     title: str
     head: list[str]
     rows: list[list[str]]
-    priority: list[int]  # per column: higher is kept longer in a narrow terminal; 0 is always kept
+    priority: list[int]  # per column: a higher number is dropped sooner in a narrow terminal; 0: an answer column, always kept
     flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
     note: str = ""  # a line under the table (plain text, may hold trace strings)
     left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
+    wrap: tuple[int, ...] = ()  # prose columns (a reason, a why): they wrap in a narrow terminal instead of eliding
     terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
     empty: str = "(none)"
     extra: dict = field(default_factory=dict)
+
+    @property
+    def answer(self) -> list[str]:
+        """The columns that carry the table's answer (priority 0): every width keeps them."""
+        return [h for h, p in zip(self.head, self.priority) if p == 0]

@@ -1,7 +1,9 @@
 """The report's sections as rows of display strings, shared by the terminal, Markdown and
 HTML renderers. Cells hold raw text (trace names included): each renderer passes every
 cell through its medium's function in reports/text.py. Each column has a priority, so a
-narrow terminal drops the least useful columns first (0: never dropped)."""
+narrow terminal drops the least useful columns first; priority 0 marks the columns that
+carry the table's answer (the name, the why, the time, Δ, ratio, recoverable, coverage):
+they are never dropped, and their text elides in the middle or wraps."""
 
 from __future__ import annotations
 
@@ -93,7 +95,7 @@ def block_rows(a: Analysis) -> Section:
             for r in a.blocks.to_dict(orient="records")]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
     title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
-    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 3, 3, 3], flex=1, left=(0, 1))
+    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1))
 
 
 def device_rows(a: Analysis) -> Section:
@@ -123,7 +125,7 @@ def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
              number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"), number(r["intensity"], "{:,.1f}"),
              f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}" + (" >peak" if not is_unknown(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
              text(r["bound"])] for r in a.top_kernels(top).to_dict(orient="records")]
-    return Section("Top kernels by GPU time", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
+    return Section("Top kernels by GPU time", head, rows, [0, 2, 0, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
 
 
 def op_rows(a: Analysis, top: int) -> Section:
@@ -131,7 +133,7 @@ def op_rows(a: Analysis, top: int) -> Section:
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]), text(r["bound"])]
             for r in a.ops.head(top).to_dict(orient="records")]
     title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
-    return Section(title, head, rows, [0, 0, 2, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
+    return Section(title, head, rows, [0, 0, 0, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
 def collective_rows(a: Analysis, top: int) -> Section:
@@ -153,7 +155,7 @@ def overlap_rows(a: Analysis) -> Section:
 def unmodeled_rows(a: Analysis, label: Labels) -> Section:
     head = ["kernel", "time", "share", "why it has no cost"]
     rows = [[label(r["name"]), duration(r["time_ns"]), percent(r["share"]), r["reason"]] for r in a.coverage["top_unmodeled"]]
-    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 1], flex=0, left=(0, 3))
+    return Section("Kernels without a cost, and why", head, rows, [0, 0, 0, 0], flex=0, left=(0, 3), wrap=(3,))
 
 
 def _coverage_note(a: Analysis) -> str:

@@ -1,0 +1,127 @@
+"""diff compares like with like, and tells a change from noise: synthetic captures of one
+workload (tests/synthetic.py), where every duration is written by hand, so each expected
+figure is a formula over those durations."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from synthetic import KinetoBuilder
+
+GEMM, ADD = "ampere_sgemm_128x64_nn", "vectorized_elementwise_kernel_add"
+GEMM_US, ADD_US, STEP_US = 100.0, 20.0, 500.0
+
+
+def capture(tmp_path, name, steps, gemm_scale=1.0, jitter=0.0, seed=0, calls=3):
+    """`steps` ProfilerStep#N ranges of STEP_US each; per step `calls` pairs of aten::mm ->
+    GEMM (GEMM_US × gemm_scale) and aten::add -> ADD (ADD_US), every kernel duration
+    multiplied by (1 + u), u uniform in [-jitter, +jitter] (seeded)."""
+    rng = random.Random(seed)
+    b = KinetoBuilder()
+    t = 1000.0
+    for s in range(steps):
+        b.range(f"ProfilerStep#{s + 1}", t, STEP_US)
+        gpu = t + 5
+        for c in range(calls):
+            launch = t + 1 + 20 * c
+            for op, kernel, dur, dims in (("aten::mm", GEMM, GEMM_US * gemm_scale, [[512, 512], [512, 512]]),
+                                          ("aten::add", ADD, ADD_US, [[512, 512], [512, 512]])):
+                d = dur * (1 + rng.uniform(-jitter, jitter))
+                b.op(op, launch, 5, dims=dims, types=["float", "float"])
+                b.kernel(kernel, launch + 1, gpu, d)
+                gpu += d + 0.5
+                launch += 8
+        assert gpu < t + STEP_US  # the kernels fit in the step: its duration stays STEP_US
+        t += STEP_US + 10
+    return b.write(tmp_path / f"{name}.json")
+
+
+def rows(d, table):
+    return {tuple(r["key"].values()): r for r in d[table]}
+
+
+def test_different_numbers_of_steps_compare_per_step_and_per_call_not_totals(tmp_path):
+    from tracekit.compare import diff
+
+    d = diff(capture(tmp_path, "four", 4), capture(tmp_path, "six", 6))
+    assert d["same_steps"] is False and "4 ProfilerStep vs 6 ProfilerStep" in d["same_steps_reason"]
+    assert d["normalisation"]["kernels"] == d["normalisation"]["ops"] == "per call"
+    # per call: GEMM_US each side; calls = 3 per step × 4 and × 6
+    gemm = rows(d, "kernels")[(GEMM,)]
+    assert (gemm["base"]["calls"], gemm["new"]["calls"]) == (12, 18)
+    assert gemm["base"]["per_call_ns"] == gemm["new"]["per_call_ns"] == GEMM_US * 1000
+    assert gemm["delta_ns"] == 0 and gemm["ratio"] == 1.0 and gemm["verdict"] == "within noise"
+    assert gemm["total_ratio"] == pytest.approx(18 / 12)  # what the old diff called a 1.5x slowdown
+    mm = rows(d, "ops")[("aten::mm", "[[512, 512], [512, 512]]")]
+    assert (mm["base"]["calls"], mm["new"]["calls"], mm["ratio"]) == (12, 18, 1.0)
+    # per step: steps 1-4 match with STEP_US each; 5 and 6 are the new capture's only
+    steps = d["steps"]
+    assert [(r["key"]["index"], r["delta_ns"]) for r in steps[:4]] == [(i, 0.0) for i in range(4)]
+    assert [r["only"] for r in steps[4:]] == ["new", "new"]
+    totals = {r["metric"]: r for r in d["totals"]}
+    assert totals["step_time_ns"]["ratio"] == 1.0 and totals["step_time_ns"]["verdict"] == "within noise"
+    # totals over different steps are shown, not compared
+    busy = totals["gpu_busy_ns"]
+    assert busy["compared"] is False and busy["delta"] is None and busy["ratio"] is None
+    assert busy["new"] / busy["base"] == pytest.approx(6 / 4)
+    # blocks: per step, time / steps, unchanged
+    assert d["normalisation"]["blocks"].startswith("per step")
+    assert all(r["delta_ns"] == pytest.approx(0, abs=1e-6) for r in d["blocks"])
+
+
+def test_same_steps_compare_totals(tmp_path):
+    from tracekit.compare import diff
+
+    d = diff(capture(tmp_path, "a", 4), capture(tmp_path, "b", 4, gemm_scale=1.1))
+    totals = {r["metric"]: r for r in d["totals"]}
+    assert d["same_steps"] and totals["gpu_busy_ns"]["compared"]
+    # busy grows by the GEMMs' 10%: 12 calls × 10 µs
+    assert totals["gpu_busy_ns"]["delta"] == pytest.approx(12 * 0.1 * GEMM_US * 1000)
+
+
+def test_a_ten_percent_slowdown_is_slower_and_one_percent_jitter_is_noise(tmp_path):
+    from tracekit.compare import diff
+
+    base = capture(tmp_path, "base", 20, jitter=0.01, seed=1)
+    slow = diff(base, capture(tmp_path, "slow", 20, gemm_scale=1.10, jitter=0.01, seed=2))
+    gemm, add = rows(slow, "kernels")[(GEMM,)], rows(slow, "kernels")[(ADD,)]
+    assert gemm["verdict"] == "slower" and gemm["interval"][0] > 1.05 and gemm["ratio"] == pytest.approx(1.10, abs=0.01)
+    assert add["verdict"] == "within noise" and add["interval"][0] < 1 < add["interval"][1]
+    assert rows(slow, "ops")[("aten::mm", "[[512, 512], [512, 512]]")]["verdict"] == "slower"
+    jitter = diff(base, capture(tmp_path, "jitter", 20, jitter=0.01, seed=3))
+    assert {r["verdict"] for r in jitter["kernels"]} == {"within noise"}
+    assert {r["verdict"] for r in jitter["ops"]} == {"within noise"}
+
+
+def test_noise_verdicts_from_a_stored_summary_match_the_trace(tmp_path):
+    """summary.json keeps a sketch of each kernel's calls: the verdict survives storage."""
+    import json
+
+    import tracekit
+    from tracekit.compare import diff
+
+    base = tracekit.analyze(capture(tmp_path, "base", 20, jitter=0.01, seed=1))
+    new = tracekit.analyze(capture(tmp_path, "slow", 20, gemm_scale=1.10, jitter=0.01, seed=2))
+    stored = [json.loads(a.to_json(5)) for a in (base, new)]
+    sketch = stored[0]["top_kernels"][0]["duration_sketch_ns"]
+    assert len(sketch) == 20 and sketch == sorted(sketch)  # 60 calls in 20 quantiles
+    d = diff(*stored)
+    assert rows(d, "kernels")[(GEMM,)]["verdict"] == "slower" and rows(d, "kernels")[(ADD,)]["verdict"] == "within noise"
+
+
+def test_check_baseline_gate_fails_a_real_regression_and_passes_noise(tmp_path):
+    from tracekit.compare import as_summary, check
+
+    base = as_summary(capture(tmp_path, "base", 20, jitter=0.01, seed=1))
+    slow = as_summary(capture(tmp_path, "slow", 20, gemm_scale=1.10, jitter=0.01, seed=2))
+    jitter = as_summary(capture(tmp_path, "jitter", 20, jitter=0.01, seed=3))
+    expect = [{"kernel": GEMM, "max_regression": 0.05}]
+    (v,) = check(slow, expect, base)
+    assert not v.ok and v.measured == pytest.approx(0.10, abs=0.01) and "slower" in v.reason
+    (v,) = check(jitter, expect, base)
+    assert v.ok
+    # a regression below its limit passes even when beyond noise
+    (v,) = check(slow, [{"kernel": GEMM, "max_regression": 0.2}], base)
+    assert v.ok

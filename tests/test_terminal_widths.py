@@ -1,0 +1,86 @@
+"""At 80 and 100 columns, every table of `analyze`, `diff` and `check` on every shared trace
+keeps its answer columns (each Section declares them: priority 0), fits the width, and never
+prints two rows the same when their data differ (long text elides in the middle, or wraps
+where eliding would make two values look alike). Each trace is analysed once, in-process,
+and rendered to a rich Console of the given width."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from conftest import SHARED
+from golden import DEVICES, fixtures
+
+WIDTHS = (80, 100)
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    import tracekit
+
+    return {p.name: tracekit.analyze(p, device=DEVICES.get(p.name), workers=1) for p in fixtures()}
+
+
+def _sections(analyses):
+    """(where, Section) for every table the three commands print."""
+    from tracekit.compare import as_summary, check, diff
+    from tracekit.reports import check as check_report, diff as diff_report
+    from tracekit.reports.tables import sections
+
+    names = sorted(analyses)
+    summaries = {n: as_summary(analyses[n], top=15) for n in names}
+    for n in names:
+        for s in sections(analyses[n], 15):
+            if s.terminal:
+                yield f"analyze {n}", s
+    # each trace against the next: every diff table with matches, changes and one-side rows
+    for a, b in zip(names, names[1:] + names[:1]):
+        for s in diff_report.console_sections(diff(summaries[a], summaries[b]), 15):
+            yield f"diff {a} {b}", s
+        expect = [{"max_step_time_ms": 1}, {"min_coverage": 0.9}, {"max_regression": 0.05}, {"block": "attention", "min_efficiency": 0.5},
+                  {"kernel": str((summaries[a]["top_kernels"] or [{"name": "none"}])[0]["name"]), "max_regression": 0.05}]
+        yield f"check {b}", check_report.section(check(summaries[b], expect, summaries[a]), str(SHARED / b))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
+    from tracekit.reports.terminal import fit, plan
+
+    checked = 0
+    for where, section in _sections(analyses):
+        if not section.rows:
+            continue
+        layout = plan(section, width)
+        kept = [section.head[i] for i in layout.keep]
+        assert all(h in kept for h in section.answer), (where, section.title, width, section.answer, kept)
+        # no two rows print the same when their data differ
+        printed: dict[tuple, tuple] = {}
+        for full, shown in zip(section.rows, layout.cells):
+            text = tuple(shown[i].plain for i in layout.keep)
+            data = tuple(str(c) for c in full)
+            assert printed.setdefault(text, data) == data, (where, section.title, width, text)
+        console = Console(width=width, record=True, file=open("/dev/null", "w"), force_terminal=False)
+        console.print(fit(section, width, plain=True))
+        lines = console.export_text().splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= width, (where, section.title)
+        checked += 1
+    assert checked > 100
+
+
+def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
+    """Eliding `[[8192, 2432], ...]` at its end made two aten::mm rows look identical."""
+    from tracekit.reports.section import Section
+    from tracekit.reports.terminal import plan
+
+    a, b = "[[8192, 2432], [2432, 7296], [7296]]", "[[8192, 2432], [2432, 9728], [7296]]"
+    s = Section("ops", ["op", "input shapes", "time"], [["aten::mm", a, "1.000 ms"], ["aten::mm", b, "2.000 ms"]], [0, 0, 0],
+                flex=1, left=(0, 1))
+    layout = plan(s, 30)
+    shown = [row[1].plain for row in layout.cells]
+    assert shown[0] != shown[1] and 1 in layout.wrap  # they differ only in the middle: the column wraps
+    c = Section("ops", ["op", "input shapes", "time"], [["aten::mm", a, "1.000 ms"], ["aten::mm", a[:-1] + ", [1]]", "2.000 ms"]],
+                [0, 0, 0], flex=1, left=(0, 1))
+    layout = plan(c, 30)
+    assert not layout.wrap and layout.cells[0][1].plain != layout.cells[1][1].plain  # the ends tell them apart
+    assert "…" in layout.cells[0][1].plain
