@@ -206,7 +206,8 @@ def test_recoverable_time_of_an_op_by_hand():
     t_min_call = (512 + 141 * 512 + 512 * 512 + 141 * 512) * 2 / (3350e9 * 0.8) * 1e9
     assert row["t_min_ns"] == pytest.approx(17 * t_min_call, rel=1e-6)
     assert row["recoverable_ns"] == pytest.approx(row["time_ns"] - row["t_min_ns"], rel=1e-9)
-    step = sum(e["dur"] for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")) * 1e3
+    # the step's time on the GPU: its gpu_user_annotation (its kernels all run inside it)
+    step = sum(e["dur"] for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#")) * 1e3
     assert row["share"] == pytest.approx(row["recoverable_ns"] / step, rel=1e-3)
     f = a.findings
     assert f.fix_ops["cumulative_share"].iloc[-1] == pytest.approx(f.fix_ops["share"].sum())
@@ -243,11 +244,11 @@ def test_idle_gaps_by_cause_on_a_hand_made_timeline():
 
 
 def test_idle_split_adds_up_to_the_idle_time_inside_steps():
-    """The categories add up to the step window minus the union of GPU activity in it,
-    computed here from the raw trace."""
+    """The categories add up to the step's GPU window (its gpu_user_annotation) minus the
+    union of GPU activity in it, computed here from the raw trace."""
     a = tracekit.analyze(QWEN)
     events = _raw_events(QWEN)
-    step = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    step = next(e for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#"))
     lo, hi = step["ts"], step["ts"] + step["dur"]
     gpu = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     busy, reach = 0.0, lo

@@ -61,6 +61,6 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
         measured.warnings += [f"model: {note}" for note in run.notes]
     return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
-                    kernel_summary=kernel_summary(kernels), collectives=collectives,
+                    kernel_summary=kernel_summary(kernels), copy_summary=kernel_summary(kernels, copies=True), collectives=collectives,
                     collective_summary=collective_summary(collectives), overlap=overlap_table(kernels),
                     findings=findings, model=prediction)

@@ -25,33 +25,37 @@ def exclusive_time(kernels: pd.DataFrame) -> np.ndarray:
 
 
 DEVICE_COLUMNS = ["device", "active_start_ns", "active_ns", "busy_ns", "idle_ns", "span_ns", "idle_span_ns", "kernel_time_ns",
-                  "overlap_ns"]
+                  "copies_time_ns", "overlap_ns"]
 
 
 def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> pd.DataFrame:
     """Per device: busy (union of activity); idle within the GPU-active window (first to last
     GPU activity on the device: what HTA and TraceLens call idle, and what a user can act on);
     and idle over the whole capture span, which also counts host time before the first and
-    after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span."""
+    after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span.
+    `kernel_time_ns` sums kernels only, `copies_time_ns` memcpy and memset; `overlap_ns` is
+    the time two or more activities ran at once (their sum minus busy)."""
     if not len(kernels):
         return pd.DataFrame(columns=DEVICE_COLUMNS)
     # per device (sorted), with integer sums, minima and maxima: exact in any order
     devices, device = np.unique(kernels["device"].to_numpy(), return_inverse=True)
     device = device.reshape(-1)
     start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    is_kernel = (kernels["kind"] == "kernel").to_numpy() if "kind" in kernels else np.ones(len(kernels), dtype=bool)
     active_start = np.full(len(devices), np.iinfo(np.int64).max)
     active_end = np.full(len(devices), np.iinfo(np.int64).min)
     np.minimum.at(active_start, device, start)
     np.maximum.at(active_end, device, end)
     per = pd.DataFrame({
         "device": devices, "busy_ns": _int_sums(device, exclusive, len(devices)),
-        "kernel_time_ns": _int_sums(device, end - start, len(devices)), "active_start_ns": active_start, "active_end": active_end,
+        "kernel_time_ns": _int_sums(device, np.where(is_kernel, end - start, 0), len(devices)),
+        "copies_time_ns": _int_sums(device, np.where(is_kernel, 0, end - start), len(devices)), "active_start_ns": active_start, "active_end": active_end,
     })
     per["active_ns"] = per["active_end"] - per["active_start_ns"]
     per["idle_ns"] = per["active_ns"] - per["busy_ns"]
     per["span_ns"] = span_ns
     per["idle_span_ns"] = span_ns - per["busy_ns"]
-    per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
+    per["overlap_ns"] = per["kernel_time_ns"] + per["copies_time_ns"] - per["busy_ns"]
     return per[DEVICE_COLUMNS]
 
 
