@@ -23,7 +23,7 @@ from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
 from tracekit.trace.step_ownership import kernel_steps
-from tracekit.trace.timeline import device_time, exclusive_time
+from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 
 
 def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
@@ -38,7 +38,9 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         from tracekit.model import run_model
 
         run = run_model(trace, costs, labels, owner, model, device)
-    exclusive = exclusive_time(trace.kernels)
+    # Shared time goes to compute first, then copies, then communication (its exposed time).
+    tiers = activity_tiers(trace.kernels["kind"].to_numpy(), (labels["block"] == "collective").to_numpy())
+    exclusive = exclusive_time(trace.kernels, tiers)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
     op_names = text_of(trace.ops["name"])

@@ -1,8 +1,12 @@
 """Busy and idle time per device, with overlapping streams counted once.
 
-Each GPU activity gets an exclusive share of time: the part of its interval that no
-earlier-starting activity on the same device already covers. Exclusive times add up to
-the union of busy intervals, so per device: sum(exclusive) + idle = span, exactly.
+Each GPU activity gets an exclusive share of time, by a documented priority (TIERS):
+time covered by compute kernels belongs to compute; copies and memsets keep what compute
+does not cover; communication kernels keep only the time nothing else covers (their
+exposed time: a collective that spins while it waits for its peers is waiting, not
+working). Within a tier, the part of an interval that an earlier-starting activity of the
+same tier already covers goes to that one. Exclusive times add up to the union of busy
+intervals, so per device: sum(exclusive) + idle = span, exactly.
 """
 
 from __future__ import annotations
@@ -10,18 +14,45 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# Priority of the time two activities share: lower tier wins.
+TIERS = {"compute": 0, "copy": 1, "comm": 2}
 
-def exclusive_time(kernels: pd.DataFrame) -> np.ndarray:
+
+def activity_tiers(kind: np.ndarray, is_comm: np.ndarray) -> np.ndarray:
+    """Per activity: its tier (TIERS) from its kind (kernel / memcpy / memset) and whether
+    it is a communication kernel."""
+    kind = np.asarray(kind).astype(str)
+    return np.where(kind != "kernel", TIERS["copy"], np.where(np.asarray(is_comm, dtype=bool), TIERS["comm"], TIERS["compute"]))
+
+
+def exclusive_time(kernels: pd.DataFrame, tiers: np.ndarray | None = None) -> np.ndarray:
+    """Per activity: the time it alone is charged with (see the module docstring). Without
+    `tiers` every activity is one tier (the earliest-starting one takes shared time)."""
     out = np.zeros(len(kernels), dtype=np.int64)
-    start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
-    for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
-        rows = np.flatnonzero(kernels["device"].to_numpy() == device)
-        rows = rows[np.lexsort((end[rows], start[rows]))]
-        s, e = start[rows], end[rows]
-        # the furthest end reached by any activity that started before this one
-        covered = np.maximum.accumulate(np.r_[s[0], e[:-1]])
-        out[rows] = np.clip(e - np.maximum(s, covered), 0, None)
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    tiers = np.zeros(len(kernels), dtype=np.int64) if tiers is None else np.asarray(tiers, dtype=np.int64)
+    device_of = kernels["device"].to_numpy()
+    for device in np.unique(device_of) if len(kernels) else ():
+        on = device_of == device
+        above = np.zeros((0, 2), dtype=np.int64)  # union of the higher-priority tiers on this device
+        for tier in np.unique(tiers[on]):
+            rows = np.flatnonzero(on & (tiers == tier))
+            rows = rows[np.lexsort((end[rows], start[rows]))]
+            s, e = start[rows], end[rows]
+            # the furthest end reached by any activity of this tier that started before this one
+            covered = np.maximum.accumulate(np.r_[s[0], e[:-1]])
+            lo = np.maximum(s, covered)
+            own = np.clip(e - lo, 0, None)
+            if len(above):
+                own = own - _covered_between(above, lo, np.maximum(lo, e))
+            out[rows] = own
+            above = union(np.r_[above, np.column_stack([s, e])])
     return out
+
+
+def _covered_between(merged: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per [lo, hi): the length of it that the merged intervals cover."""
+    return covered_before(merged, hi) - covered_before(merged, lo)
 
 
 DEVICE_COLUMNS = ["device", "active_start_ns", "active_ns", "busy_ns", "idle_ns", "span_ns", "idle_span_ns", "kernel_time_ns",
