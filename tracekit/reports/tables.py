@@ -69,7 +69,8 @@ def fix_blocks(a: Analysis, top: int) -> Section:
 
 _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
                "sync": "synchronisation: host blocked in a sync call",
-               "other": "other: queued but not started, or no launch"}
+               "queued": "queued: launched well before, waiting behind other work",
+               "other": "other: nothing recorded (launch latency, or no launch)"}
 
 
 def idle(a: Analysis) -> Section:
@@ -83,6 +84,16 @@ def idle(a: Analysis) -> Section:
         note = (f"{s['count']:,} of {s['kernels']:,} kernels ran shorter than the host call that launched them "
                 f"({duration(s['time_ns'])} of kernel time behind {duration(s['launch_ns'])} of launch calls)")
     return Section(f"Overhead no roofline shows: GPU idle time {f.idle_window}, by cause", head, rows, [0, 2, 0, 1, 0], flex=0, note=note)
+
+
+def idle_host(a: Analysis) -> Section:
+    f = a.findings
+    head = ["host was in", "name", "gaps", "idle time covered", "of idle"]
+    h = getattr(f, "idle_host", None)
+    rows = [[r["kind"], r["name"], f"{r['gaps']:,}", duration(r["idle_ns"]), percent(r["share_of_idle"])]
+            for r in records(h)] if h is not None and len(h) else []
+    return Section(f"Host code behind GPU idle {f.idle_window} (innermost frame / op / range open on the launching threads, "
+                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1))
 
 
 def block_rows(a: Analysis) -> Section:
@@ -182,6 +193,6 @@ def sections(a: Analysis, top: int) -> list[Section]:
         return [op_rows(a, top)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
-    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a),
+    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
             block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
             collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *prediction_sections(a), unmodeled_rows(a, label)]

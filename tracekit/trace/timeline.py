@@ -98,7 +98,11 @@ def _int_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 # -- GPU idle time, split by its cause (in the style of HolisticTraceAnalysis' idle-time breakdown)
 
-IDLE_CATEGORIES = ("host_wait", "sync", "other")
+IDLE_CATEGORIES = ("host_wait", "sync", "queued", "other")
+# A gap is "queued" when the work that ends it was launched at least this long before it
+# started, and for at least half of the gap: it sat behind other work (an event wait,
+# another stream), not behind the host.
+QUEUED_MIN_NS = 50_000
 
 
 def union(intervals: np.ndarray) -> np.ndarray:
@@ -125,15 +129,18 @@ def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
 def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.ndarray,
               windows: dict[int, np.ndarray]) -> pd.DataFrame:
     """Every stretch in which a device runs nothing (all its streams idle), clipped to the
-    window in which idleness counts (the steps), and why the GPU waited:
+    window in which idleness counts (the steps), and why the GPU waited, in this order:
 
-      sync       the host sat in a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize,
-                 cudaEventSynchronize, a blocking cudaMemcpy, hip...) that returned during the gap:
-                 it waited for the GPU to drain before it could queue more work;
+      queued     a gap of QUEUED_MIN_NS or more whose closing activity was launched well before
+                 it ended (at least QUEUED_MIN_NS and half the gap before its start): the
+                 work was there, queued behind other work (an event wait, another stream);
+      sync       the host sat in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize,
+                 a blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap:
+                 only the time the call is in progress counts, not a call that merely returns in it;
       host_wait  the launch of the activity that ends the gap began after the gap began: the
                  GPU had run out of work because the host was late (launch-bound);
-      other      the work was queued in time but did not start (waiting on an event or another
-                 stream, or launch latency), or the activity has no launch call in the trace.
+      other      nothing recorded explains it: launch latency, or the activity has no launch
+                 call in the trace (graph replays, work issued before the capture).
 
     `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 3)
     array of synchronising calls' [start, end, host pid] (only the processes that launched
@@ -150,7 +157,7 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         rows = np.flatnonzero(device == dev)
         hosts = np.unique(pid[rows])
         mine = sync_calls if (hosts < 0).any() else sync_calls[np.isin(sync_calls[:, 2], hosts) | (sync_calls[:, 2] < 0)]
-        sync_end = np.sort(mine[:, 1]) if len(mine) else np.zeros(0, dtype=np.int64)
+        blocked = union(mine[:, :2]) if len(mine) else np.zeros((0, 2), dtype=np.int64)
         rows = rows[np.argsort(start[rows], kind="stable")]
         s, reach = start[rows], np.maximum.accumulate(end[rows])  # the furthest any earlier activity reached
         window = windows.get(int(dev), np.zeros((0, 2), dtype=np.int64))
@@ -163,10 +170,15 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
             continue
         g_start, g_end, nxt = g_start[gap], g_end[gap], nxt[gap]
         idle = covered_before(window, g_end) - covered_before(window, g_start)
-        synced = np.searchsorted(sync_end, g_start, side="left") < np.searchsorted(sync_end, g_end, side="right")
+        length = g_end - g_start
+        in_sync = covered_before(blocked, g_end) - covered_before(blocked, g_start)
+        synced = 2 * in_sync >= length
         launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
-        late = (launched >= 0) & (launched > g_start)
-        category = np.where(synced, "sync", np.where(late, "host_wait", "other"))
+        has_launch = launched >= 0
+        waited = g_end - launched  # from the launch call to the start of the work
+        queued = has_launch & (length >= QUEUED_MIN_NS) & (waited >= QUEUED_MIN_NS) & (2 * np.minimum(waited, length) >= length) & (launched < g_end)
+        late = has_launch & (launched > g_start)
+        category = np.where(queued, "queued", np.where(synced, "sync", np.where(late, "host_wait", "other")))
         keep = idle > 0
         out.append(pd.DataFrame({"device": int(dev), "start": g_start[keep], "end": g_end[keep], "idle_ns": idle[keep],
                                  "category": category[keep], "next_row": nxt[keep]}))
