@@ -28,10 +28,17 @@ def raw_events(path):
 
 
 def raw_step_ns(path, name):
-    """A CPU step range's duration in ns, straight from the trace (Kineto writes µs)."""
-    durations = [e["dur"] for e in raw_events(path) if e.get("name") == name and e.get("cat") == "user_annotation"]
-    assert len(durations) == 1
-    return durations[0] * 1000
+    """A step's time on the GPU in ns, straight from the trace (Kineto writes µs): its
+    gpu_user_annotation widened to the GPU activities launched inside its CPU range (same
+    process), or without one the first start to the last end of those activities."""
+    events = raw_events(path)
+    (host,) = [e for e in events if e.get("name") == name and e.get("cat") == "user_annotation"]
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("pid") == host["pid"]
+                and host["ts"] <= e["ts"] <= host["ts"] + host["dur"] and "correlation" in e.get("args", {})}
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+             and e.get("args", {}).get("correlation") in launched]
+    spans += [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e.get("cat") == "gpu_user_annotation"]
+    return round((max(e for _, e in spans) - min(s for s, _ in spans)) * 1000)
 
 
 def tracekit(*args):
@@ -48,7 +55,7 @@ def dlrm_diff():
 def test_diff_steps_match_by_order_with_raw_durations(dlrm_diff):
     (step,) = dlrm_diff["steps"]
     base, new = raw_step_ns(RANK0, "ProfilerStep#10"), raw_step_ns(RANK1, "ProfilerStep#10")
-    assert (step["base"]["time_ns"], step["new"]["time_ns"]) == (base, new) == (14_455_000, 19_901_000)
+    assert (step["base"]["time_ns"], step["new"]["time_ns"]) == (base, new) == (13_009_000, 18_467_000)
     assert step["delta_ns"] == new - base and step["ratio"] == pytest.approx(new / base)
     assert dlrm_diff["totals"][0] == {"metric": "step_time_ns", "base": base, "new": new, "delta": new - base, "ratio": pytest.approx(new / base),
                                       "normalisation": "median step", "compared": True,
@@ -132,7 +139,7 @@ def test_diff_cli_formats_and_out_dir(tmp_path):
     run = tracekit("diff", RANK0, RANK1, "--format", "json", "--out", tmp_path / "d")
     assert run.returncode == 0, run.stderr
     printed = json.loads(run.stdout)
-    assert printed["steps"][0]["delta_ns"] == 5_446_000
+    assert printed["steps"][0]["delta_ns"] == 18_467_000 - 13_009_000  # GPU windows, as raw_step_ns
     assert json.loads((tmp_path / "d" / "diff.json").read_text()) == printed
     markdown = (tmp_path / "d" / "diff.md").read_text()
     assert "## Phase x block" in markdown and "ncclKernel\\_SendRecv\\_RING\\_SIMPLE\\_Sum\\_int8\\_t" in markdown
@@ -149,7 +156,7 @@ def write_expect(tmp_path, text):
 
 
 def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
-    step_ms = raw_step_ns(QWEN, "ProfilerStep#6") / 1e6  # 47.151 ms
+    step_ms = raw_step_ns(QWEN, "ProfilerStep#6") / 1e6  # 34.892 ms: the gpu_user_annotation ProfilerStep#6
     holds = write_expect(tmp_path, f"[[expect]]\nmax_step_time_ms = {step_ms + 0.01}\nmax_exposed_comm_share = 0.0\n")
     run = tracekit("check", QWEN, "--expect", holds, "--format", "json")
     assert run.returncode == 0, run.stderr
@@ -160,7 +167,7 @@ def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
     assert run.returncode == 3 and "FAIL" in run.stdout and "0 of 1 expectations hold" in run.stdout
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures")) == ("1", "1")
-    assert "47.1514" in suite.find("testcase/failure").get("message")
+    assert "34.8924" in suite.find("testcase/failure").get("message")
 
 
 def test_check_block_expectations_on_a_stored_summary():
@@ -201,7 +208,7 @@ def test_check_regression_against_a_baseline_summary(tmp_path):
     run = tracekit("check", RANK1, "--expect", expect, "--baseline", baseline, "--format", "json")
     assert run.returncode == 3
     (verdict,) = json.loads(run.stdout)["verdicts"]
-    assert verdict["measured"] == pytest.approx(19_901 / 14_455 - 1)  # step time grew 37.7%
+    assert verdict["measured"] == pytest.approx(18_467 / 13_009 - 1)  # step time (GPU window) grew 42.0%
     same = tracekit("check", RANK0, "--expect", expect, "--baseline", baseline)
     assert same.returncode == 0, same.stdout
 

@@ -24,7 +24,7 @@ from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
 from tracekit.trace.step_ownership import kernel_steps
-from tracekit.trace.timeline import device_time, exclusive_time
+from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 
 
 def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
@@ -40,7 +40,9 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         from tracekit.model import run_model
 
         run = run_model(trace, costs, labels, owner, model, device)
-    exclusive = exclusive_time(trace.kernels)
+    # Shared time goes to compute first, then copies, then communication (its exposed time).
+    tiers = activity_tiers(trace.kernels["kind"].to_numpy(), (labels["block"] == "collective").to_numpy())
+    exclusive = exclusive_time(trace.kernels, tiers)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
     op_names = text_of(trace.ops["name"])
@@ -63,7 +65,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
         measured.warnings += [f"model: {note}" for note in run.notes]
     return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
-                    kernel_summary=kernel_summary(kernels), collectives=collectives,
+                    kernel_summary=kernel_summary(kernels), copy_summary=kernel_summary(kernels, copies=True), collectives=collectives,
                     collective_summary=collective_summary(collectives), overlap=overlap_table(kernels),
                     findings=findings, model=prediction,
                     throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step))

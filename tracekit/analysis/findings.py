@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.idle_host import host_behind_idle
 from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
@@ -45,6 +46,7 @@ class Findings:
     idle_window: str = ""  # where idle time was counted
     idle_window_ns: float = 0.0
     short_kernels: dict[str, Any] = field(default_factory=dict)
+    idle_host: pd.DataFrame = field(default_factory=pd.DataFrame)  # host code behind GPU idle (analysis.idle_host)
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
@@ -53,6 +55,7 @@ class Findings:
             "blocks": records(self.fix_blocks.head(top)),
             "idle": {"window": self.idle_window, "window_ns": self.idle_window_ns, "categories": records(self.idle)},
             "short_kernels": self.short_kernels,
+            "idle_host": records(self.idle_host.head(top)),
         }
 
 
@@ -65,14 +68,14 @@ def compute(a) -> Findings:
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = _idle_windows(a)
-    gaps = _gaps(a, windows)
+    gaps = gaps_of(a, windows)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
     f = Findings(headline=[], basis=basis, basis_ns=basis_ns,
                  fix_ops=_ranked(work, {"op": op_name, "shapes": _shapes(a)}, basis_ns, linked),
                  fix_kernels=_ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
                  fix_blocks=_ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
-                 short_kernels=_short_kernels(a))
+                 short_kernels=_short_kernels(a), idle_host=host_behind_idle(a, gaps))
     f.headline = headline(a, f)
     return f
 
@@ -147,7 +150,8 @@ def _idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
     return out, "from first to last GPU activity"
 
 
-def _gaps(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
+def gaps_of(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
+    """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps)."""
     k = a.kernels
     launch_start = np.full(len(k), -1, dtype=np.int64)
     sync_calls = np.zeros((0, 3), dtype=np.int64)
@@ -267,8 +271,14 @@ def headline(a, f: Findings) -> list[str]:
     if len(f.idle) and f.idle["idle_ns"].sum() > 0:
         worst = f.idle.sort_values("idle_ns", ascending=False).iloc[0]
         if worst["category"] != "other" and worst["share_of_window"] >= 0.05:
-            cause = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations"}[worst["category"]]
-            sentences.append(f"{duration(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}.")
+            cause = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations",
+                     "queued": "work queued behind other work (event waits, other streams)"}[worst["category"]]
+            where = ""
+            if len(f.idle_host):
+                h = f.idle_host.iloc[0]
+                name = str(h["name"])
+                where = f"; the host was in {h['kind']} {name[:57] + '...' if len(name) > 60 else name} for {duration(h['idle_ns'])} of it"
+            sentences.append(f"{duration(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}{where}.")
     return sentences[:5]
 
 

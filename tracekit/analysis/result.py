@@ -39,13 +39,14 @@ class Measured:
 
 @dataclass(kw_only=True)
 class Analysis(Measured):
-    kernel_summary: pd.DataFrame  # every kernel name by time (rollup.kernel_summary)
+    kernel_summary: pd.DataFrame  # every kernel name by time, kernels only (rollup.kernel_summary)
     collectives: pd.DataFrame  # one row per collective kernel
     collective_summary: pd.DataFrame  # per collective, group and message size
     overlap: pd.DataFrame  # communication hidden by compute, per device
     findings: Findings  # the headline and what to fix first
     model: Prediction | None = None  # with --model
     throughput: dict | None = None  # analysis.throughput: per step items/s, per stage share of wall time
+    copy_summary: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset by name (share of copy time)
 
     @property
     def prediction(self) -> pd.DataFrame:
@@ -91,9 +92,10 @@ class Analysis(Measured):
             "collectives": records(self.collective_summary),
             "top_kernels": self._kernel_records(top),
             "top_ops": self._op_records(top),
+            "top_copies": records(self.copy_summary.head(top)),
             # How long the full lists are, so a reader (tracekit diff) knows whether an item
             # missing from a top list is absent or only below the cut.
-            "listed_of": {"top_kernels": len(self.kernel_summary), "top_ops": len(self.ops)},
+            "listed_of": {"top_kernels": len(self.kernel_summary), "top_copies": len(self.copy_summary), "top_ops": len(self.ops)},
             "what_to_fix_first": self.findings.to_dict(top),
             "warnings": self.warnings,
             **({"model": self.model.to_dict()} if self.model is not None else {}),

@@ -78,9 +78,12 @@ def block_table(k: pd.DataFrame) -> pd.DataFrame:
     return g[BLOCK_COLUMNS].sort_values("gpu_time_ns", ascending=False).reset_index(drop=True)
 
 
-def kernel_summary(k: pd.DataFrame) -> pd.DataFrame:
-    """Every kernel name, by time: count, time, share, costs, rates, efficiency, bound.
-    Computed once in build; summaries and reports take its head."""
+def kernel_summary(k: pd.DataFrame, copies: bool = False) -> pd.DataFrame:
+    """Every kernel name, by time: count, time, share of kernel time, costs, rates,
+    efficiency, bound. Kernels only; with `copies`, the memcpy and memset activities
+    instead (share of copy time). Computed once in build; summaries and reports take its head."""
+    is_kernel = (k["kind"] == "kernel").to_numpy()
+    k = k[~is_kernel if copies else is_kernel]
     g = kernel_rollup(rollup_columns(k), {"name": key_of(k["name"])},
                       extra={"over_peak": k["over_peak"].to_numpy().astype(np.int64)},
                       firsts={"kernel_class": text_of(k["kernel_class"])})

@@ -1,7 +1,12 @@
-"""The step table: per ProfilerStep#N / decode / serving step, its wall time, kernels, GPU
-busy time, bytes moved and achieved bandwidth against the device's peak and sustained.
+"""The step table: per ProfilerStep#N / decode / serving step, its time on the GPU, its
+kernels and copies, GPU busy time, bytes moved and achieved bandwidth against the device's
+peak and sustained.
 
-Which kernels a step owns is tracekit.trace.step_ownership's rule. Bytes come only from
+Which kernels a step owns and where its GPU window lies is tracekit.trace.step_ownership's
+rule. `start_ns` / `duration_ns` are the GPU window: every share, bandwidth and idle-in-step
+figure is over it. The host range that launched the work is kept beside it
+(`host_start_ns`, `host_duration_ns`), with how far the GPU ran behind the host
+(`gpu_lag_ns` = GPU window end - host range end; positive: the GPU finished later). Bytes come only from
 kernels with a cost; when those cover less than half of the step's kernel time the
 figures are unknown (NaN), not a small number.
 """
@@ -14,10 +19,11 @@ import pandas as pd
 from tracekit.costs.unknown import MIN_COVERAGE
 from tracekit.trace.column_text import as_text
 from tracekit.trace.frames import Trace
-from tracekit.trace.step_ownership import kernel_steps, step_rows
+from tracekit.trace.step_ownership import kernel_steps, step_gpu_windows, step_rows
 from tracekit.trace.timeline import union
 
-STEP_COLUMNS = ["step", "start_ns", "duration_ns", "kernels", "busy_ns", "busy_in_window_ns", "coverage", "bytes", "achieved_tbps",
+STEP_COLUMNS = ["step", "start_ns", "duration_ns", "window_source", "host_start_ns", "host_duration_ns", "gpu_lag_ns",
+                "kernels", "copies", "busy_ns", "busy_in_window_ns", "coverage", "bytes", "achieved_tbps",
                 "bandwidth_share_peak", "bandwidth_share_sustained"]
 
 
@@ -61,24 +67,31 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
         w = None if weights is None else weights[rows]
         return np.bincount(slot[rows], weights=w, minlength=len(steps) + 1)[: len(steps)]
 
-    counts, times = per_step(), per_step(duration_k)
+    is_kernel = (kernels["kind"] == "kernel").to_numpy()
+    counts, copies, times = per_step(mask=is_kernel), per_step(mask=~is_kernel), per_step(duration_k)
     costed_times, moved_all = per_step(duration_k, costed), per_step(np.nan_to_num(nbytes), costed)
     busy = per_step(np.asarray(exclusive, dtype=np.float64))
-    in_window = _busy_in_windows(kernels, r["start"].to_numpy()[steps], r["end"].to_numpy()[steps])
+    lo, hi, source = step_gpu_windows(trace, kernels, steps, owner)
+    in_window = _busy_in_windows(kernels, lo, hi)
     rows = []
     for i, s in enumerate(steps):
-        duration = int(r["end"].iat[s] - r["start"].iat[s])
+        duration = int(hi[i] - lo[i])
+        host_start, host_end = int(r["start"].iat[s]), int(r["end"].iat[s])
+        on_gpu = source[i] != "host range"
         time = float(times[i])
         coverage = float(costed_times[i] / time) if time > 0 else float("nan")
         known = coverage >= MIN_COVERAGE
         moved = float(moved_all[i]) if known else float("nan")
         rate = moved / (duration * 1e-9) if duration > 0 and known else float("nan")
         rows.append({
-            "step": names[s], "start_ns": int(r["start"].iat[s]), "duration_ns": duration, "kernels": int(counts[i]),
+            "step": names[s], "start_ns": int(lo[i]), "duration_ns": duration, "window_source": source[i],
+            "host_start_ns": host_start, "host_duration_ns": host_end - host_start,
+            "gpu_lag_ns": int(hi[i]) - host_end if on_gpu else None,
+            "kernels": int(counts[i]), "copies": int(copies[i]),
             "busy_ns": int(busy[i]), "busy_in_window_ns": int(in_window[i]), "coverage": coverage, "bytes": moved,
-            # bytes per second over the step's wall time, against the device's bandwidth
+            # bytes per second over the step's GPU window, against the device's bandwidth
             "achieved_tbps": rate / 1e12,
             "bandwidth_share_peak": rate / bandwidth if bandwidth else float("nan"),
             "bandwidth_share_sustained": rate / (bandwidth * sustained) if bandwidth else float("nan"),
         })
-    return pd.DataFrame(rows, columns=STEP_COLUMNS).sort_values("start_ns").reset_index(drop=True)
+    return pd.DataFrame(rows, columns=STEP_COLUMNS).sort_values(["host_start_ns", "start_ns"]).reset_index(drop=True)

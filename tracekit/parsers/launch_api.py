@@ -7,5 +7,9 @@ import re
 # hipExtModuleLaunchKernel, hipGraphLaunch, ... and nsys's versioned names (..._v7000).
 LAUNCH_API = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcpy|Memset|ModuleLaunch|ExtLaunch|cuLaunch|Synchronize")
 # cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, hipDeviceSynchronize,
-# cuCtxSynchronize, and the copies that block the host until the GPU is done (cudaMemcpy, not ...Async).
-SYNC_API = re.compile(r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D)?(?:_v\d+)?$|^cuMemcpy[DH]to[DH](?:_v\d+)?$")
+# hipStreamSynchronize, cuCtxSynchronize, and the copies that block the host until the GPU is
+# done (not ...Async): cudaMemcpy, cudaMemcpy2D/3D, cudaMemcpyToSymbol/FromSymbol, cudaMemcpyPeer,
+# hipMemcpyWithStream (the blocking copy PyTorch uses on ROCm), hipMemcpyDtoH/HtoD/DtoD,
+# cuMemcpy, cuMemcpyDtoH_v2, ...
+SYNC_API = re.compile(r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D)?(?:ToSymbol|FromSymbol|Peer)?(?:WithStream)?(?:_v\d+)?$"
+                      r"|^hipMemcpy[DH]to[DH](?:_v\d+)?$|^cuMemcpy(?:[DH]to[DH]|2D|3D|Peer)?(?:_v\d+)?$")

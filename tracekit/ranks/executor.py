@@ -195,10 +195,13 @@ def _rank_row(r: RankResult) -> dict[str, Any]:
     a = r.analysis
     k = a.kernels
     steps = a.steps
-    step_time = float(steps["duration_ns"].sum()) if len(steps) else float(a.meta.get("span_ns") or 0)
+    # A rank's iteration time is its host step range (the training loop's period); the
+    # step's GPU window (duration_ns) is what shares and idle-in-step figures use.
+    wall = steps["host_duration_ns"] if "host_duration_ns" in steps else steps.get("duration_ns")
+    step_time = float(wall.sum()) if len(steps) else float(a.meta.get("span_ns") or 0)
     return {
         "rank": r.rank, "path": r.path, "steps": len(steps), "step_time_ns": step_time,
-        "mean_step_ns": float(steps["duration_ns"].mean()) if len(steps) else float("nan"),
+        "mean_step_ns": float(wall.mean()) if len(steps) else float("nan"),
         "busy_ns": int(k["exclusive_ns"].sum()), "compute_ns": compute_work_ns(k),
         "comm_ns": int(a.overlap["comm_ns"].sum()) if len(a.overlap) else 0,
         "exposed_comm_ns": int(a.overlap["exposed_ns"].sum()) if len(a.overlap) else 0,

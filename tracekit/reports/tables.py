@@ -71,7 +71,8 @@ def fix_blocks(a: Analysis, top: int) -> Section:
 
 _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
                "sync": "synchronisation: host blocked in a sync call",
-               "other": "other: queued but not started, or no launch"}
+               "queued": "queued: launched well before, waiting behind other work",
+               "other": "other: nothing recorded (launch latency, or no launch)"}
 
 
 def idle(a: Analysis) -> Section:
@@ -87,6 +88,16 @@ def idle(a: Analysis) -> Section:
     return Section(f"Overhead no roofline shows: GPU idle time {f.idle_window}, by cause", head, rows, [0, 2, 0, 1, 0], flex=0, note=note)
 
 
+def idle_host(a: Analysis) -> Section:
+    f = a.findings
+    head = ["host was in", "name", "gaps", "idle time covered", "of idle"]
+    h = getattr(f, "idle_host", None)
+    rows = [[r["kind"], r["name"], f"{r['gaps']:,}", duration(r["idle_ns"]), percent(r["share_of_idle"])]
+            for r in records(h)] if h is not None and len(h) else []
+    return Section(f"Host code behind GPU idle {f.idle_window} (innermost frame / op / range open on the launching threads, "
+                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1))
+
+
 def block_rows(a: Analysis) -> Section:
     head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
     rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), percent(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
@@ -99,24 +110,28 @@ def block_rows(a: Analysis) -> Section:
 
 
 def device_rows(a: Analysis) -> Section:
-    head = ["device", "active window", "busy", "idle", "capture span", "idle in span", "kernel time", "concurrent"]
+    head = ["device", "active window", "busy", "idle", "capture span", "idle in span", "kernel time", "copy time", "concurrent"]
     rows = [[str(r["device"]), duration(r["active_ns"]), duration(r["busy_ns"]), duration(r["idle_ns"]), duration(r["span_ns"]),
-             duration(r["idle_span_ns"]), duration(r["kernel_time_ns"]), duration(r["overlap_ns"])]
+             duration(r["idle_span_ns"]), duration(r["kernel_time_ns"]), duration(r.get("copies_time_ns")), duration(r["overlap_ns"])]
             for r in a.devices.to_dict(orient="records")]
     return Section("Devices: busy and idle (idle within the GPU-active window, first to last activity; the capture span "
-                   "also counts host time before the first kernel) (concurrent: kernel time that ran beside other kernels)",
-                   head, rows, [0, 1, 0, 0, 2, 2, 1, 1])
+                   "also counts host time before the first kernel) (kernel time: kernels only; copy time: memcpy and memset; "
+                   "concurrent: activity time that ran beside other activity)",
+                   head, rows, [0, 1, 0, 0, 2, 2, 1, 1, 1])
 
 
 def step_rows(a: Analysis) -> Section:
-    head = ["step", "duration", "kernels", "busy in window", "its kernels' busy", "coverage", "bytes", "TB/s", "of peak BW",
-            "of sustained BW"]
-    rows = [[r["step"], duration(r["duration_ns"]), f"{r['kernels']:,}", duration(r.get("busy_in_window_ns")), duration(r["busy_ns"]),
+    head = ["step", "GPU window", "host range", "GPU behind host", "kernels", "copies", "busy in window", "its kernels' busy",
+            "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW"]
+    rows = [[r["step"], duration(r["duration_ns"]), duration(r.get("host_duration_ns")), duration(r.get("gpu_lag_ns")),
+             f"{r['kernels']:,}", f"{r.get('copies') or 0:,}", duration(r.get("busy_in_window_ns")), duration(r["busy_ns"]),
              percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"), percent(r["bandwidth_share_peak"]),
              percent(r["bandwidth_share_sustained"])]
             for r in a.steps.to_dict(orient="records")]
-    return Section("Steps (kernels: launched in the step's window on any thread of its process; busy in window: any GPU "
-                   "activity inside the window, the complement of its idle time)", head, rows, [0, 0, 1, 0, 3, 2, 2, 2, 1, 3], flex=0)
+    return Section("Steps (GPU window: where the step's kernels ran, or its GPU-side annotation; host range: the range that "
+                   "launched them; GPU behind host: GPU window end - host range end; kernels / copies: launched in the "
+                   "step's host range on any thread of its process; busy in window: any GPU activity inside the GPU window, "
+                   "the complement of its idle time)", head, rows, [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3], flex=0)
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
@@ -125,7 +140,15 @@ def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
              number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"), number(r["intensity"], "{:,.1f}"),
              f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}" + (" >peak" if not is_unknown(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
              text(r["bound"])] for r in a.top_kernels(top).to_dict(orient="records")]
-    return Section("Top kernels by GPU time", head, rows, [0, 2, 0, 0, 0, 2, 2, 3, 1, 3], flex=0, left=(0, 1))
+    return Section("Top kernels by GPU time (kernels only; share of kernel time)", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3],
+                   flex=0, left=(0, 1))
+
+
+def copy_rows(a: Analysis, top: int) -> Section:
+    head = ["copy", "calls", "time", "share", "bytes", "TB/s"]
+    rows = [[r["name"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:,.3f}")]
+            for r in records(a.copy_summary.head(top))] if len(a.copy_summary) else []
+    return Section("Copies and memsets by GPU time (share of copy time)", head, rows, [0, 1, 0, 0, 2, 2], flex=0, terminal=False)
 
 
 def op_rows(a: Analysis, top: int) -> Section:
@@ -173,6 +196,6 @@ def sections(a: Analysis, top: int) -> list[Section]:
         return [op_rows(a, top)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
-    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a),
-            block_rows(a), kernel_rows(a, top, label), op_rows(a, top),
+    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
+            block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
             collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]

@@ -4,7 +4,15 @@ A step owns every kernel launched inside its time window on any thread of its pr
 backward pass runs on autograd's own thread, outside the step range's call stack, but it is
 still that step's work. Kernels without a launch (issued before the capture, or graph
 replays seen only on the GPU) fall back to the GPU-side copy of the step annotation, and
-failing that to the step whose window they ran in.
+failing that to the step whose GPU window they ran in.
+
+A step's GPU window is where its work ran on the GPU: its GPU-side annotation
+(`gpu_user_annotation` of the same name, paired in order of occurrence) widened to the
+kernels it owns by launch, or, without one, the first start to the last end of those
+kernels. Only a step that owns nothing on the GPU falls back to its host range. With CUDA
+graphs and asynchronous serving the GPU runs the step long after its host range ends, and
+kernels launched before the capture (no launch event) that run inside a later step's host
+range are the queued work of earlier steps: the GPU window, not the host range, decides.
 
 """
 
@@ -17,11 +25,18 @@ import numpy as np
 from tracekit.trace.column_text import as_text
 from tracekit.trace.frames import Trace
 
-# torch.profiler steps, decode-step ranges, SGLang `step[DECODE bs=N]`.
-STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)")
-# A serving engine's batch annotation (vLLM `execute_context_N(..)_generation_M(..)`): a step
-# of its own only where no step range above overlaps it (SGLang nests it in `step[DECODE ..]`).
-SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(")
+# torch.profiler steps, decode-step ranges, and serving engines' step ranges:
+#   SGLang      f"step[EXTEND bs={bs} toks={ext_toks}]", f"step[{mode.name} bs={bs}]" (+ roofline suffix)
+#   TRT-LLM     f"[Executor] _forward_step {iter_counter}: {n} ctx reqs, {m} gen reqs"
+#   ROCm ATOM   `prefill[bs=2 tok=14721 ctx=[..]]`, `decode[bs=64 tok=64 d=64]`
+STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)"
+                  r"|^\[Executor\] _forward_step \d+|^(?:prefill|decode|mixed)\[bs=")
+# A serving engine's batch annotation: a step of its own only where no step range above
+# overlaps it (SGLang nests a vLLM-style range around its step[DECODE ..]). vLLM V1 forms
+# (vllm/v1/worker/gpu_worker.py, Worker.annotate_profile):
+#   f"execute_new_{num_new}_cached_{num_cached}"                       (PR #22496)
+#   "execute_context_N(T)_generation_M(T)", "execute_T_context_N(..)_generation_M(..)" (PR #31193, #37524)
+SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(|^execute_new_\d+_cached_\d+$")
 
 def step_rows(trace: Trace) -> np.ndarray:
     """Rows of trace.ranges that are steps on the host (not GPU-side copies, not Python frames)."""
@@ -47,9 +62,11 @@ def step_rows(trace: Trace) -> np.ndarray:
 
 def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, blind_by_time: bool = True) -> np.ndarray:
     """Per kernel: the trace.ranges row of the innermost step whose window holds its launch
-    (same process), else of the host step named like its GPU-side step annotation; -1 for none.
-    `steps`: the range rows that are steps (default: step_rows). `blind_by_time`: a kernel
-    with neither a launch nor a GPU-side annotation goes to the step whose window it ran in."""
+    (same process), else of the host step paired with its GPU-side step annotation; -1 for
+    none. `steps`: the range rows that are steps (default: step_rows). `blind_by_time`: a
+    kernel with neither a launch nor a GPU-side annotation goes to the step whose GPU window
+    (step_gpu_windows, from the kernels owned so far) it ran in; only a step that owns
+    nothing on the GPU lends its host range for this."""
     kernels = trace.kernels if kernels is None else kernels
     owner = np.full(len(kernels), -1, dtype=np.int64)
     steps = step_rows(trace) if steps is None else np.asarray(steps, dtype=np.int64)
@@ -79,12 +96,94 @@ def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, bl
     fallback = (owner < 0) & ~has_launch & (gpu_range >= 0)
     if fallback.any():
         owner[fallback] = host_range_by_gpu_annotation(r, gpu_range[fallback], steps)
-    # Still nothing (issued before the capture, no GPU-side annotation): the step whose
-    # window the kernel ran in, the window the idle time inside steps is measured over.
+    # Still nothing (issued before the capture, no GPU-side annotation): the step whose GPU
+    # window the kernel ran in. A kernel that ran inside a step's host range but before the
+    # step's own work began on the GPU is an earlier step's queued work: nobody's here.
     blind = np.flatnonzero((owner < 0) & ~has_launch)
     if len(blind) and blind_by_time:
-        _claim_by_time(owner, blind, kernels["start"].to_numpy(), steps[order], start[order], end[order])
+        lo, hi, _ = step_gpu_windows(trace, kernels, steps, owner)
+        _claim_by_time(owner, blind, kernels["start"].to_numpy(), steps[order], lo[order], hi[order])
     return owner
+
+
+WINDOW_SOURCES = ("gpu annotation", "kernels", "host range")
+
+
+def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step (rows of trace.ranges in `steps`): the [start, end] of its GPU window and where
+    it comes from (WINDOW_SOURCES): its GPU-side annotation widened to the kernels it owns
+    (`owner`, as kernel_steps), else the first start to the last end of those kernels, else
+    (a step that owns nothing on the GPU) its host range."""
+    r = trace.ranges
+    steps = np.asarray(steps, dtype=np.int64)
+    lo = r["start"].to_numpy()[steps].astype(np.int64).copy()
+    hi = r["end"].to_numpy()[steps].astype(np.int64).copy()
+    source = np.full(len(steps), WINDOW_SOURCES[2], dtype=object)
+    if not len(steps):
+        return lo, hi, source
+    k_lo = np.full(len(steps), np.iinfo(np.int64).max, dtype=np.int64)
+    k_hi = np.full(len(steps), np.iinfo(np.int64).min, dtype=np.int64)
+    if len(kernels):
+        position = np.full(len(r) + 1, -1, dtype=np.int64)
+        position[steps] = np.arange(len(steps))
+        slot = position[np.where(owner >= 0, owner, len(r))]
+        owned = slot >= 0
+        np.minimum.at(k_lo, slot[owned], kernels["start"].to_numpy(np.int64)[owned])
+        np.maximum.at(k_hi, slot[owned], kernels["end"].to_numpy(np.int64)[owned])
+    has_kernels = k_hi > np.iinfo(np.int64).min
+    a_lo, a_hi = gpu_annotation_windows(trace, steps)
+    annotated = a_hi >= 0
+    lo = np.where(annotated, a_lo, np.where(has_kernels, k_lo, lo))
+    hi = np.where(annotated, a_hi, np.where(has_kernels, k_hi, hi))
+    lo = np.where(has_kernels, np.minimum(lo, k_lo), lo)
+    hi = np.where(has_kernels, np.maximum(hi, k_hi), hi)
+    source[has_kernels] = WINDOW_SOURCES[1]
+    source[annotated] = WINDOW_SOURCES[0]
+    return lo, hi, source
+
+
+def gpu_annotation_windows(trace: Trace, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: [start, end] of its GPU-side annotation (-1, -1 for none). Kineto copies a
+    host range onto the GPU under the same name; a name that repeats (vLLM's
+    `execute_new_0_cached_4`) is paired in order of occurrence, per device, and only where
+    the device holds as many copies as the host has ranges of that name."""
+    r = trace.ranges
+    lo = np.full(len(steps), -1, dtype=np.int64)
+    hi = np.full(len(steps), -1, dtype=np.int64)
+    pairs = paired_annotations(r, steps)
+    for i, rows in pairs.items():
+        lo[i] = int(r["start"].to_numpy()[rows].min())
+        hi[i] = int(r["end"].to_numpy()[rows].max())
+    return lo, hi
+
+
+def paired_annotations(r, steps: np.ndarray) -> dict[int, list[int]]:
+    """Position in `steps` -> the GPU-side annotation rows (of ranges table `r`) paired with
+    that host step."""
+    if r.empty or not len(steps):
+        return {}
+    names = as_text(r["name"])
+    domain = as_text(r["domain"])
+    start = r["start"].to_numpy()
+    step_names = names[steps]
+    wanted = set(step_names.tolist())
+    gpu = np.flatnonzero((domain == "gpu") & np.isin(names, list(wanted)))
+    if not len(gpu):
+        return {}
+    device = r["pid"].to_numpy()[gpu]
+    out: dict[int, list[int]] = {}
+    for name in wanted:
+        hosts = np.flatnonzero(step_names == name)
+        hosts = hosts[np.argsort(start[steps[hosts]], kind="stable")]
+        mine = gpu[names[gpu] == name]
+        for dev in np.unique(device[names[gpu] == name]):
+            copies = mine[device[names[gpu] == name] == dev]
+            if len(copies) != len(hosts):
+                continue
+            copies = copies[np.argsort(start[copies], kind="stable")]
+            for h, c in zip(hosts, copies):
+                out.setdefault(int(h), []).append(int(c))
+    return out
 
 
 def _claim_by_time(owner: np.ndarray, rows: np.ndarray, times: np.ndarray, steps: np.ndarray, start: np.ndarray,
@@ -104,11 +203,12 @@ def host_range_by_gpu_annotation(r, annotations: np.ndarray, hosts: np.ndarray) 
     names = as_text(r["name"])
     parent = r["parent"].to_numpy()
     host_by_name = {names[s]: s for s in hosts}
+    host_by_copy = {c: int(hosts[i]) for i, rows in paired_annotations(r, np.asarray(hosts)).items() for c in rows}
     distinct, inverse = np.unique(annotations, return_inverse=True)
     mapped = np.full(len(distinct), -1, dtype=np.int64)
     for j, node in enumerate(distinct):
-        while node >= 0 and names[node] not in host_by_name:
+        while node >= 0 and node not in host_by_copy and names[node] not in host_by_name:
             node = parent[node]
         if node >= 0:
-            mapped[j] = host_by_name[names[node]]
+            mapped[j] = host_by_copy.get(int(node), host_by_name.get(names[node], -1))
     return mapped[inverse]

@@ -1,8 +1,12 @@
 """Busy and idle time per device, with overlapping streams counted once.
 
-Each GPU activity gets an exclusive share of time: the part of its interval that no
-earlier-starting activity on the same device already covers. Exclusive times add up to
-the union of busy intervals, so per device: sum(exclusive) + idle = span, exactly.
+Each GPU activity gets an exclusive share of time, by a documented priority (TIERS):
+time covered by compute kernels belongs to compute; copies and memsets keep what compute
+does not cover; communication kernels keep only the time nothing else covers (their
+exposed time: a collective that spins while it waits for its peers is waiting, not
+working). Within a tier, the part of an interval that an earlier-starting activity of the
+same tier already covers goes to that one. Exclusive times add up to the union of busy
+intervals, so per device: sum(exclusive) + idle = span, exactly.
 """
 
 from __future__ import annotations
@@ -10,48 +14,79 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# Priority of the time two activities share: lower tier wins.
+TIERS = {"compute": 0, "copy": 1, "comm": 2}
 
-def exclusive_time(kernels: pd.DataFrame) -> np.ndarray:
+
+def activity_tiers(kind: np.ndarray, is_comm: np.ndarray) -> np.ndarray:
+    """Per activity: its tier (TIERS) from its kind (kernel / memcpy / memset) and whether
+    it is a communication kernel."""
+    kind = np.asarray(kind).astype(str)
+    return np.where(kind != "kernel", TIERS["copy"], np.where(np.asarray(is_comm, dtype=bool), TIERS["comm"], TIERS["compute"]))
+
+
+def exclusive_time(kernels: pd.DataFrame, tiers: np.ndarray | None = None) -> np.ndarray:
+    """Per activity: the time it alone is charged with (see the module docstring). Without
+    `tiers` every activity is one tier (the earliest-starting one takes shared time)."""
     out = np.zeros(len(kernels), dtype=np.int64)
-    start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
-    for device in np.unique(kernels["device"].to_numpy()) if len(kernels) else ():
-        rows = np.flatnonzero(kernels["device"].to_numpy() == device)
-        rows = rows[np.lexsort((end[rows], start[rows]))]
-        s, e = start[rows], end[rows]
-        # the furthest end reached by any activity that started before this one
-        covered = np.maximum.accumulate(np.r_[s[0], e[:-1]])
-        out[rows] = np.clip(e - np.maximum(s, covered), 0, None)
+    start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    tiers = np.zeros(len(kernels), dtype=np.int64) if tiers is None else np.asarray(tiers, dtype=np.int64)
+    device_of = kernels["device"].to_numpy()
+    for device in np.unique(device_of) if len(kernels) else ():
+        on = device_of == device
+        above = np.zeros((0, 2), dtype=np.int64)  # union of the higher-priority tiers on this device
+        for tier in np.unique(tiers[on]):
+            rows = np.flatnonzero(on & (tiers == tier))
+            rows = rows[np.lexsort((end[rows], start[rows]))]
+            s, e = start[rows], end[rows]
+            # the furthest end reached by any activity of this tier that started before this one
+            covered = np.maximum.accumulate(np.r_[s[0], e[:-1]])
+            lo = np.maximum(s, covered)
+            own = np.clip(e - lo, 0, None)
+            if len(above):
+                own = own - _covered_between(above, lo, np.maximum(lo, e))
+            out[rows] = own
+            above = union(np.r_[above, np.column_stack([s, e])])
     return out
 
 
+def _covered_between(merged: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per [lo, hi): the length of it that the merged intervals cover."""
+    return covered_before(merged, hi) - covered_before(merged, lo)
+
+
 DEVICE_COLUMNS = ["device", "active_start_ns", "active_ns", "busy_ns", "idle_ns", "span_ns", "idle_span_ns", "kernel_time_ns",
-                  "overlap_ns"]
+                  "copies_time_ns", "overlap_ns"]
 
 
 def device_time(kernels: pd.DataFrame, exclusive: np.ndarray, span_ns: int) -> pd.DataFrame:
     """Per device: busy (union of activity); idle within the GPU-active window (first to last
     GPU activity on the device: what HTA and TraceLens call idle, and what a user can act on);
     and idle over the whole capture span, which also counts host time before the first and
-    after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span."""
+    after the last kernel (model loading, warm-up on the CPU). busy + idle_span = span.
+    `kernel_time_ns` sums kernels only, `copies_time_ns` memcpy and memset; `overlap_ns` is
+    the time two or more activities ran at once (their sum minus busy)."""
     if not len(kernels):
         return pd.DataFrame(columns=DEVICE_COLUMNS)
     # per device (sorted), with integer sums, minima and maxima: exact in any order
     devices, device = np.unique(kernels["device"].to_numpy(), return_inverse=True)
     device = device.reshape(-1)
     start, end = kernels["start"].to_numpy(np.int64), kernels["end"].to_numpy(np.int64)
+    is_kernel = (kernels["kind"] == "kernel").to_numpy() if "kind" in kernels else np.ones(len(kernels), dtype=bool)
     active_start = np.full(len(devices), np.iinfo(np.int64).max)
     active_end = np.full(len(devices), np.iinfo(np.int64).min)
     np.minimum.at(active_start, device, start)
     np.maximum.at(active_end, device, end)
     per = pd.DataFrame({
         "device": devices, "busy_ns": _int_sums(device, exclusive, len(devices)),
-        "kernel_time_ns": _int_sums(device, end - start, len(devices)), "active_start_ns": active_start, "active_end": active_end,
+        "kernel_time_ns": _int_sums(device, np.where(is_kernel, end - start, 0), len(devices)),
+        "copies_time_ns": _int_sums(device, np.where(is_kernel, 0, end - start), len(devices)), "active_start_ns": active_start, "active_end": active_end,
     })
     per["active_ns"] = per["active_end"] - per["active_start_ns"]
     per["idle_ns"] = per["active_ns"] - per["busy_ns"]
     per["span_ns"] = span_ns
     per["idle_span_ns"] = span_ns - per["busy_ns"]
-    per["overlap_ns"] = per["kernel_time_ns"] - per["busy_ns"]
+    per["overlap_ns"] = per["kernel_time_ns"] + per["copies_time_ns"] - per["busy_ns"]
     return per[DEVICE_COLUMNS]
 
 
@@ -63,7 +98,11 @@ def _int_sums(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 
 # -- GPU idle time, split by its cause (in the style of HolisticTraceAnalysis' idle-time breakdown)
 
-IDLE_CATEGORIES = ("host_wait", "sync", "other")
+IDLE_CATEGORIES = ("host_wait", "sync", "queued", "other")
+# A gap is "queued" when the work that ends it was launched at least this long before it
+# started, and for at least half of the gap: it sat behind other work (an event wait,
+# another stream), not behind the host.
+QUEUED_MIN_NS = 50_000
 
 
 def union(intervals: np.ndarray) -> np.ndarray:
@@ -90,15 +129,18 @@ def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
 def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.ndarray,
               windows: dict[int, np.ndarray]) -> pd.DataFrame:
     """Every stretch in which a device runs nothing (all its streams idle), clipped to the
-    window in which idleness counts (the steps), and why the GPU waited:
+    window in which idleness counts (the steps), and why the GPU waited, in this order:
 
-      sync       the host sat in a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize,
-                 cudaEventSynchronize, a blocking cudaMemcpy, hip...) that returned during the gap:
-                 it waited for the GPU to drain before it could queue more work;
+      queued     a gap of QUEUED_MIN_NS or more whose closing activity was launched well before
+                 it ended (at least QUEUED_MIN_NS and half the gap before its start): the
+                 work was there, queued behind other work (an event wait, another stream);
+      sync       the host sat in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize,
+                 a blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap:
+                 only the time the call is in progress counts, not a call that merely returns in it;
       host_wait  the launch of the activity that ends the gap began after the gap began: the
                  GPU had run out of work because the host was late (launch-bound);
-      other      the work was queued in time but did not start (waiting on an event or another
-                 stream, or launch latency), or the activity has no launch call in the trace.
+      other      nothing recorded explains it: launch latency, or the activity has no launch
+                 call in the trace (graph replays, work issued before the capture).
 
     `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 3)
     array of synchronising calls' [start, end, host pid] (only the processes that launched
@@ -115,7 +157,7 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         rows = np.flatnonzero(device == dev)
         hosts = np.unique(pid[rows])
         mine = sync_calls if (hosts < 0).any() else sync_calls[np.isin(sync_calls[:, 2], hosts) | (sync_calls[:, 2] < 0)]
-        sync_end = np.sort(mine[:, 1]) if len(mine) else np.zeros(0, dtype=np.int64)
+        blocked = union(mine[:, :2]) if len(mine) else np.zeros((0, 2), dtype=np.int64)
         rows = rows[np.argsort(start[rows], kind="stable")]
         s, reach = start[rows], np.maximum.accumulate(end[rows])  # the furthest any earlier activity reached
         window = windows.get(int(dev), np.zeros((0, 2), dtype=np.int64))
@@ -128,10 +170,15 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
             continue
         g_start, g_end, nxt = g_start[gap], g_end[gap], nxt[gap]
         idle = covered_before(window, g_end) - covered_before(window, g_start)
-        synced = np.searchsorted(sync_end, g_start, side="left") < np.searchsorted(sync_end, g_end, side="right")
+        length = g_end - g_start
+        in_sync = covered_before(blocked, g_end) - covered_before(blocked, g_start)
+        synced = 2 * in_sync >= length
         launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
-        late = (launched >= 0) & (launched > g_start)
-        category = np.where(synced, "sync", np.where(late, "host_wait", "other"))
+        has_launch = launched >= 0
+        waited = g_end - launched  # from the launch call to the start of the work
+        queued = has_launch & (length >= QUEUED_MIN_NS) & (waited >= QUEUED_MIN_NS) & (2 * np.minimum(waited, length) >= length) & (launched < g_end)
+        late = has_launch & (launched > g_start)
+        category = np.where(queued, "queued", np.where(synced, "sync", np.where(late, "host_wait", "other")))
         keep = idle > 0
         out.append(pd.DataFrame({"device": int(dev), "start": g_start[keep], "end": g_end[keep], "idle_ns": idle[keep],
                                  "category": category[keep], "next_row": nxt[keep]}))
