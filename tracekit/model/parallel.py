@@ -54,7 +54,8 @@ def _tp_from_weights(trace: Trace, arch: Architecture) -> int | None:
         if arch.heads % tp:
             continue
         q, kv = arch.heads // tp * arch.head_dim, max(arch.kv_heads // tp, 1) * arch.head_dim
+        q_out = q * (2 if arch.attn_output_gate else 1)  # Qwen3-Next / 3.5: the query projection also yields the gate
         # the fused qkv (or the q and k projections apart) and o_proj's input width, all per rank
-        if ((q + 2 * kv) in widths or (q in widths and kv in widths)) and q in widths:
+        if ((q_out + 2 * kv) in widths or (q_out in widths and kv in widths)) and q in widths:
             return tp
     return None
