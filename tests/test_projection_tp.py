@@ -115,7 +115,9 @@ def test_gpt_oss_tp8_rank0_with_config():
 def test_dlrm_8_ranks_no_tp_sharding(capsys):
     from tracekit.cli.main import main
 
-    p = project_tp(TORCH / "v100_dlrm_8ranks", 4)
+    from tracekit.ranks.tp import project_tp_job
+
+    p = project_tp_job(TORCH / "v100_dlrm_8ranks", 4)
     t = p.totals
     assert not t["sharded_found"] and t["sharded_ns"] == 0 and t["collective_ns"] == 0
     assert len(t["per_rank"]) == 8

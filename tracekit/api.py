@@ -148,16 +148,15 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
 def project_tp(path: str | os.PathLike, tp: int, run_tp: int | None = None, model: str | os.PathLike | None = None,
                device: str | None = None, device_file: str | None = None, rules: str | None = None,
                workers: int | None = None, samples_per_step: int | None = None, frames_per_step: int | None = None):
-    """Project a run (one rank's trace, or a directory / list of the ranks of one job) to TP
-    degree `tp` (tracekit.projection.tp): which blocks are sharded and which replicated, the
-    replicated share of the step, and the step time at TP `tp`. `run_tp`: the run's TP degree
-    where neither the model config's per-rank shapes nor the collectives say; `model`: the
-    model's config.json (per-rank widths = config widths / TP)."""
+    """Project one rank's trace to TP degree `tp` (tracekit.projection.tp): which blocks are
+    sharded and which replicated, the replicated share of the step, and the step time at TP
+    `tp`. `run_tp`: the run's TP degree where neither the model config's per-rank shapes nor
+    the collectives say; `model`: the model's config.json (per-rank widths = config widths /
+    TP). The ranks of one job: tracekit.ranks.project_tp_job."""
     from tracekit.analysis.throughput import step_items
-    from tracekit.projection.tp import compare_ranks, project_tp as run, rank_blocks
-    from tracekit.ranks.executor import rank_of, trace_paths
+    from tracekit.projection.tp import project_tp as run
 
-    source = os.fspath(path) if isinstance(path, (str, os.PathLike)) else os.fspath(path[0])
+    source = os.fspath(path)
     if tp < 1:
         raise TraceError(source, f"--tp must be at least 1, not {tp}")
     arch = None
@@ -165,33 +164,16 @@ def project_tp(path: str | os.PathLike, tp: int, run_tp: int | None = None, mode
         from tracekit.model import load_config
 
         arch = load_config(os.fspath(model))
-    paths = trace_paths([os.fspath(p) for p in path] if isinstance(path, (list, tuple)) else [source])
-    per_rank, projections = [], []
-    for i, p in enumerate(paths):
-        a = analyze(p, device=device, device_file=device_file, rules=rules, workers=workers,
-                    samples_per_step=samples_per_step, frames_per_step=frames_per_step)
-        current, why = _run_tp(a, arch, run_tp, len(paths))
-        items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
-        projections.append(run(a, tp, current, why, arch, items))
-        rank = rank_of(p, a)
-        per_rank.append((rank if rank is not None else i, a))
-    first = projections[0]
-    if len(projections) > 1:
-        first.ranks = compare_ranks(per_rank)
-        first.rank_blocks = rank_blocks(first.ranks)
-        rows = [{"rank": r, "path": q.path, "step_measured_ns": q.totals["step_measured_ns"], "step_projected_ns": q.totals["step_projected_ns"],
-                 "busy_ns": q.totals["busy_ns"], "sharded_ns": q.totals["sharded_ns"], "replicated_share_busy": q.totals["replicated_share_busy"]}
-                for (r, _), q in zip(per_rank, projections)]
-        first.totals["per_rank"] = rows
-        measured = [x["step_measured_ns"] for x in rows if x["step_measured_ns"] is not None]
-        projected = [x["step_projected_ns"] for x in rows if x["step_projected_ns"] is not None]
-        first.totals["job_step_measured_ns"] = max(measured) if measured else None  # the slowest rank sets the job's step
-        first.totals["job_step_projected_ns"] = max(projected) if projected else None
-        first.path = source
-    return first
+    a = analyze(path, device=device, device_file=device_file, rules=rules, workers=workers,
+                samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+    current, why = _run_tp(a, arch, run_tp)
+    items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
+    p = run(a, tp, current, why, arch, items)
+    p.analysis = a
+    return p
 
 
-def _run_tp(a: Analysis, arch, run_tp: int | None, n_ranks: int) -> tuple[int, str]:
+def _run_tp(a: Analysis, arch, run_tp: int | None) -> tuple[int, str]:
     """The traced run's TP degree and where it came from."""
     if run_tp:
         return run_tp, "--run-tp"
@@ -206,6 +188,4 @@ def _run_tp(a: Analysis, arch, run_tp: int | None, n_ranks: int) -> tuple[int, s
     world = a.meta.get("world_size")
     if isinstance(world, int) and world > 1:
         return world, "world size"
-    if n_ranks > 1:
-        return n_ranks, "number of rank traces"
     return 1, "default (no collective, world size 1)"

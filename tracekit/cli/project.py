@@ -57,9 +57,12 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
 
 
 def _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers) -> None:
-    from tracekit.api import project_tp
+    import os
 
-    p = project_tp(path, tp, run_tp=run_tp, model=model, device=device, device_file=device_file, rules=rules, workers=workers,
+    from tracekit.api import project_tp
+    from tracekit.ranks.tp import project_tp_job
+
+    p = (project_tp_job if os.path.isdir(path) else project_tp)(path, tp, run_tp=run_tp, model=model, device=device, device_file=device_file, rules=rules, workers=workers,
                    samples_per_step=samples, frames_per_step=frames_per_step)
     freeze_heap()
     for w in p.warnings:

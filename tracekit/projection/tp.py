@@ -95,6 +95,7 @@ class TPProjection:
     warnings: list[str] = field(default_factory=list)
     ranks: pd.DataFrame | None = None  # several ranks: per (op, shapes) whether every rank had it alike
     rank_blocks: pd.DataFrame | None = None  # several ranks: per block, the time alike on every rank and the rest
+    analysis: Any = None  # the Analysis it was made from (not serialised)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"trace": self.path, "device": None if self.device is None else {"key": self.device.key, "name": self.device.name},
