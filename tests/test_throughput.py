@@ -30,3 +30,36 @@ def test_stage_wall_is_runs_of_consecutive_kernels():
     assert t.loc["text_encode", "wall_ns"] == 20 and t.loc["text_encode", "busy_ns"] == 18  # 20 - 0; 10 + 8
     assert t.loc["denoise", "wall_ns"] == 40 and t.loc["denoise", "wall_share"] == pytest.approx(40 / 100)  # 70 - 30
     assert t.loc["vae_decode", "wall_share"] == pytest.approx(20 / 100)
+
+
+def test_denoising_steps_of_the_cpu_diffusion_fixture():
+    """fixtures/cpu_tiny_diffusion.json.gz: 2 images x 4 DDIM steps, each step a range
+    `denoise_step#i` (from the UNet's forward pre-hook to the step-end callback). The same
+    steps read from the Python frames (UNet2DConditionModel.forward .. DDIMScheduler.step)
+    lie inside those ranges and cover nearly all of each (the hook and callback are µs)."""
+    import pathlib
+    import re
+
+    import tracekit.analysis.denoise as denoise
+    from tracekit.api import analyze
+    from tracekit.trace.column_text import as_text
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "cpu_tiny_diffusion.json.gz"
+    a = analyze(path)
+    marked = a.throughput["denoise_steps"]
+    r = a.trace.ranges
+    names = as_text(r["name"])
+    rows = [i for i, n in enumerate(names) if n.startswith("denoise_step#")]
+    assert len(marked) == len(rows) == 8 and set(marked["source"]) == {"step annotation"}
+    assert marked["duration_ns"].tolist() == [float(r["end"].iat[i] - r["start"].iat[i]) for i in rows]
+    old = denoise.ANNOTATION
+    denoise.ANNOTATION = re.compile(r"^$no annotation")
+    try:
+        frames = denoise.denoise_steps(a.trace, a.kernels)
+    finally:
+        denoise.ANNOTATION = old
+    assert len(frames) == 8 and set(frames["source"]) == {"scheduler.step frames"}
+    for (_, m), (_, f) in zip(marked.iterrows(), frames.iterrows()):
+        assert m["start_ns"] <= f["start_ns"] and f["start_ns"] + f["duration_ns"] <= m["start_ns"] + m["duration_ns"]
+        assert f["duration_ns"] >= 0.99 * m["duration_ns"]
+    assert "denoise_steps" in a.to_dict()["throughput"]

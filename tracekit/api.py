@@ -143,3 +143,49 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
     p = project_device(a, target, items)
     p.warnings = list(a.warnings)
     return p
+
+
+def project_tp(path: str | os.PathLike, tp: int, run_tp: int | None = None, model: str | os.PathLike | None = None,
+               device: str | None = None, device_file: str | None = None, rules: str | None = None,
+               workers: int | None = None, samples_per_step: int | None = None, frames_per_step: int | None = None):
+    """Project one rank's trace to TP degree `tp` (tracekit.projection.tp): which blocks are
+    sharded and which replicated, the replicated share of the step, and the step time at TP
+    `tp`. `run_tp`: the run's TP degree where neither the model config's per-rank shapes nor
+    the collectives say; `model`: the model's config.json (per-rank widths = config widths /
+    TP). The ranks of one job: tracekit.ranks.project_tp_job."""
+    from tracekit.analysis.throughput import step_items
+    from tracekit.projection.tp import project_tp as run
+
+    source = os.fspath(path)
+    if tp < 1:
+        raise TraceError(source, f"--tp must be at least 1, not {tp}")
+    arch = None
+    if model is not None:
+        from tracekit.model import load_config
+
+        arch = load_config(os.fspath(model))
+    a = analyze(path, device=device, device_file=device_file, rules=rules, workers=workers,
+                samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+    current, why = _run_tp(a, arch, run_tp)
+    items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
+    p = run(a, tp, current, why, arch, items)
+    p.analysis = a
+    return p
+
+
+def _run_tp(a: Analysis, arch, run_tp: int | None) -> tuple[int, str]:
+    """The traced run's TP degree and where it came from."""
+    if run_tp:
+        return run_tp, "--run-tp"
+    if arch is not None and a.trace is not None:
+        from tracekit.model.parallel import infer_parallel
+
+        par = infer_parallel(a.trace, arch, None, None)
+        return par.tp, par.source
+    groups = a.kernels["coll_group_size"].to_numpy() if len(a.kernels) else []
+    if len(groups) and groups.max() > 1:
+        return int(groups.max()), "collective group size"
+    world = a.meta.get("world_size")
+    if isinstance(world, int) and world > 1:
+        return world, "world size"
+    return 1, "default (no collective, world size 1)"

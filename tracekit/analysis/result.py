@@ -100,5 +100,7 @@ class Analysis(Measured):
             "warnings": self.warnings,
             **({"model": self.model.to_dict()} if self.model is not None else {}),
             **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
-                               "total": self.throughput["total"]}} if self.throughput is not None else {}),
+                               "total": self.throughput["total"],
+                               **({"denoise_steps": records(self.throughput["denoise_steps"])}
+                                  if len(self.throughput.get("denoise_steps", ())) else {})}} if self.throughput is not None else {}),
         }

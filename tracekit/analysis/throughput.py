@@ -98,4 +98,6 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         units = per_step["unit"].unique()
         total = {"items": float(per_step["items"].sum()), "unit": str(units[0]) if len(units) == 1 else "mixed",
                  "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None}
-    return {"steps": per_step, "stages": stages, "total": total}
+    from tracekit.analysis.denoise import denoise_steps
+
+    return {"steps": per_step, "stages": stages, "total": total, "denoise_steps": denoise_steps(trace, kernels)}

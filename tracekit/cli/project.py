@@ -9,7 +9,10 @@ from tracekit.cli.common import WORKERS_HELP, console, emit, format_option, free
 
 @click.command()
 @click.argument("path")
-@click.option("--to", "target", required=True, help="The GPU to project onto (a key or name from `tracekit devices`).")
+@click.option("--to", "target", help="The GPU to project onto (a key or name from `tracekit devices`).")
+@click.option("--tp", type=click.IntRange(1, 1024), help="The tensor-parallel degree to project to (PATH: one rank's trace, or a directory of the ranks of one job).")
+@click.option("--run-tp", type=click.IntRange(1, 1024), help="With --tp: the run's own TP degree, where the model config's per-rank shapes and the collectives do not say.")
+@click.option("--model", "model", type=click.Path(dir_okay=False), help="With --tp: the model's config.json (per-rank widths = config widths / TP).")
 @click.option("--device", help="The GPU the trace ran on, where the trace does not name it (nsys exports without TARGET_INFO_GPU).")
 @click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (for --to and --device).")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend the defaults.")
@@ -17,13 +20,21 @@ from tracekit.cli.common import WORKERS_HELP, console, emit, format_option, free
 @click.option("--frames-per-step", type=click.IntRange(1, None), help="Frames (or images) each pipeline step produces, where the annotations do not say.")
 @format_option()
 @click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP)
-def project(path: str, target: str, device: str | None, device_file: str | None, rules: str | None, samples: int | None,
+def project(path: str, target: str | None, tp: int | None, run_tp: int | None, model: str | None, device: str | None, device_file: str | None, rules: str | None, samples: int | None,
             frames_per_step: int | None, fmt: str, workers: int | None) -> None:
     """Project a trace onto another GPU: busy time, step time and throughput, per block and stage.
 
     Each kernel keeps its achieved fraction of its binding roof (matrix or vector peak for
     its dtype, HBM, interconnect, host link) and is rescaled by the target's roof; host time
-    and launch overhead stay as measured. See README, "Projection"."""
+    and launch overhead stay as measured. With --tp N: the same run at TP degree N (sharded
+    blocks scale by TP/N, replicated ones stay, collectives follow the ring). See README, "Projection"."""
+    from tracekit.errors import TraceError
+
+    if (target is None) == (tp is None):
+        raise TraceError(path, "say what to project to: --to DEVICE or --tp N (one of them)")
+    if tp is not None:
+        _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers)
+        return
     from tracekit.api import project as run
 
     p = run(path, target, device=device, device_file=device_file, rules=rules, workers=workers, samples_per_step=samples,
@@ -41,5 +52,30 @@ def project(path: str, target: str, device: str | None, device_file: str | None,
         from tracekit.reports.projection import render_markdown
 
         return render_markdown(p)
+
+    emit(fmt, json=p.to_json, table=table, markdown=markdown)
+
+
+def _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers) -> None:
+    import os
+
+    from tracekit.api import project_tp
+    from tracekit.ranks.tp import project_tp_job
+
+    p = (project_tp_job if os.path.isdir(path) else project_tp)(path, tp, run_tp=run_tp, model=model, device=device, device_file=device_file, rules=rules, workers=workers,
+                   samples_per_step=samples, frames_per_step=frames_per_step)
+    freeze_heap()
+    for w in p.warnings:
+        warn(path, w)
+
+    def table() -> None:
+        from tracekit.reports.projection import render_tp_console
+
+        render_tp_console(p, console())
+
+    def markdown() -> str:
+        from tracekit.reports.projection import render_tp_markdown
+
+        return render_tp_markdown(p)
 
     emit(fmt, json=p.to_json, table=table, markdown=markdown)

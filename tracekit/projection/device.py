@@ -97,7 +97,7 @@ def kernel_ratios(kernels: pd.DataFrame, source: Device, target: Device) -> pd.D
     return pd.DataFrame({"ratio": point, "low": low, "high": high, "roof": roof, "costed": known}, index=kernels.index)
 
 
-def _aggregate(kernels: pd.DataFrame, r: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+def aggregate(kernels: pd.DataFrame, r: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     excl = kernels["exclusive_ns"].to_numpy(dtype=np.float64)
     frame = pd.DataFrame({**{c: kernels[c].astype(object).fillna("—").to_numpy() for c in by},
                           "measured_ns": excl, "projected_ns": excl * r["ratio"].to_numpy(),
@@ -175,10 +175,10 @@ def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Proj
     ends = {}
     for col in ("ratio", "low", "high"):
         _, ends[col] = replay(k, launched, duration * r[col].to_numpy())
-    steps = _steps_frame(a, r, ends, items)
-    blocks = _aggregate(k, r, ["phase", "block"])[PROJECTED_BLOCK_COLUMNS]
+    steps = steps_frame(a, r, ends, items)
+    blocks = aggregate(k, r, ["phase", "block"])[PROJECTED_BLOCK_COLUMNS]
     stage_col = "stage" if "stage" in k.columns else "phase"
-    stages = _aggregate(k, r, [stage_col]).rename(columns={stage_col: "stage"})[["stage"] + PROJECTED_BLOCK_COLUMNS[2:]]
+    stages = aggregate(k, r, [stage_col]).rename(columns={stage_col: "stage"})[["stage"] + PROJECTED_BLOCK_COLUMNS[2:]]
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
     busy = float(excl.sum())
     costed = float(excl[r["costed"].to_numpy()].sum())
@@ -203,7 +203,7 @@ def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Proj
                       path=a.meta.get("path"))
 
 
-def _steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
+def steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
     names, measured, projected, host_bound = _step_times(a, ends["ratio"])
     if not names:
         return pd.DataFrame(columns=PROJECTED_STEP_COLUMNS)

@@ -71,3 +71,84 @@ def render_markdown(p) -> str:
         lines += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
     lines += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in p.assumptions]
     return "\n".join(lines) + "\n"
+
+
+# -- tracekit project --tp: the same run at another tensor-parallel degree (tracekit.projection.tp)
+
+def tp_summary_lines(p) -> list[str]:
+    t = p.totals
+    dev = f" on {p.device.name} (link {p.device.interconnect_gbps:,.0f} GB/s)" if p.device is not None else ""
+    lines = [f"TP {p.current_tp} ({p.tp_source}) → TP {p.target_tp}{dev}"]
+    if t["sharded_found"]:
+        lines.append(f"sharded blocks: {', '.join(t['sharded_blocks']) or '—'}")
+    else:
+        lines.append(f"no TP sharding found ({t['basis'] or 'TP 1'}): nothing changes with the TP degree")
+    lines.append(f"replicated blocks: {', '.join(t['replicated_blocks']) or '—'}")
+    lines.append(f"GPU busy {duration(t['busy_ns'])}: sharded {duration(t['sharded_ns'])}, replicated {duration(t['replicated_ns'])} "
+                 f"({percent(t['replicated_share_busy'])} of busy, {percent(t['replicated_share_step'])} of the step), "
+                 f"TP collectives {duration(t['collective_ns'])}, other collectives {duration(t['other_collective_ns'])}, "
+                 f"without shapes {duration(t['unknown_ns'])}")
+    lines.append(f"GPU busy at TP {p.target_tp}: {duration(t['busy_projected_ns'])} (range {_range(t['busy_low_ns'], t['busy_high_ns'])}, "
+                 f"×{number(t.get('busy_ratio'), '{:.3f}')})")
+    if t.get("steps"):
+        lines.append(f"steps ({t['steps']}): {duration(t['step_measured_ns'])} measured → {duration(t['step_projected_ns'])} at TP "
+                     f"{p.target_tp} (range {_range(t['step_low_ns'], t['step_high_ns'])}, ×{number(t.get('step_ratio'), '{:.3f}')})")
+    if t.get("job_step_measured_ns") is not None:
+        lines.append(f"job step (slowest of {len(t['per_rank'])} ranks): {duration(t['job_step_measured_ns'])} → "
+                     f"{duration(t['job_step_projected_ns'])}")
+    return lines
+
+
+def tp_sections(p) -> list[Section]:
+    roles = ["sharded", "replicated", "collective", "other_collective", "unknown"]
+    head = ["phase", "block", "role", "kernels", "measured", *roles, "at TP N", "×"]
+    rows = [[str(r["phase"]), str(r["block"]), r["role"], f"{r['kernels']:,}", duration(r["measured_ns"]),
+             *(duration(r[f"{x}_ns"]) for x in roles), duration(r["projected_ns"]), number(r["ratio"], "{:.3f}")]
+            for r in p.blocks.to_dict(orient="records")]
+    out = [Section(f"Blocks at TP {p.target_tp} (GPU busy time by role)", head, rows, [0, 0, 0, 2] + [0] * 7 + [1], flex=1,
+                   left=(0, 1, 2))]
+    head = ["collective", "kernels", "measured", "message", f"ring factor TP {p.current_tp}", f"TP {p.target_tp}",
+            "ring time at link now", "at TP N", "projected"]
+    rows = [[r["collective"], f"{r['kernels']:,}", duration(r["measured_ns"]), number(r["message_bytes"] / 1e6, "{:,.1f} MB"),
+             number(r["factor_now"], "{:.3f}"), number(r["factor_target"], "{:.3f}"), duration(r["ring_now_ns"]),
+             duration(r["ring_target_ns"]), duration(r["projected_ns"])] for r in p.collectives.to_dict(orient="records")]
+    out.append(Section("TP collectives (ring formula)", head, rows, [0, 2, 0, 1, 1, 1, 1, 1, 0], flex=0, empty="(no TP collective)"))
+    head = ["role", "op", "shapes", "why", "kernels", "measured"]
+    rows = [[r["role"], str(r["op"]), str(r["shapes"]), str(r["reason"]), f"{r['kernels']:,}", duration(r["measured_ns"])]
+            for r in p.signatures.head(15).to_dict(orient="records")]
+    out.append(Section("What is sharded and what is replicated (top ops by time)", head, rows, [0, 1, 2, 2, 1, 0], flex=2, left=(0, 1, 2, 3)))
+    if p.rank_blocks is not None and len(p.rank_blocks):
+        head = ["phase", "block", "alike on every rank (per rank)", "differs across ranks", "verdict"]
+        rows = [[str(r["phase"]), str(r["block"]), duration(r["alike_ns"]), duration(r["differs_ns"]), r["verdict"]]
+                for r in p.rank_blocks.to_dict(orient="records")]
+        out.append(Section("Across ranks: same op shapes on every rank?", head, rows, [0, 0, 0, 1, 2], flex=1, left=(0, 1, 4)))
+    head = ["step", "measured", "at TP N", "range", "×", "host-bound"]
+    rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
+             number(r["ratio"], "{:.3f}"), "yes" if r["host_bound"] else "no"] for r in p.steps.to_dict(orient="records")]
+    out.append(Section("Steps (host timeline as measured; kernels replayed per stream)", head, rows, [0, 0, 0, 1, 1, 2], flex=0,
+                       empty="(no step annotations)"))
+    return out
+
+
+def render_tp_console(p, con) -> None:
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
+    for line in tp_summary_lines(p):
+        con.print(terminal(line))
+    for s in tp_sections(p):
+        con.print()
+        print_section(s, con)
+    con.print()
+    con.print(terminal("Assumptions:"))
+    for a in p.assumptions:
+        con.print(terminal(f"- {a}"))
+
+
+def render_tp_markdown(p) -> str:
+    lines = [f"# tracekit TP projection: {md(p.path)}", ""] + [f"- {md(s)}" for s in tp_summary_lines(p)]
+    for s in tp_sections(p):
+        lines += ["", f"## {md(s.title)}", ""]
+        lines += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
+    lines += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in p.assumptions]
+    return "\n".join(lines) + "\n"

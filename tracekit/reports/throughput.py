@@ -29,4 +29,13 @@ def sections(a: Analysis) -> list[Section]:
              duration(r["wall_per_run_ns"]), duration(r["busy_ns"])] for r in t["stages"].to_dict(orient="records")]
     out.append(Section("Stages: share of wall time (a run: consecutive kernels of one stage, first start to last end)",
                        head, rows, [0, 2, 2, 0, 0, 1, 1]))
+    d = t.get("denoise_steps")
+    if d is not None and len(d):
+        mean = float(d["duration_ns"].mean())
+        head = ["denoising step", "start", "wall", "kernels", "GPU busy", "from"]
+        rows = [[f"{r['index']}", duration(r["start_ns"]), duration(r["duration_ns"]), f"{r['kernels']:,}", duration(r["busy_ns"]),
+                 r["source"]] for r in d.to_dict(orient="records")]
+        out.append(Section("Denoising steps (diffusion: the UNet / transformer forward to the end of scheduler.step)", head, rows,
+                           [0, 1, 0, 1, 1, 2], left=(5,), note=f"{len(d)} denoising steps, mean {duration(mean)} = "
+                           f"{number(1e9 / mean if mean > 0 else None, '{:,.2f}')} steps/s"))
     return out
