@@ -127,6 +127,8 @@ def finite(value: Any) -> float | None:
 
 
 def kind_of(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value) is None:
+        return "an integer beyond a float's range" if isinstance(value, int) else repr(value)
     return {dict: "a table", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number"}.get(type(value), type(value).__name__)
 
