@@ -34,10 +34,11 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     import os
 
     options = model_from(**model)
-    if out_dir:
-        from tracekit.reports.bundle import check_out_dir
+    if out_dir is not None:
+        from tracekit.reports.bundle import BUNDLE_FILES, check_out_dir
 
-        check_out_dir(out_dir)  # before the work: a bad --out should not cost a whole analysis
+        # before the work: a bad --out should not cost a whole analysis, nor replace an input
+        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config")), names=BUNDLE_FILES)
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)

@@ -94,7 +94,8 @@ def validate(item: Any, where: str) -> None:
         raise bad(f"no limit given (one of: {', '.join(sorted(limits))})")
     for key in limits:
         if key in item and number(item[key]) is None:
-            raise bad(f"{key} must be a finite number")
+            numeric = isinstance(item[key], (int, float)) and not isinstance(item[key], bool)
+            raise bad(f"{key} must be a {'finite ' if numeric else ''}number")
         if key in item and key != "max_regression" and item[key] < 0:
             raise bad(f"{key} must be at least 0, not {item[key]}")
     if "name" in item and not isinstance(item["name"], str):

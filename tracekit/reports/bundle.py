@@ -33,25 +33,34 @@ from tracekit.errors import TraceError
 MARKERS = ("summary.json", "ranks.json")
 
 
-def check_out_dir(path: str) -> str:
-    """Refuse, before any work is done, an output path that cannot become a directory."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise TraceError(os.fsencode(path).decode("utf-8", "backslashreplace"), "output path is not valid UTF-8; choose a plain name") from None
+# Every name a bundle may put in DIR (one trace; several add ranks.json and rankN/).
+BUNDLE_FILES = ("summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png",
+                "breakdown.png", "ranks.json")
+
+
+def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILES) -> str:
+    """Refuse, before any work is done, an output path that cannot become a directory, or
+    whose files (`names`, and rankN/) would replace one of the command's inputs."""
+    import re
+
+    from tracekit.reports.atomic import check_out_path, writable_parent
+
+    check_out_path(path, option)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise TraceError(path, "exists and is not a directory; --out names a directory for the report bundle")
+        raise TraceError(path, f"exists and is not a directory; {option} names a directory for the output files")
     if os.path.isdir(path):
         if not os.access(path, os.W_OK | os.X_OK):
             raise TraceError(path, "permission denied: cannot write files in it")
+        target = os.path.realpath(path)
+        for given in inputs:
+            if given is None or not os.path.exists(given):
+                continue
+            rel = os.path.relpath(os.path.realpath(given), target)
+            first = rel.split(os.sep)[0]
+            if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or re.fullmatch(r"rank\d+", first)):
+                raise TraceError(path, f"writing here would replace the input {given}: choose another output directory")
         return path
-    ancestor = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise TraceError(path, f"{ancestor} is a file, so no directory can be made under it")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise TraceError(path, f"permission denied: cannot create files in {ancestor}")
+    writable_parent(path)
     return path
 
 
