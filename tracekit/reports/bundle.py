@@ -75,6 +75,7 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
         with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
             tmp = _make_temporary(target)
         yield tmp
+        verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
         with _interrupts_deferred():  # the renames are not torn apart halfway
             _install(tmp, target)
             tmp = None
@@ -113,6 +114,31 @@ def _make_temporary(target: str) -> str:
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)
     return path
+
+
+def verify(directory: str, out_dir: str) -> None:
+    """Every file of a bundle being built, read back: parquet tables whole, JSON valid,
+    nothing empty. A file that does not read back fails the run (nothing is installed)."""
+    import json
+
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            try:
+                if os.path.getsize(path) == 0:
+                    raise ValueError("empty")
+                if name.endswith(".parquet"):
+                    import pyarrow.parquet as pq
+
+                    pq.read_table(path)
+                elif name.endswith(".json"):
+                    with open(path, "rb") as f:
+                        json.loads(f.read())
+            except (OSError, ValueError) as exc:
+                raise TraceError(out_dir, f"{rel} did not read back ({exc}); nothing was written") from None
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a torn file
+                raise TraceError(out_dir, f"{rel} did not read back ({type(exc).__name__}: {exc}); nothing was written") from None
 
 
 def _install(tmp: str, target: str) -> None:
