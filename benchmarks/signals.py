@@ -92,7 +92,7 @@ def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
     result = {"signal": signal.Signals(signum).name, "delay": round(delay, 3), "sent": sent, "rc": proc.returncode,
               "bundle": "whole" if os.path.exists(out) and problem is None else ("absent" if problem is None else problem),
               "temporaries": temporaries, "processes_left": len(left), "traceback": "Traceback" in err,
-              "aborted_line": "tracekit: aborted" in err}
+              "aborted_line": "tracekit: aborted" in err, "stderr_tail": err[-300:]}
     # Before tracekit's first line runs (the interpreter importing `site`, ~20-70 ms) Python's
     # own handling applies: killed by the signal, or "Fatal Python error: init_import_site".
     result["before_tracekit"] = "init_import_site" in err or proc.returncode in (-signal.SIGINT, -signal.SIGTERM)

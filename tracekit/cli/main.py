@@ -62,7 +62,7 @@ def run() -> None:
     os._exit(code)
 
 
-_received: list[int] = []  # the signal that interrupted this run, if any
+from tracekit.errors import INTERRUPTS  # the signal that interrupted this run, if any
 
 
 def _interrupts_raise() -> None:
@@ -74,7 +74,7 @@ def _interrupts_raise() -> None:
     import signal
 
     def interrupted(signum, frame):
-        _received.append(signum)
+        INTERRUPTS.append(signum)
         for held in (signal.SIGINT, signal.SIGTERM):
             signal.signal(held, signal.SIG_IGN)
         raise KeyboardInterrupt
@@ -86,7 +86,7 @@ def _interrupts_raise() -> None:
 def _aborted_code() -> int:
     import signal
 
-    return 128 + (_received[0] if _received else signal.SIGINT)
+    return 128 + (INTERRUPTS[0] if INTERRUPTS else signal.SIGINT)
 
 
 def _out_of_memory(argv: list[str] | None) -> str:
@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
+        if INTERRUPTS:  # the interrupt's KeyboardInterrupt was dropped on the way (an at-fork hook)
+            raise KeyboardInterrupt
     except TraceError as exc:
         click.echo(f"tracekit: error: {safe(exc.path)}: {safe(exc.reason)}", err=True)
         sys.exit(2)

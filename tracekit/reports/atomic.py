@@ -15,7 +15,7 @@ import os
 import tempfile
 from typing import BinaryIO, Iterable, Iterator
 
-from tracekit.errors import TraceError
+from tracekit.errors import TraceError, raise_if_interrupted
 
 
 def _umask() -> int:
@@ -88,6 +88,7 @@ def open_atomic(path: str | os.PathLike) -> Iterator[BinaryIO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        raise_if_interrupted()
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

@@ -25,7 +25,7 @@ import threading
 from typing import Iterator
 
 from tracekit.analysis import Analysis
-from tracekit.errors import TraceError
+from tracekit.errors import TraceError, raise_if_interrupted
 
 # The file whose presence says "this bundle is complete" (summary.json of one trace,
 # ranks.json of several): where DIR already holds other files, it is removed first and
@@ -77,6 +77,7 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
         yield tmp
         verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
         with _interrupts_deferred():  # the renames are not torn apart halfway
+            raise_if_interrupted()
             _install(tmp, target)
             tmp = None
     except OSError as exc:
