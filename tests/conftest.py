@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -9,14 +10,35 @@ SHARED = REPO.parent / "shared" / "fixtures"
 PROJECT_FIXTURES = REPO / "fixtures"
 
 
+# The shared fixtures (real traces; see README "Shared fixtures") live beside the
+# repository. Without them the tests that need them skip with this one reason; CI
+# (.ci/run) sets TRACEKIT_REQUIRE_SHARED=1, which turns the skip into a failure.
+MISSING_SHARED = (f"needs the shared fixtures at {SHARED} (a checkout of the shared traces beside the repository; "
+                  "see README, 'Shared fixtures')")
+
+
+def shared_required() -> bool:
+    return os.environ.get("TRACEKIT_REQUIRE_SHARED") == "1"
+
+
+def skip_without_shared(module_level: bool = False) -> None:
+    if SHARED.is_dir():
+        return
+    if shared_required():
+        pytest.fail(MISSING_SHARED + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
+    pytest.skip(MISSING_SHARED, allow_module_level=module_level)
+
+
 def shared(*parts: str) -> pathlib.Path:
+    skip_without_shared(module_level=True)
     path = SHARED.joinpath(*parts)
-    # A missing shared fixture is a broken checkout, never a reason to skip.
+    # With the shared fixtures present, a missing one is a broken checkout, never a reason to skip.
     assert path.exists(), f"shared fixture missing: {path}"
     return path
 
 
 def torch_traces() -> list[pathlib.Path]:
+    skip_without_shared(module_level=True)
     found = sorted(SHARED.glob("torch/**/*.json.gz")) + sorted(PROJECT_FIXTURES.glob("*.json.gz"))
     assert len(found) >= 16, f"expected the shared torch fixtures beside the repo, found {found}"
     return found
@@ -59,3 +81,18 @@ def range_stack(trace, row: int, column: str = "range") -> list[str]:
         stack.append(str(names[node]))
         node = int(parents[node])
     return stack[::-1]
+
+
+# Names by which a test module says it reads the shared fixtures.
+_SHARED_NAMES = ("SHARED", "shared", "torch_traces", "fixtures", "SHARED_TRACES")
+
+
+def pytest_runtest_setup(item):
+    """A test in a module that reads the shared fixtures: skipped (one reason) when they are
+    absent, failed under TRACEKIT_REQUIRE_SHARED=1. A module that checks per test sets
+    CHECKS_SHARED = True."""
+    module = getattr(item, "module", None)
+    if module is None or SHARED.is_dir() or getattr(module, "CHECKS_SHARED", False):
+        return
+    if any(name in vars(module) for name in _SHARED_NAMES):
+        skip_without_shared()

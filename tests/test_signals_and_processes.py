@@ -24,6 +24,7 @@ from tracekit.parsers import parse
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
 SHARED = REPO.parent / "shared" / "fixtures"
+CHECKS_SHARED = True  # only the two rank tests need them (skipif below)
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
