@@ -86,6 +86,10 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
 
     if importlib.util.find_spec("mlflow") is None:
         raise click.UsageError("--mlflow needs MLflow: pip install 'tracekit[mlflow]'")
+    if not os.environ.get("MLFLOW_TRACKING_URI", "").strip():
+        # Without one MLflow falls back to a local file store, which current MLflow refuses.
+        raise click.UsageError("--mlflow needs a tracking server: set MLFLOW_TRACKING_URI=http://HOST:PORT "
+                               "(a local one: mlflow server --host 127.0.0.1 --port 5000; see README)")
     if len(paths) > 1 or os.path.isdir(paths[0]):
         raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
 
