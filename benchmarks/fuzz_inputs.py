@@ -1,6 +1,6 @@
 """Seeded mutation fuzzing of tracekit's inputs (the cases: tests/fuzz_cases.py).
 
-    python benchmarks/fuzz_inputs.py --seed 1 --cases 2000 [--log fuzz.jsonl]
+    python benchmarks/fuzz_inputs.py --seed 1 --cases 2000 [--log fuzz.jsonl] [--kinds traces|files|all]
 
 Each case is a mutated Kineto trace or Nsight Systems export (from small real fixtures)
 run through `info --format json`, `analyze --format json` and `analyze`. Cases run one at
@@ -8,6 +8,11 @@ a time in one worker process (restarted when a case exceeds its time: a hang cou
 failure, it does not stop the run). Prints the counts of each kind of failure:
 exit-1 results, exit 2 without exactly one stderr line, invalid JSON, raw control
 characters on stdout, cases over the time bound, inputs modified; and the slowest case.
+
+`--kinds files` (issue 22) mutates the other files a user hands tracekit (tests/fuzz_files.py):
+--device-file, --rules and check --expect TOML, stored summary.json files, and a rank of
+another job, through `devices`, `analyze`, `export`, `check`, `diff` and multi-rank
+`analyze`; `--kinds all` alternates the two.
 """
 
 from __future__ import annotations
@@ -24,6 +29,26 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import fuzz_cases  # noqa: E402
+import fuzz_files  # noqa: E402
+
+_PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json"}
+
+
+def files_case(seed: int, work: str, time_bound: float) -> dict:
+    """One tests/fuzz_files.py case in the shape of a fuzz_cases result."""
+    started = time.time()
+    result = fuzz_files.run_case(seed, work)
+    problems: dict[str, str] = {}
+    for run in result["results"]:
+        for problem in run["problems"]:
+            key = _PROBLEM_KEYS.get(problem.split(" ")[0] if problem.startswith("exit ") and problem != "exit 2 without one error line" else problem, "exit")
+            problems.setdefault(key, f"{' '.join(map(str, run['argv']))}: {problem}: {run['error']}")
+    seconds = time.time() - started
+    if seconds > time_bound * max(1, len(result["results"])):
+        problems["time"] = f"{seconds:.1f} s"
+    return {"seed": seed, "kind": "files:" + result["kind"], "mutations": result["mutations"],
+            "runs": [{"command": " ".join(map(str, r["argv"])), "seconds": seconds / max(1, len(result["results"]))} for r in result["results"]],
+            "problems": problems}
 
 
 def main() -> int:
@@ -32,6 +57,7 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--time-bound", type=float, default=10.0, help="seconds one command may take")
     parser.add_argument("--log", help="write one JSON line per case here")
+    parser.add_argument("--kinds", choices=("traces", "files", "all"), default="traces")
     args = parser.parse_args()
 
     counts: collections.Counter[str] = collections.Counter()
@@ -45,7 +71,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tracekit-fuzz-") as work:
         for i in range(args.cases):
             seed = args.seed + i
-            job = pool.apply_async(fuzz_cases.run_case, (seed, work, args.time_bound))
+            files = args.kinds == "files" or (args.kinds == "all" and i % 2)
+            job = pool.apply_async(files_case if files else fuzz_cases.run_case, (seed, work, args.time_bound))
             try:
                 result = job.get(timeout=args.time_bound * len(fuzz_cases.COMMANDS) + 30)
             except multiprocessing.TimeoutError:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
@@ -9,14 +10,35 @@ SHARED = REPO.parent / "shared" / "fixtures"
 PROJECT_FIXTURES = REPO / "fixtures"
 
 
+# The shared fixtures (real traces; see README "Shared fixtures") live beside the
+# repository. Without them the tests that need them skip with this one reason; CI
+# (.ci/run) sets TRACEKIT_REQUIRE_SHARED=1, which turns the skip into a failure.
+MISSING_SHARED = (f"needs the shared fixtures at {SHARED} (a checkout of the shared traces beside the repository; "
+                  "see README, 'Shared fixtures')")
+
+
+def shared_required() -> bool:
+    return os.environ.get("TRACEKIT_REQUIRE_SHARED") == "1"
+
+
+def skip_without_shared(module_level: bool = False) -> None:
+    if SHARED.is_dir():
+        return
+    if shared_required():
+        pytest.fail(MISSING_SHARED + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
+    pytest.skip(MISSING_SHARED, allow_module_level=module_level)
+
+
 def shared(*parts: str) -> pathlib.Path:
+    skip_without_shared(module_level=True)
     path = SHARED.joinpath(*parts)
-    # A missing shared fixture is a broken checkout, never a reason to skip.
+    # With the shared fixtures present, a missing one is a broken checkout, never a reason to skip.
     assert path.exists(), f"shared fixture missing: {path}"
     return path
 
 
 def torch_traces() -> list[pathlib.Path]:
+    skip_without_shared(module_level=True)
     found = sorted(SHARED.glob("torch/**/*.json.gz")) + sorted(PROJECT_FIXTURES.glob("*.json.gz"))
     assert len(found) >= 16, f"expected the shared torch fixtures beside the repo, found {found}"
     return found
@@ -59,3 +81,36 @@ def range_stack(trace, row: int, column: str = "range") -> list[str]:
         stack.append(str(names[node]))
         node = int(parents[node])
     return stack[::-1]
+
+
+# Names by which a test module says it reads the shared fixtures.
+_SHARED_NAMES = ("SHARED", "shared", "torch_traces", "fixtures", "SHARED_TRACES")
+
+
+def pytest_runtest_setup(item):
+    """A test in a module that reads the shared fixtures: skipped (one reason) when they are
+    absent, failed under TRACEKIT_REQUIRE_SHARED=1. A module that checks per test sets
+    CHECKS_SHARED = True."""
+    module = getattr(item, "module", None)
+    if module is None or SHARED.is_dir() or getattr(module, "CHECKS_SHARED", False):
+        return
+    if any(name in vars(module) for name in _SHARED_NAMES):
+        skip_without_shared()
+
+
+def raw_step_ns(path, name):
+    """A step's time on the GPU in ns, straight from the trace (Kineto writes µs): its
+    gpu_user_annotation widened to the GPU activities launched inside its CPU range (same
+    process), or without one the first start to the last end of those activities."""
+    import gzip
+    import json
+
+    with gzip.open(path) as f:
+        events = json.load(f)["traceEvents"]
+    (host,) = [e for e in events if e.get("name") == name and e.get("cat") == "user_annotation"]
+    launched = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("pid") == host["pid"]
+                and host["ts"] <= e["ts"] <= host["ts"] + host["dur"] and "correlation" in e.get("args", {})}
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+             and e.get("args", {}).get("correlation") in launched]
+    spans += [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e.get("cat") == "gpu_user_annotation"]
+    return round((max(e for _, e in spans) - min(s for s, _ in spans)) * 1000)

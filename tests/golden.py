@@ -21,6 +21,8 @@ TOP = 10
 
 
 def fixtures() -> list[pathlib.Path]:
+    if not SHARED.is_dir():
+        return []  # the tests that use them skip (conftest.pytest_runtest_setup) or fail under CI
     return sorted(SHARED.glob("torch/**/*.json.gz")) + sorted(SHARED.glob("nsys/*.sqlite"))
 
 

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conftest import REPO, shared
+from conftest import raw_step_ns, REPO, shared
 
 QWEN = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
 SGLANG = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
@@ -25,20 +25,6 @@ GOLDEN = REPO / "tests" / "golden"
 def raw_events(path):
     with gzip.open(path) as f:
         return json.load(f)["traceEvents"]
-
-
-def raw_step_ns(path, name):
-    """A step's time on the GPU in ns, straight from the trace (Kineto writes µs): its
-    gpu_user_annotation widened to the GPU activities launched inside its CPU range (same
-    process), or without one the first start to the last end of those activities."""
-    events = raw_events(path)
-    (host,) = [e for e in events if e.get("name") == name and e.get("cat") == "user_annotation"]
-    launched = {e["args"]["correlation"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("pid") == host["pid"]
-                and host["ts"] <= e["ts"] <= host["ts"] + host["dur"] and "correlation" in e.get("args", {})}
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-             and e.get("args", {}).get("correlation") in launched]
-    spans += [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e.get("cat") == "gpu_user_annotation"]
-    return round((max(e for _, e in spans) - min(s for s, _ in spans)) * 1000)
 
 
 def tracekit(*args):

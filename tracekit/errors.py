@@ -19,3 +19,15 @@ class TraceError(Exception):
         # Worker processes send their errors back pickled; the default would call
         # TraceError(message) with one argument and break the pool (BrokenProcessPool).
         return (type(self), (self.path, self.reason))
+
+
+# The signals (SIGINT, SIGTERM) that interrupted this run, recorded by the command's handler
+# (cli/main.py). The handler raises KeyboardInterrupt, but Python drops an exception raised
+# where it cannot propagate (an at-fork hook, a __del__): writers check this list before
+# they rename anything into place, so an interrupted run never installs its output.
+INTERRUPTS: list[int] = []
+
+
+def raise_if_interrupted() -> None:
+    if INTERRUPTS:
+        raise KeyboardInterrupt

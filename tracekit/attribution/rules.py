@@ -38,13 +38,28 @@ class Rules:
     block: tuple[Rule, ...]
 
 
+MAX_RULES = 10_000
+
+
 def _parse(tables: dict, origin: str) -> Rules:
+    from tracekit.userfile import Fields, kind_of
+
+    top = Fields(origin, "", tables)
+    top.unknown(("phase", "block", "replace_defaults"))
+    top.boolean("replace_defaults")
     out = {}
     for kind in ("phase", "block"):
         rules = []
-        for i, entry in enumerate(tables.get(kind, [])):
-            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-                raise TraceError(origin, f"[[{kind}]] rule {i + 1} has no name")
+        entries = tables.get(kind, [])
+        if not isinstance(entries, list):
+            raise TraceError(origin, f"{kind}: must be a list of tables ([[{kind}]]), not {kind_of(entries)}")
+        if len(entries) > MAX_RULES:
+            raise TraceError(origin, f"{kind}: more than {MAX_RULES} rules")
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                raise TraceError(origin, f"[[{kind}]] rule {i + 1}: must be a table, not {kind_of(entry)}")
+            if not isinstance(entry.get("name"), str):
+                raise TraceError(origin, f"[[{kind}]] rule {i + 1} has no name (name must be a string)")
             unknown = set(entry) - set(FIELDS) - {"name"}
             if unknown:
                 raise TraceError(origin, f"[[{kind}]] rule {entry['name']!r} has unknown fields {sorted(unknown)}; allowed: {', '.join(FIELDS)}")
@@ -81,13 +96,9 @@ def load_rules(path: str | None) -> Rules:
     defaults = default_rules()
     if not path:
         return defaults
-    try:
-        with open(path, "rb") as f:
-            tables = tomllib.load(f)
-    except FileNotFoundError:
-        raise TraceError(path, "no such rules file") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise TraceError(path, f"not valid TOML ({exc})") from None
+    from tracekit.userfile import load_toml
+
+    tables = load_toml(path, "rules file")
     user = _parse(tables, path)
     if tables.get("replace_defaults"):
         return user

@@ -37,10 +37,11 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     import os
 
     options = model_from(**model)
-    if out_dir:
-        from tracekit.reports.bundle import check_out_dir
+    if out_dir is not None:
+        from tracekit.reports.bundle import BUNDLE_FILES, check_out_dir
 
-        check_out_dir(out_dir)  # before the work: a bad --out should not cost a whole analysis
+        # before the work: a bad --out should not cost a whole analysis, nor replace an input
+        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config")), names=BUNDLE_FILES)
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
@@ -89,6 +90,10 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
 
     if importlib.util.find_spec("mlflow") is None:
         raise click.UsageError("--mlflow needs MLflow: pip install 'tracekit[mlflow]'")
+    if not os.environ.get("MLFLOW_TRACKING_URI", "").strip():
+        # Without one MLflow falls back to a local file store, which current MLflow refuses.
+        raise click.UsageError("--mlflow needs a tracking server: set MLFLOW_TRACKING_URI=http://HOST:PORT "
+                               "(a local one: mlflow server --host 127.0.0.1 --port 5000; see README)")
     if len(paths) > 1 or os.path.isdir(paths[0]):
         raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
 

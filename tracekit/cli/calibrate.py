@@ -17,12 +17,15 @@ from tracekit.cli.common import console, model_details, model_from, status
 def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_file: str | None, out_file: str | None, **model) -> None:
     """Fit the roofline step model (bandwidth and matrix efficiency, per device) to measured steps."""
     from tracekit.api import calibrate as fit
+    from tracekit.reports.atomic import check_out_file
     from tracekit.reports.prediction import render_calibration
+
+    check_out_file(out_file, "--out", inputs=(*paths, config, device_file))
 
     with status(f"analysing {len(paths)} traces"):
         result = fit(list(paths), model_from(config, **model), device=device, device_file=device_file)
     render_calibration(result, console())
-    if out_file:
+    if out_file is not None:
         from tracekit.reports.atomic import write_file
         from tracekit.strict_json import dumps
 

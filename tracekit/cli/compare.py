@@ -41,15 +41,19 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
         return
     from tracekit.reports import diff as render
 
+    from tracekit.reports.bundle import check_out_dir
+
+    if out_dir is not None:  # before the work; --out '' is an error, not a silent no-op
+        check_out_dir(out_dir, "--out", inputs=(base, new, rules), names=render.FILES)
     with status("analysing both runs"):
         result = compare(base, new, device=device, rules=rules, min_change=min_change, device_file=device_file, model=options)
     for warning in result["warnings"]:
         warn(None, warning)
-    if out_dir:
+    if out_dir is not None:
         written = render.write(result, out_dir, top)
     emit(fmt, json=lambda: render.to_json(result), markdown=lambda: render.to_markdown(result, top), markdown_newline=False,
          table=lambda: render.render_console(result, console(), top))
-    if out_dir:
+    if out_dir is not None:
         click.echo(f"tracekit: wrote {len(written)} files to {out_dir}", err=True)
 
 
@@ -88,6 +92,9 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
     from tracekit.compare import as_summary, check as run_check, load_expectations
     from tracekit.reports import check as render
 
+    from tracekit.reports.atomic import check_out_file
+
+    check_out_file(junit_path, "--junit", inputs=(path, expect_path, baseline, rules))
     expectations = load_expectations(expect_path)
     with status(f"analysing {path}"):
         summary = as_summary(path, device=device, rules=rules, device_file=device_file)
@@ -95,7 +102,7 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
     for warning in summary.get("warnings") or []:
         warn(path, warning)
     verdicts = run_check(summary, expectations, base, min_change=min_change)
-    if junit_path:
+    if junit_path is not None:
         from tracekit.compare.check import junit_xml
         from tracekit.reports.atomic import write_file
 

@@ -38,6 +38,7 @@ def run() -> None:
     function for callers that run the CLI inside their own process."""
     import atexit
 
+    _interrupts_raise()
     try:
         main()
         code = 0
@@ -47,6 +48,11 @@ def run() -> None:
         code = exc.code or 0
     import threading
 
+    if code in (130, 143):  # interrupted: every `finally` has run; do not wait on threads the interrupt cut short
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.current_thread()):
         sys.exit(code)  # a thread still at work (a Dask client, ...): the interpreter joins it first
     atexit._run_exitfuncs()  # what the interpreter would run at exit (logging, multiprocessing, ...)
@@ -54,6 +60,46 @@ def run() -> None:
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
+
+
+from tracekit.errors import INTERRUPTS  # the signal that interrupted this run, if any
+
+
+def _interrupts_raise() -> None:
+    """SIGTERM is handled as SIGINT is (issue 22): the first of them raises
+    KeyboardInterrupt in the main thread, so that every `finally` runs (a bundle's
+    temporary directory removed, the parse workers stopped) and the run ends with
+    "tracekit: aborted" (exit 130, or 143 for SIGTERM). Later ones are ignored while the
+    run cleans up."""
+    import signal
+
+    def interrupted(signum, frame):
+        INTERRUPTS.append(signum)
+        for held in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(held, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, interrupted)
+
+
+def _aborted_code() -> int:
+    import signal
+
+    return 128 + (INTERRUPTS[0] if INTERRUPTS else signal.SIGINT)
+
+
+def _out_of_memory(argv: list[str] | None) -> str:
+    """One line for a run that ran out of memory: how large the inputs are, and what a
+    trace of that size needs (the decoded events and tables take about 6x the JSON)."""
+    sizes = []
+    for arg in (sys.argv[1:] if argv is None else argv):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            if os.path.isfile(arg):
+                size = os.path.getsize(arg)
+                sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
+    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {6 * max(sizes) / 1e9:,.1f} GB of memory" if sizes else ""
+    return f"tracekit: error: out of memory{need}: raise the memory limit, or pass --workers 1 to read it in one process"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
+        if INTERRUPTS:  # the interrupt's KeyboardInterrupt was dropped on the way (an at-fork hook)
+            raise KeyboardInterrupt
     except TraceError as exc:
         click.echo(f"tracekit: error: {safe(exc.path)}: {safe(exc.reason)}", err=True)
         sys.exit(2)
@@ -79,13 +127,28 @@ def main(argv: list[str] | None = None) -> None:
         hint = f" (see `tracekit {exc.ctx.info_name} --help`)" if isinstance(exc, click.UsageError) and exc.ctx and exc.ctx.parent else ""
         click.echo(f"tracekit: error: {exc.format_message()}{hint}".replace("\n", " "), err=True)
         sys.exit(2)
-    except click.Abort:
+    except (click.Abort, KeyboardInterrupt):
         click.echo("tracekit: aborted", err=True)
-        sys.exit(130)
+        sys.exit(_aborted_code())
+    except MemoryError:
+        click.echo(_out_of_memory(argv), err=True)
+        sys.exit(2)
     except BrokenPipeError:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
+        if _memory_ran_out(exc):  # an import or allocation refused under a memory limit
+            click.echo(_out_of_memory(argv), err=True)
+            sys.exit(2)
         if debug:
             raise
         click.echo(f"tracekit: internal error: {type(exc).__name__}: {exc} (set TRACEKIT_DEBUG=1 for a traceback)", err=True)
         sys.exit(1)
+
+
+def _memory_ran_out(exc: BaseException) -> bool:
+    """Errors that say the process could not get memory (under `ulimit -v`): a shared library
+    that cannot be mapped, numpy's allocation failures."""
+    text = str(exc)
+    return isinstance(exc, (ImportError, SystemError, OSError)) and any(
+        words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError")) \
+        or type(exc).__name__ == "_ArrayMemoryError"

@@ -84,18 +84,13 @@ class Verdict:
 def load_expectations(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The [[expect]] tables of a TOML file, validated (unknown keys are errors: a typo
     must not turn a limit into a silent pass)."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
+    from tracekit.userfile import load_toml
+
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise TraceError(path, f"not valid TOML: {exc}") from None
+    data = load_toml(path, "expectations file")
+    unknown = sorted(set(data) - {"expect"})
+    if unknown:
+        raise TraceError(path, f"{unknown[0]}: unknown key (an expectations file holds [[expect]] tables)")
     items = data.get("expect")
     if not isinstance(items, list) or not items:
         raise TraceError(path, "no [[expect]] tables")
@@ -126,9 +121,14 @@ def validate(item: Any, where: str) -> None:
         raise bad(f"no limit given (one of: {', '.join(sorted(limits))})")
     for key in limits:
         if key in item and number(item[key]) is None:
-            raise bad(f"{key} must be a number")
+            numeric = isinstance(item[key], (int, float)) and not isinstance(item[key], bool)
+            raise bad(f"{key} must be a {'finite ' if numeric else ''}number")
+        if key in item and key != "max_regression" and item[key] < 0:
+            raise bad(f"{key} must be at least 0, not {item[key]}")
+    if "name" in item and not isinstance(item["name"], str):
+        raise bad("name must be a string")
     metric = item.get("metric")
-    if metric is not None and metric not in REGRESSION_METRICS[scope]:
+    if metric is not None and (not isinstance(metric, str) or metric not in REGRESSION_METRICS[scope]):
         raise bad(f"metric must be one of {', '.join(REGRESSION_METRICS[scope])}")
 
 

@@ -34,6 +34,17 @@ def first_difference(expected: Any, actual: Any, rel: float = 1e-6, abs_tol: flo
     return None if expected == actual else f"{path}: golden {expected!r}, now {actual!r}"
 
 
+def portable(summary: dict[str, Any], golden_dir: str | os.PathLike) -> dict[str, Any]:
+    """`summary` with an absolute trace path made relative to the golden file's directory
+    (POSIX separators): the same text wherever the repository lies. A relative path is
+    kept as the caller gave it (it is portable already)."""
+    trace = summary.get("trace") if isinstance(summary, dict) else None
+    if not isinstance(trace, dict) or not isinstance(trace.get("path"), str) or not os.path.isabs(trace["path"]):
+        return summary
+    relative = os.path.relpath(os.path.abspath(trace["path"]), os.path.abspath(golden_dir)).replace(os.sep, "/")
+    return {**summary, "trace": {**trace, "path": relative}}
+
+
 def golden_text(summary: dict[str, Any]) -> str:
     """The stored form: sorted keys, one space indent, strict JSON."""
     return json.dumps(summary, indent=1, sort_keys=True, allow_nan=False) + "\n"

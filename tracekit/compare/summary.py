@@ -45,7 +45,11 @@ def _everything(analysis) -> int:
 
 
 def read_summary_file(path: str) -> dict[str, Any] | None:
-    """The summary stored at `path`, or None when the file is not a summary (a trace)."""
+    """The summary stored at `path`, or None when the file is not a summary (a trace).
+    A file that is a summary (it has `schema_version`) but is malformed is an error naming
+    the key and the reason; so is a .json nested too deep or holding NaN or huge integers."""
+    from tracekit.userfile import load_json
+
     if not os.path.isfile(path) or not path.endswith(".json"):
         return None
     if os.path.getsize(path) > _SUMMARY_MAX_BYTES:
@@ -55,17 +59,54 @@ def read_summary_file(path: str) -> dict[str, Any] | None:
             head = f.read(4096)
             if any(key in head for key in _TRACE_KEYS):
                 return None  # a Kineto trace: not worth decoding twice
-            data = json.loads(head + f.read())
-    except (OSError, ValueError):
-        return None  # not JSON we can read: the trace parser gives the precise reason
+            raw = head + f.read()
+    except OSError:
+        return None  # the trace parser gives the precise reason
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # not a summary (tracekit writes UTF-8): the trace parser says what it is
+    if '"schema_version"' not in text:
+        return None
+    data = load_json(path, "summary.json", _SUMMARY_MAX_BYTES, text=text)
     if not isinstance(data, dict) or "traceEvents" in data or "schema_version" not in data:
         return None
     _validate(data, path)
     return data
 
 
+# The shape diff and check read (docs/summary-schema.md): tables, lists of rows, and the
+# fields whose type they rely on. "n": a finite number or null; "s": a string or null.
+_TABLES = {
+    "trace": {"format": "s", "path": "s", "schema": "s", "span_ns": "n", "rank": "n", "world_size": "n", "tool_versions": "t"},
+    "device": {"key": "s", "name": "s", "source": "s", "memory_gbps": "n", "sustained_bandwidth_factor": "n"},
+    "coverage": {"modeled_share": "n", "efficiency": "n", "efficiency_sustained": "n", "kernel_time_ns": "n",
+                 "modeled_time_ns": "n", "copies_time_ns": "n", "kernels": "n", "kernels_modeled": "n", "min_coverage": "n",
+                 "over_peak_kernels": "n", "over_peak_share": "n", "modeled_share_by_source": "t", "top_unmodeled": "l"},
+    "listed_of": {"top_kernels": "n", "top_ops": "n"},
+    "what_to_fix_first": {},
+}
+_ROWS = {
+    "blocks": {"phase": "s", "block": "s", "bound": "s", "gpu_time_ns": "n", "kernel_time_ns": "n", "share": "n", "count": "n",
+               "coverage": "n", "efficiency": "n", "efficiency_sustained": "n", "flops": "n", "bytes": "n",
+               "achieved_tbps": "n", "achieved_tflops": "n"},
+    "steps": {"duration_ns": "n", "busy_ns": "n", "bytes": "n", "start_ns": "n", "coverage": "n", "kernels": "n"},
+    "top_ops": {"op": "s", "bound": "s", "time_ns": "n", "calls": "n", "flops": "n", "bytes": "n", "efficiency": "n",
+                "t_min_ns": "n", "coverage": "n", "kernels": "n"},
+    "top_kernels": {"name": "s", "kernel_class": "s", "bound": "s", "time_ns": "n", "count": "n", "t_min_ns": "n", "flops": "n",
+                    "bytes": "n", "efficiency": "n", "share": "n", "coverage": "n"},
+    "collectives": {"collective": "s", "group": "s", "message_bytes": "n", "count": "n", "time_ns": "n", "busbw_gbps": "n",
+                    "algbw_gbps": "n"},
+    "devices": {"busy_ns": "n", "span_ns": "n", "idle_ns": "n", "kernel_time_ns": "n"},
+    "overlap": {"exposed_ns": "n", "comm_ns": "n", "overlapped_ns": "n", "overlap_share": "n"},
+}
+_TEXTS = ("warnings", "headline")
+_KIND = {"n": "a finite number or null", "s": "a string or null", "t": "a table or null", "l": "a list or null"}
+
+
 def _validate(data: dict[str, Any], path: str) -> None:
     from tracekit.analysis import SCHEMA_VERSION
+    from tracekit.userfile import check_depth, finite, kind_of
 
     version = data.get("schema_version")
     if not isinstance(version, int) or isinstance(version, bool):
@@ -74,7 +115,61 @@ def _validate(data: dict[str, Any], path: str) -> None:
         raise TraceError(path, f"summary schema {version} is newer than this tracekit reads ({SCHEMA_VERSION}); upgrade tracekit")
     for key, kind in (("blocks", list), ("coverage", dict)):
         if not isinstance(data.get(key), kind):
-            raise TraceError(path, f"not a tracekit summary: `{key}` is missing or not a {kind.__name__}")
+            raise TraceError(path, f"not a tracekit summary: `{key}` is missing or not a {'list' if kind is list else 'table'}")
+    check_depth(data, path, "summary.json")
+
+    def bad(where: str, reason: str) -> TraceError:
+        return TraceError(path, f"{where}: {reason}")
+
+    def fields(where: str, table: dict, shape: dict[str, str]) -> None:
+        for field, want in shape.items():
+            value = table.get(field)
+            if value is None:
+                continue
+            ok = {"n": finite(value) is not None, "s": isinstance(value, str),
+                  "t": isinstance(value, dict), "l": isinstance(value, list)}[want]
+            if not ok:
+                raise bad(f"{where}.{field}", f"must be {_KIND[want]}, not {kind_of(value)}")
+
+    for key, shape in _TABLES.items():
+        table = data.get(key)
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            raise bad(key, f"must be a table, not {kind_of(table)}")
+        fields(key, table, shape)
+    for key, shape in _ROWS.items():
+        rows = data.get(key)
+        if rows is None:
+            continue
+        if not isinstance(rows, list):
+            raise bad(key, f"must be a list of tables, not {kind_of(rows)}")
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise bad(f"{key}[{i}]", f"must be a table, not {kind_of(row)}")
+            fields(f"{key}[{i}]", row, shape)
+            for field, value in row.items():
+                if isinstance(value, (dict, list)) and field != "shapes":
+                    raise bad(f"{key}[{i}].{field}", f"must be a single value, not {kind_of(value)}")
+    for key in _TEXTS:
+        texts = data.get(key)
+        if texts is None:
+            continue
+        if not isinstance(texts, list):
+            raise bad(key, f"must be a list of strings, not {kind_of(texts)}")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise bad(f"{key}[{i}]", f"must be a string, not {kind_of(text)}")
+    # Anywhere else: no number a float cannot hold (a 400-digit integer), no non-finite float.
+    stack = [(data, "$")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            stack.extend((v, f"{where}.{k}") for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+        elif isinstance(item, (int, float)) and not isinstance(item, bool) and finite(item) is None:
+            raise bad(where.removeprefix("$."), "a number beyond a float's range" if isinstance(item, int) else "not a finite number")
 
 
 def records(summary: dict[str, Any], key: str) -> list[dict[str, Any]]:
@@ -85,9 +180,9 @@ def records(summary: dict[str, Any], key: str) -> list[dict[str, Any]]:
 
 def number(value: Any) -> float | None:
     """A finite number, else None (unknown)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value == value and abs(value) != float("inf") else None
+    from tracekit.userfile import finite
+
+    return finite(value)
 
 
 def step_time_ns(summary: dict[str, Any]) -> float | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class Device:
     source: str = ""
     match: tuple[str, ...] = field(default=())
     aliases: tuple[str, ...] = field(default=())
+    exclude: tuple[str, ...] = field(default=())  # names matching one of these are not this device
 
     def peak_flops(self, kind: str, dtype: str) -> float | None:
         """FLOP/s for work of `kind` in `dtype`; None when the device has no such unit."""
@@ -47,14 +49,53 @@ class Device:
         return self.interconnect_gbps * 1e9
 
 
-def _from_table(key: str, t: dict[str, Any]) -> Device:
+DEVICE_KEYS = ("name", "matrix_tflops", "vector_tflops", "memory_gbps", "interconnect_gbps", "host_link_gbps", "memory_gb",
+               "l2_mb", "sm_count", "source", "match", "exclude", "aliases")
+MAX_DEVICES = 10_000
+
+
+def _from_table(key: str, t: Any, path: str = "devices.toml") -> Device:
+    """One device table, every key typed and in range: peaks and bandwidths finite and
+    greater than 0 (a zero bandwidth would divide by zero; a negative one is a typo), the
+    `match` and `exclude` patterns valid for RE2."""
+    from tracekit.userfile import Fields
+
+    f = Fields(path, f"[{key}]", t, "table of device figures")
+    f.unknown(DEVICE_KEYS)
+    peaks = {}
+    for unit in ("matrix_tflops", "vector_tflops"):
+        table = f.sub(unit, {})
+        peaks[unit] = {str(dtype): table.number(dtype, positive=True) for dtype in table.table}
+    matches, excludes = f.strings("match"), f.strings("exclude")
+    for name, patterns in (("match", matches), ("exclude", excludes)):
+        for i, pattern in enumerate(patterns):
+            try:
+                _pattern(pattern)
+            except ValueError as exc:
+                raise f.error(f"{name}[{i}]", f"bad regular expression for RE2 ({exc}); lookaround and backreferences are not supported") from None
     return Device(
-        key=key, name=t.get("name", key), matrix_tflops=dict(t.get("matrix_tflops", {})), vector_tflops=dict(t.get("vector_tflops", {})),
-        memory_gbps=float(t["memory_gbps"]), interconnect_gbps=float(t.get("interconnect_gbps", 0.0)),
-        host_link_gbps=float(t.get("host_link_gbps", 32.0)), memory_gb=t.get("memory_gb"),
-        l2_mb=t.get("l2_mb"), sm_count=t.get("sm_count"), source=t.get("source", ""), match=tuple(t.get("match", ())),
-        aliases=tuple(t.get("aliases", ())),
+        key=key, name=f.string("name", key), matrix_tflops=peaks["matrix_tflops"], vector_tflops=peaks["vector_tflops"],
+        memory_gbps=f.number("memory_gbps", positive=True), interconnect_gbps=f.number("interconnect_gbps", 0.0, minimum=0.0),
+        host_link_gbps=f.number("host_link_gbps", 32.0, positive=True), memory_gb=f.number("memory_gb", None, positive=True),
+        l2_mb=f.number("l2_mb", None, positive=True), sm_count=f.number("sm_count", None, positive=True, integer=True),
+        source=f.string("source", ""), match=matches, aliases=f.strings("aliases"), exclude=excludes,
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern(pattern: str):
+    """A device-name pattern compiled with RE2, case-insensitively: linear time in the name
+    for any pattern (a user's `(a+)+$` cannot hang the lookup). ValueError when RE2 refuses it."""
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = False
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        reason = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ValueError(reason) from None
 
 
 def _toml():
@@ -75,15 +116,15 @@ def builtin_devices() -> dict[str, Device]:
 
 
 def load_device_file(path: str) -> dict[str, Device]:
-    tomllib = _toml()
-    try:
-        with open(path, "rb") as f:
-            tables = tomllib.load(f)
-        return {key: _from_table(key, table) for key, table in tables.items()}
-    except FileNotFoundError:
-        raise TraceError(path, "no such device file") from None
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise TraceError(path, f"not a valid device file ({type(exc).__name__}: {exc}); see tracekit/hardware/devices.toml for the format") from None
+    """The devices of a user's TOML file (same format as tracekit/hardware/devices.toml)."""
+    from tracekit.userfile import load_toml
+
+    tables = load_toml(path, "device file")
+    if not tables:
+        raise TraceError(path, "no device tables: see tracekit/hardware/devices.toml for the format")
+    if len(tables) > MAX_DEVICES:
+        raise TraceError(path, f"more than {MAX_DEVICES} devices")
+    return {key: _from_table(key, table, path) for key, table in tables.items()}
 
 
 # Vendor words that a trace may or may not put before the model ("NVIDIA H100", "H100").
@@ -117,8 +158,10 @@ def find_device(name: str, devices: dict[str, Device]) -> Device | None:
             return device
     best, best_len = None, 0
     for device in devices.values():
+        if any(_pattern(p).search(name) for p in device.exclude):
+            continue
         for pattern in device.match:
-            found = re.search(pattern, name, re.I)
+            found = _pattern(pattern).search(name)
             if found and len(found.group(0)) > best_len:
                 best, best_len = device, len(found.group(0))
     return best

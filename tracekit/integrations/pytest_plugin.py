@@ -4,15 +4,17 @@ tracekit is installed): replay stored traces in tests.
     def test_decode_attention(tracekit_summary, tracekit_expect, tracekit_golden):
         summary = tracekit_summary("traces/decode.json.gz")          # analysed once per session
         tracekit_expect(summary, [{"block": "decode/attention", "min_efficiency": 0.5}])
-        tracekit_golden(summary, "tests/golden/decode.summary.json", rel=1e-6)
+        tracekit_golden(summary, "golden/decode.summary.json", rel=1e-6)  # beside this test file
 
     def test_no_regression(tracekit_summary, tracekit_baseline, tracekit_expect):
         summary = tracekit_summary("traces/train.json.gz")
-        baseline = tracekit_baseline(summary, "tests/baseline/train.summary.json")
+        baseline = tracekit_baseline(summary, "baseline/train.summary.json")  # beside this test file
         tracekit_expect(summary, [{"max_regression": 0.05}, {"kernel": "flash_fwd_kernel", "max_regression": 0.05}], baseline)
 
 `pytest --tracekit-update-goldens` rewrites the golden files (and records the baselines)
-instead of comparing.
+instead of comparing. A relative golden or baseline path is taken from the test file's
+directory; the trace's path is stored relative to
+the golden file, so goldens pass wherever the repository is checked out.
 Importing this module costs only pytest: tracekit itself loads when a fixture is used."""
 
 from __future__ import annotations
@@ -85,12 +87,15 @@ def tracekit_golden(request: pytest.FixtureRequest):
     """`golden(summary, path, rel=1e-6, abs=1e-12)`: fail on the first difference from the
     golden file at `path` (floats within `rel`, everything else exact); with
     --tracekit-update-goldens, write `summary` there instead."""
-    from tracekit.compare.golden import first_difference, write_golden
+    from tracekit.compare.golden import first_difference, portable, write_golden
 
     update = request.config.getoption("tracekit_update_goldens")
 
     def golden(summary: dict[str, Any], path: str | os.PathLike, rel: float = 1e-6, abs: float = 1e-12) -> None:  # noqa: A002
         path = pathlib.Path(path)
+        if not path.is_absolute():
+            path = pathlib.Path(request.path).parent / path
+        summary = portable(summary, path.parent)
         if update:
             write_golden(path, summary)
             request.config.stash[_UPDATED].append(str(path))
@@ -117,6 +122,8 @@ def tracekit_baseline(request: pytest.FixtureRequest):
 
     def baseline(summary: dict[str, Any], path: str | os.PathLike) -> dict[str, Any]:
         path = pathlib.Path(path)
+        if not path.is_absolute():  # like a golden: beside the test file, wherever pytest runs
+            path = pathlib.Path(request.path).parent / path
         if update:
             write_golden(path, summary)
             request.config.stash[_UPDATED].append(str(path))

@@ -41,6 +41,7 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
         if progress:
             progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
+    decoder.count_in(source.data)
     if tables.empty():
         lost = tables.checks.warnings() + decoder.warnings()  # all of them unreadable, perhaps
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges"

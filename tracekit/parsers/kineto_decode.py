@@ -121,6 +121,7 @@ class EventDecoder:
         self._decode_one = msgspec.json.Decoder(AnyEvent).decode
         self._phase = msgspec.json.Decoder(_Phase).decode
         self.replaced_utf8 = 0
+        self.bad_utf8 = False  # some event held bytes that are not UTF-8 (then see replaced_in)
         self.skipped = 0
         self.first_error: str | None = None
 
@@ -154,6 +155,7 @@ class EventDecoder:
             data.decode("utf-8")
             return raw
         except UnicodeDecodeError:
+            self.bad_utf8 = True
             text = data.decode("utf-8", errors="replace")
             self.replaced_utf8 += text.count("\ufffd") - data.count(b"\xef\xbf\xbd")
             return msgspec.Raw(text.encode("utf-8"))
@@ -168,6 +170,8 @@ class EventDecoder:
                     raw = self._repaired(raw)
                     events.append(self._decode_one(raw))
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
+                if not self.bad_utf8:
+                    self._repaired(raw)  # a type error came first: its bad bytes still say the file has some
                 # A phase tracekit does not read is no error; a broken "X" event is.
                 try:
                     broken = self._phase(raw).ph == "X"
@@ -177,6 +181,13 @@ class EventDecoder:
                     self.skipped += 1
                     self.first_error = self.first_error or _plain(exc)
         return events
+
+    def count_in(self, data) -> None:
+        """Once any event was found to hold bytes that are not UTF-8, the count given is the
+        file's: the same whatever the events were decoded in (chunks, worker pieces), and
+        whether or not the bad bytes sat in a field tracekit reads."""
+        if self.bad_utf8 or self.replaced_utf8:
+            self.replaced_utf8 = replaced_in(data)
 
     def warnings(self) -> list[str]:
         out = []
@@ -248,3 +259,23 @@ def _salvage_truncated(path: str, data: Any, warnings: list[str]) -> _Document:
 
 def _plain(exc: Exception) -> str:
     return str(exc).replace("`$.", "`")
+
+
+def replaced_in(data, chunk: int = 16 << 20) -> int:
+    """How many U+FFFD decoding `data` as UTF-8 with replacement adds (the byte sequences
+    that are not UTF-8), read in chunks so that no copy of the whole file is made."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    view = memoryview(data).cast("B")
+    added = 0
+    for start in range(0, len(view), chunk):
+        added += decoder.decode(view[start:start + chunk]).count("\ufffd")
+    added += decoder.decode(b"", final=True).count("\ufffd")
+    # U+FFFD written in the file itself is no replacement
+    finder = data if hasattr(data, "find") else bytes(view)
+    literal, at = 0, finder.find(b"\xef\xbf\xbd")
+    while at != -1:
+        literal += 1
+        at = finder.find(b"\xef\xbf\xbd", at + 3)
+    return added - literal

@@ -18,10 +18,12 @@ the serial parser, which says what is wrong with it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
 import re
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable
 
@@ -103,9 +105,11 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     tables, decoder = KinetoTables(), EventDecoder()
     for piece_tables, replaced, skipped, first_error, _ in results:
         tables.merge(piece_tables)
+        decoder.bad_utf8 = decoder.bad_utf8 or replaced > 0
         decoder.replaced_utf8 += replaced
         decoder.skipped += skipped
         decoder.first_error = decoder.first_error or first_error
+    decoder.count_in(data)  # the file's count: not the sum of what each piece happened to repair
     if tables.empty():
         return None  # the serial parser words the error
     trace = tables.build(path, source, document)
@@ -122,32 +126,89 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     results: list[Any] = [None] * len(pieces)
     done = 0
     caller_error = None
+    pool = None
     try:
-        with ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context) as pool:
-            futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
-            if meanwhile is not None:  # this process is idle until the pieces come back
-                try:
-                    meanwhile()
-                except BaseException as exc:  # the caller's error, raised once the pool is stopped
-                    caller_error = exc
-                    pool.shutdown(wait=True, cancel_futures=True)
-                    raise
-            for future in as_completed(futures):
-                result = future.result()
-                if result is None:
-                    for f in futures:
-                        f.cancel()
-                    return None
-                i = futures[future]
-                results[i] = result
-                done += pieces[i][1] - pieces[i][0]
-                if progress:
-                    progress(min(done, total), total)
+        pool = ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context,
+                                   initializer=_die_with_parent, initargs=(os.getpid(),))
+        futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
+        if meanwhile is not None:  # this process is idle until the pieces come back
+            try:
+                meanwhile()
+            except BaseException as exc:  # the caller's error, raised once the pool is stopped
+                caller_error = exc
+                raise
+        for future in as_completed(futures):
+            result = future.result()
+            if result is None:
+                _stop(pool)
+                return None
+            i = futures[future]
+            results[i] = result
+            done += pieces[i][1] - pieces[i][0]
+            if progress:
+                progress(min(done, total), total)
+        pool.shutdown(wait=True)
     except (OSError, RuntimeError, AssertionError, MemoryError, EOFError) as exc:
+        _stop(pool)
         if exc is caller_error:  # not the workers': re-reading the file serially would not help
             raise
         return None  # workers could not start or died (e.g. inside a daemon process): serial
+    except BaseException:  # an interrupt (SIGINT, SIGTERM): the workers end now, not after their pieces
+        _stop(pool)
+        raise
     return results
+
+
+def _stop(pool: ProcessPoolExecutor | None) -> None:
+    """Kill the pool's workers and reap them (no orphan outlives an interrupted parse)."""
+    if pool is None:
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.kill()
+    with contextlib.suppress(Exception):
+        pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(2)
+    # A worker killed while writing its result leaves half a message in the result pipe,
+    # and the pool's manager thread waits for the rest, holding up the interpreter's exit.
+    # Once this process's copy of the pipe's write end is closed, that read ends (EOF).
+    queue = getattr(pool, "_result_queue", None)
+    with contextlib.suppress(Exception):
+        queue._writer.close()
+
+
+def _die_with_parent(parent: int) -> None:
+    """In each worker, first: die when the parent does (SIGTERM or SIGKILL to it alone must
+    not leave workers blocked on a pipe with parent 1), and leave interrupts to the parent,
+    which stops the workers itself. Linux: PR_SET_PDEATHSIG; elsewhere a watchdog thread."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        import threading
+        import time
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
 
 
 def _header(path: str, data: Any, first: int, closing: int) -> Document | None:

@@ -34,7 +34,6 @@ def replay(kernels: pd.DataFrame, launched: np.ndarray, new_duration: np.ndarray
     start = kernels["start"].to_numpy(dtype=np.int64)
     end = kernels["end"].to_numpy(dtype=np.int64)
     new_start = start.astype(np.float64).copy()
-    new_end = new_start + new_duration
     streams = kernels["device"].astype(np.int64).to_numpy() * (1 << 32) + kernels["stream"].fillna(-1).astype(np.int64).to_numpy()
     order = np.lexsort((end, start, streams))
     s_sorted = streams[order]

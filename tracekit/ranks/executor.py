@@ -108,10 +108,35 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
     for i, r in enumerate(results):
         if r.rank < 0:
             r.rank = i  # neither distributedInfo nor the file name says: the order given
-    ranks = sorted({r.rank for r in results})
-    if len(ranks) != len(results):
-        raise TraceError(inputs[0], "two traces claim the same rank; pass one trace per rank")
+    claimed: dict[int, RankResult] = {}
+    for r in results:
+        if r.rank in claimed:
+            raise TraceError(r.path, f"claims rank {r.rank}, as {claimed[r.rank].path} does; pass one trace per rank")
+        claimed[r.rank] = r
+    job_warnings(results)
     return cross_rank(sorted(results, key=lambda r: r.rank), straggler_threshold)
+
+
+def job_warnings(results: list[RankResult]) -> None:
+    """A trace that looks like another job's gets a warning (on its rank): a world size other
+    than the rest's, a format other than the rest's (an nsys export among Kineto ranks), or
+    more traces than the job's world size. The analysis goes on: the user decides."""
+    from collections import Counter
+
+    def most(values):
+        counted = Counter(v for v in values if v is not None)
+        return counted.most_common(1)[0][0] if counted else None
+
+    world = most(r.analysis.meta.get("world_size") for r in results)
+    fmt = most(r.analysis.meta.get("format") for r in results)
+    for r in results:
+        size, kind = r.analysis.meta.get("world_size"), r.analysis.meta.get("format")
+        if size is not None and world is not None and size != world:
+            r.analysis.warnings.append(f"world size {size}, the other ranks' is {world}: this trace looks like another job's")
+        elif kind is not None and fmt is not None and kind != fmt:
+            r.analysis.warnings.append(f"a {kind} trace among {fmt} traces: is it a rank of this job?")
+    if world is not None and len(results) > world:
+        results[-1].analysis.warnings.append(f"{len(results)} traces for a job of world size {world}: some are not its ranks")
 
 
 def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list[RankResult]:

@@ -25,7 +25,7 @@ import threading
 from typing import Iterator
 
 from tracekit.analysis import Analysis
-from tracekit.errors import TraceError
+from tracekit.errors import TraceError, raise_if_interrupted
 
 # The file whose presence says "this bundle is complete" (summary.json of one trace,
 # ranks.json of several): where DIR already holds other files, it is removed first and
@@ -33,25 +33,34 @@ from tracekit.errors import TraceError
 MARKERS = ("summary.json", "ranks.json")
 
 
-def check_out_dir(path: str) -> str:
-    """Refuse, before any work is done, an output path that cannot become a directory."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        raise TraceError(os.fsencode(path).decode("utf-8", "backslashreplace"), "output path is not valid UTF-8; choose a plain name") from None
+# Every name a bundle may put in DIR (one trace; several add ranks.json and rankN/).
+BUNDLE_FILES = ("summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png",
+                "breakdown.png", "ranks.json")
+
+
+def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILES) -> str:
+    """Refuse, before any work is done, an output path that cannot become a directory, or
+    whose files (`names`, and rankN/) would replace one of the command's inputs."""
+    import re
+
+    from tracekit.reports.atomic import check_out_path, writable_parent
+
+    check_out_path(path, option)
     if os.path.exists(path) and not os.path.isdir(path):
-        raise TraceError(path, "exists and is not a directory; --out names a directory for the report bundle")
+        raise TraceError(path, f"exists and is not a directory; {option} names a directory for the output files")
     if os.path.isdir(path):
         if not os.access(path, os.W_OK | os.X_OK):
             raise TraceError(path, "permission denied: cannot write files in it")
+        target = os.path.realpath(path)
+        for given in inputs:
+            if given is None or not os.path.exists(given):
+                continue
+            rel = os.path.relpath(os.path.realpath(given), target)
+            first = rel.split(os.sep)[0]
+            if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or re.fullmatch(r"rank\d+", first)):
+                raise TraceError(path, f"writing here would replace the input {given}: choose another output directory")
         return path
-    ancestor = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(ancestor):
-        ancestor = os.path.dirname(ancestor)
-    if not os.path.isdir(ancestor):
-        raise TraceError(path, f"{ancestor} is a file, so no directory can be made under it")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise TraceError(path, f"permission denied: cannot create files in {ancestor}")
+    writable_parent(path)
     return path
 
 
@@ -66,7 +75,9 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
         with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
             tmp = _make_temporary(target)
         yield tmp
+        verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
         with _interrupts_deferred():  # the renames are not torn apart halfway
+            raise_if_interrupted()
             _install(tmp, target)
             tmp = None
     except OSError as exc:
@@ -104,6 +115,31 @@ def _make_temporary(target: str) -> str:
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)
     return path
+
+
+def verify(directory: str, out_dir: str) -> None:
+    """Every file of a bundle being built, read back: parquet tables whole, JSON valid,
+    nothing empty. A file that does not read back fails the run (nothing is installed)."""
+    import json
+
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            try:
+                if os.path.getsize(path) == 0:
+                    raise ValueError("empty")
+                if name.endswith(".parquet"):
+                    import pyarrow.parquet as pq
+
+                    pq.read_table(path)
+                elif name.endswith(".json"):
+                    with open(path, "rb") as f:
+                        json.loads(f.read())
+            except (OSError, ValueError) as exc:
+                raise TraceError(out_dir, f"{rel} did not read back ({exc}); nothing was written") from None
+            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a torn file
+                raise TraceError(out_dir, f"{rel} did not read back ({type(exc).__name__}: {exc}); nothing was written") from None
 
 
 def _install(tmp: str, target: str) -> None:

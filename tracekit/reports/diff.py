@@ -208,6 +208,9 @@ def render_console(d: dict, console, top: int = 15) -> None:
             print_section(section, console)
 
 
+FILES = ("diff.json", "diff.md")
+
+
 def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
     """diff.json (every matched item) and diff.md (the tables) into out_dir."""
     import os

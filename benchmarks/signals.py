@@ -1,0 +1,154 @@
+"""SIGTERM and SIGINT at random moments of `tracekit analyze --out` (issue 22).
+
+    python benchmarks/signals.py [--trace T.json] [--runs 100] [--seed 0] [--workers 2]
+
+Without --trace, a ~55 MB trace is tiled from a shared fixture (benchmarks/tile_kineto.py).
+Each run starts `python -m tracekit analyze TRACE --out DIR` in a session of its own,
+sends one signal to the tracekit process alone (not its group: the parse workers must die
+with it) at a uniformly random moment of a normal run's duration, and checks:
+
+- the bundle is whole and readable (every file; parquet and JSON read back) or absent;
+- no temporary directory (`.NAME.tracekit-*`) is left beside it;
+- no process of the run's session is left (parse workers included);
+- the exit is 0 (it finished first), 130 (SIGINT) or 143 (SIGTERM), with no traceback, and
+  "tracekit: aborted" when interrupted.
+
+Prints one JSON object with the counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE = os.path.join(os.path.dirname(REPO), "shared", "fixtures", "torch", "h100_timesformer_hf_inference.json.gz")
+FILES = ("summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png", "breakdown.png")
+
+
+def session_processes(sid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # field 6 of stat: the session id
+            found.append(int(name))
+    return found
+
+
+def bundle_problem(out: str) -> str | None:
+    if not os.path.exists(out):
+        return None
+    missing = [n for n in FILES if not os.path.isfile(os.path.join(out, n))]
+    if missing:
+        return f"missing {missing}"
+    try:
+        import pyarrow.parquet as pq
+
+        for name in ("kernels.parquet", "ops.parquet"):
+            pq.read_table(os.path.join(out, name))
+        with open(os.path.join(out, "summary.json"), "rb") as f:
+            json.loads(f.read())
+    except Exception as exc:  # noqa: BLE001
+        return f"unreadable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
+    parent = tempfile.mkdtemp(prefix="tk-signals-")
+    out = os.path.join(parent, "bundle")
+    cmd = [sys.executable, "-m", "tracekit", "analyze", trace, "--out", out, "--format", "json"]
+    if workers:
+        cmd += ["--workers", str(workers)]
+    env = {**os.environ, "PYTHONPATH": REPO}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
+    time.sleep(delay)
+    sent = proc.poll() is None
+    if sent:
+        os.kill(proc.pid, signum)  # the process alone, not its group
+    _, err = proc.communicate(timeout=300)
+    err = err.decode("utf-8", "replace")
+    time.sleep(0.3)
+    left = session_processes(proc.pid)
+    for pid in left:  # clean up what the run left, after counting it
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    temporaries = [n for n in os.listdir(parent) if n != "bundle"]
+    problem = bundle_problem(out)
+    result = {"signal": signal.Signals(signum).name, "delay": round(delay, 3), "sent": sent, "rc": proc.returncode,
+              "bundle": "whole" if os.path.exists(out) and problem is None else ("absent" if problem is None else problem),
+              "temporaries": temporaries, "processes_left": len(left), "traceback": "Traceback" in err,
+              "aborted_line": "tracekit: aborted" in err, "stderr_tail": err[-300:]}
+    # Before tracekit's first line runs (the interpreter importing `site`, ~20-70 ms) Python's
+    # own handling applies: killed by the signal, or "Fatal Python error: init_import_site".
+    result["before_tracekit"] = "init_import_site" in err or proc.returncode in (-signal.SIGINT, -signal.SIGTERM)
+    expected_rc = {0} | ({128 + signum} if sent else set())
+    result["ok"] = result["before_tracekit"] or (problem is None and not temporaries and not left and not result["traceback"]
+                    and proc.returncode in expected_rc and (proc.returncode == 0 or result["aborted_line"]))
+    import shutil
+
+    shutil.rmtree(parent, ignore_errors=True)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trace")
+    parser.add_argument("--runs", type=int, default=100, help="runs per signal")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--json", help="also write every run's record here")
+    args = parser.parse_args()
+    trace = args.trace
+    if trace is None:
+        trace = os.path.join(tempfile.gettempdir(), "tracekit-signals-55mb.json")
+        if not os.path.exists(trace):
+            subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "tile_kineto.py"), SOURCE, trace, "--min-bytes", "55e6"],
+                           check=True)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", trace, "--out", tempfile.mkdtemp() + "/b", "--format", "json",
+                           "--workers", str(args.workers)], capture_output=True, env={**os.environ, "PYTHONPATH": REPO})
+    duration = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    rng = random.Random(args.seed)
+    runs = []
+    for i in range(args.runs):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            runs.append(one_run(trace, signum, rng.uniform(0.0, duration * 1.05), args.workers))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    summary = {"trace": trace, "trace_bytes": os.path.getsize(trace), "normal_run_s": round(duration, 2), "runs": len(runs)}
+    for name in ("SIGTERM", "SIGINT"):
+        mine = [r for r in runs if r["signal"] == name]
+        summary[name] = {
+            "runs": len(mine), "interrupted": sum(r["sent"] and r["rc"] != 0 for r in mine),
+            "finished_first": sum(r["rc"] == 0 for r in mine),
+            "bundles_whole": sum(r["bundle"] == "whole" for r in mine), "bundles_absent": sum(r["bundle"] == "absent" for r in mine),
+            "bundles_broken": sum(r["bundle"] not in ("whole", "absent") for r in mine),
+            "temporaries_left": sum(bool(r["temporaries"]) for r in mine), "processes_left": sum(r["processes_left"] for r in mine),
+            "tracebacks": sum(r["traceback"] and not r["before_tracekit"] for r in mine),
+            "before_tracekit_started": sum(r["before_tracekit"] for r in mine), "not_ok": sum(not r["ok"] for r in mine),
+            "exit_codes": sorted({r["rc"] for r in mine}),
+        }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+    print(json.dumps(summary, indent=2))
+    return 0 if all(r["ok"] for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

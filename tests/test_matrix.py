@@ -1,0 +1,32 @@
+"""Every command x every fixture x the option sets users combine (issue 22), sampled with a
+fixed seed to stay within CI's time; `python benchmarks/matrix.py` runs the whole product.
+Each case: exit 0 or 2 (check: 3), never 1; strict JSON; no traceback."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import matrix  # noqa: E402
+
+SAMPLE = 40  # ~1-2 min in one process on 2 cores
+SHARED = matrix.SHARED  # the sample draws from the shared fixtures too (skipped without them)
+
+
+def test_matrix_sample():
+    result = matrix.run_matrix(SAMPLE, seed=22, in_process=True)
+    assert result["cases"] == SAMPLE
+    assert result["failures"] == [], result["failures"]
+
+
+def test_matrix_covers_every_command_and_fixture():
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        all_cases = matrix.cases(matrix.input_files(tmp))
+    assert {c[0] for c in all_cases} == {"info", "analyze", "export", "diff", "check", "calibrate"}
+    assert {c[1] for c in all_cases} == set(matrix.fixtures())
+    assert len(all_cases) == len(matrix.fixtures()) * sum(len(v) for v in matrix.option_sets({"rules": "", "device": "", "expect": ""}).values())

@@ -1,0 +1,159 @@
+"""Every file tracekit writes goes through the one atomic writer (issue 22): a missing
+directory is made, a path under a file / an empty path / an input as output is refused
+with one line (exit 2) before any analysis, a full disk leaves nothing behind (exit 2),
+and files get the user's umask."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pathlib
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tracekit.cli.main import main
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
+GOLDEN = REPO / "tests" / "golden" / "torch__h100_bert_small_hf_inference.json.gz.summary.json"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def expect(tmp_path):
+    path = tmp_path / "expect.toml"
+    path.write_text("[[expect]]\nmin_coverage = 0.0\n")
+    return path
+
+
+def writers(tmp_path, expect, out):
+    """(command line, the file it writes) for each writer."""
+    return {
+        "export": (["export", TINY, "--perfetto", out], out),
+        "diff": (["diff", GOLDEN, GOLDEN, "--format", "json", "--out", out], os.path.join(out, "diff.json")),
+        "check": (["check", GOLDEN, "--expect", expect, "--junit", out, "--format", "json"], out),
+    }
+
+
+@pytest.mark.parametrize("writer", ["export", "diff", "check"])
+def test_into_a_missing_directory(capsys, tmp_path, expect, writer):
+    out = str(tmp_path / "a" / "b" / "out")
+    argv, written = writers(tmp_path, expect, out)[writer]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    assert os.path.getsize(written) > 0
+    assert not [n for n in os.listdir(os.path.dirname(written)) if ".tracekit-" in n]
+
+
+@pytest.mark.parametrize("writer", ["export", "diff", "check"])
+def test_under_a_file(capsys, tmp_path, expect, writer):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    out = str(blocker / "out")
+    argv, _ = writers(tmp_path, expect, out)[writer]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "is a file" in err
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.parametrize("writer", ["export", "diff", "check"])
+def test_empty_out_path_is_an_error(capsys, tmp_path, expect, writer):
+    argv, _ = writers(tmp_path, expect, "")[writer]
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and "an empty path" in err, err
+
+
+def test_analyze_empty_out(capsys):
+    code, _, err = run(capsys, "analyze", TINY, "--out", "", "--format", "json")
+    assert code == 2 and "--out: an empty path" in err, err
+
+
+def test_calibrate_out_refuses_its_config(capsys, tmp_path):
+    config = tmp_path / "config.json"
+    shutil.copy(REPO / "fixtures" / "cpu_tiny_dense.config.json", config)
+    before = config.read_bytes()
+    code, _, err = run(capsys, "calibrate", TINY, "--model", config, "--out", config)
+    assert code == 2 and "is one of this command's inputs" in err, err
+    assert config.read_bytes() == before
+
+
+def test_export_onto_its_own_input(capsys, tmp_path):
+    trace = tmp_path / "t.json.gz"
+    shutil.copy(TINY, trace)
+    before = trace.read_bytes()
+    code, _, err = run(capsys, "export", trace, "--perfetto", trace)
+    assert code == 2 and "is one of this command's inputs" in err, err
+    assert trace.read_bytes() == before
+
+
+def test_check_junit_onto_the_expectations(capsys, tmp_path, expect):
+    before = expect.read_bytes()
+    code, _, err = run(capsys, "check", GOLDEN, "--expect", expect, "--junit", expect)
+    assert code == 2 and "inputs" in err, err
+    assert expect.read_bytes() == before
+
+
+def test_diff_out_onto_an_input(capsys, tmp_path):
+    base = tmp_path / "diff.json"
+    shutil.copy(GOLDEN, base)
+    before = base.read_bytes()
+    code, _, err = run(capsys, "diff", base, GOLDEN, "--out", tmp_path)
+    assert code == 2 and "would replace the input" in err, err
+    assert base.read_bytes() == before
+
+
+def test_analyze_out_keeps_a_trace_named_summary_json(capsys, tmp_path):
+    trace = tmp_path / "summary.json"
+    trace.write_bytes(gzip.decompress(TINY.read_bytes()))
+    before = trace.read_bytes()
+    code, _, err = run(capsys, "analyze", trace, "--out", tmp_path, "--format", "json")
+    assert code == 2 and "would replace the input" in err, err
+    assert trace.read_bytes() == before
+
+
+def test_written_with_the_users_umask(capsys, tmp_path):
+    out = tmp_path / "t.perfetto.json"
+    old = os.umask(0o022)
+    try:
+        code, _, err = run(capsys, "export", TINY, "--perfetto", out)
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert (out.stat().st_mode & 0o777) == 0o644  # 0666 & ~0022
+
+
+def _limited(limit_bytes: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG, like a full disk
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    return apply
+
+
+@pytest.mark.parametrize("writer", ["export", "diff", "check"])
+def test_full_disk_leaves_nothing(tmp_path, expect, writer):
+    out = str(tmp_path / "out" / "o")
+    argv, written = writers(tmp_path, expect, out)[writer]
+    limit = 200  # smaller than each output (a Perfetto timeline, diff.json, JUnit XML)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "tracekit", *map(str, argv)], capture_output=True, text=True, timeout=120,
+                          preexec_fn=_limited(limit), env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert not os.path.exists(written)
+    leftovers = [p for p in (tmp_path / "out").rglob("*")] if (tmp_path / "out").exists() else []
+    assert [p for p in leftovers if p.is_file()] == []
