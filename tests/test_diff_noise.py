@@ -125,3 +125,40 @@ def test_check_baseline_gate_fails_a_real_regression_and_passes_noise(tmp_path):
     # a regression below its limit passes even when beyond noise
     (v,) = check(slow, [{"kernel": GEMM, "max_regression": 0.2}], base)
     assert v.ok
+
+
+def test_diff_device_option_puts_an_unnamed_export_on_a_gpu():
+    """An export that does not name its GPU gets a roofline in a diff with --device, as in analyze."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO, shared
+
+    export = shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite")
+    run = subprocess.run([sys.executable, "-m", "tracekit", "diff", export, export, "--device", "H100-SXM", "--format", "json"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    d = json.loads(run.stdout)
+    assert d["base"]["device_key"] == d["new"]["device_key"] == "H100-SXM"
+    # roofline figures exist only on a known GPU: without --device every kernel's efficiency is unknown
+    assert any(r["base"]["efficiency"] is not None for r in d["kernels"] if r["base"])
+    # the same capture on both sides: every kernel unchanged per call, within noise
+    assert {r["verdict"] for r in d["kernels"] if r["samples"] and min(r["samples"]) > 1} == {"within noise"}
+
+
+def test_diff_of_two_rank_directories(tmp_path):
+    from conftest import shared
+    from tracekit.compare.diff import diff_ranks
+
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        for rank in (0, 1):
+            (tmp_path / side / f"rank{rank}.json.gz").symlink_to(shared("torch", "v100_dlrm_8ranks", f"rank{rank}.json.gz"))
+    d = diff_ranks([str(tmp_path / "a")], [str(tmp_path / "b")])
+    assert d["ranks_matched_by"] == "rank number" and [r["rank"] for r in d["ranks"]] == [0, 1]
+    # each rank's one ProfilerStep#10, straight from the trace (test_compare reads the raw µs: 14,455 and 19,901)
+    steps = [r["diff"]["totals"][0] for r in d["ranks"]]
+    assert [(s["base"], s["ratio"]) for s in steps] == [(14_455_000, 1.0), (19_901_000, 1.0)]
+    cross = {r["metric"]: r for r in d["cross_rank"]}
+    assert cross["step_time_ns"]["base"] == (14_455_000 + 19_901_000) / 2 and cross["step_time_ns"]["ratio"] == 1.0
