@@ -125,3 +125,45 @@ def test_check_baseline_gate_fails_a_real_regression_and_passes_noise(tmp_path):
     # a regression below its limit passes even when beyond noise
     (v,) = check(slow, [{"kernel": GEMM, "max_regression": 0.2}], base)
     assert v.ok
+
+
+def test_diff_device_option_puts_an_unnamed_export_on_a_gpu():
+    """An export that does not name its GPU gets a roofline in a diff with --device, as in analyze."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO, shared
+
+    export = shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite")
+    run = subprocess.run([sys.executable, "-m", "tracekit", "diff", export, export, "--device", "H100-SXM", "--format", "json"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    d = json.loads(run.stdout)
+    assert d["base"]["device_key"] == d["new"]["device_key"] == "H100-SXM"
+    from tracekit.compare.summary import as_summary
+
+    assert as_summary(export)["device"] is None  # without --device: no GPU, so no roofline
+    # the same capture on both sides: every kernel unchanged per call, within noise
+    assert {r["verdict"] for r in d["kernels"] if r["samples"] and min(r["samples"]) > 1} == {"within noise"}
+
+
+def test_diff_of_two_rank_directories(tmp_path):
+    from conftest import shared
+    from tracekit.compare.diff import diff_ranks
+
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        for rank in (0, 1):
+            (tmp_path / side / f"rank{rank}.json.gz").symlink_to(shared("torch", "v100_dlrm_8ranks", f"rank{rank}.json.gz"))
+    d = diff_ranks([str(tmp_path / "a")], [str(tmp_path / "b")])
+    assert d["ranks_matched_by"] == "rank number" and [r["rank"] for r in d["ranks"]] == [0, 1]
+    # the same traces on both sides: each rank's step unchanged; the cross-rank step time is
+    # the median over every rank's steps (one ProfilerStep#10 per rank: the mean of the two)
+    steps = [r["diff"]["totals"][0] for r in d["ranks"]]
+    assert all(s["base"] == s["new"] and s["ratio"] == 1.0 for s in steps)
+    per_rank = [r["diff"]["steps"] for r in d["ranks"]]
+    assert [len(p) for p in per_rank] == [1, 1]
+    cross = {r["metric"]: r for r in d["cross_rank"]}
+    assert cross["step_time_ns"]["base"] == sum(p[0]["base"]["time_ns"] for p in per_rank) / 2
+    assert cross["step_time_ns"]["ratio"] == 1.0
