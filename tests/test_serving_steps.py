@@ -44,14 +44,14 @@ def strict(text: str):
     return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
 
 
-def serving_trace(tmp_path, step_name: str, device: str = "NVIDIA H100 80GB HBM3") -> str:
+def serving_trace(tmp_path, step_name: str, device: str = "NVIDIA H100 80GB HBM3", moe: bool = True) -> str:
     """One step range with 24 layers of kernels launched inside it (a GEMM, attention, a GEMM, a MoE GEMM)."""
     b = KinetoBuilder(device)
     b.range(step_name, 0.0, 1000.0)
     t = 10.0
     for _ in range(24):
         for name, dur in (("ampere_bf16_s16816gemm_bf16_64x64_ldg8_f2f_stages_64x6_tn", 8.0), ("kernel_unified_attention_3d", 4.0),
-                          ("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_stages_64x5_tn", 8.0), ("fused_moe_kernel", 20.0)):
+                          ("ampere_bf16_s16816gemm_bf16_64x64_sliced1x2_ldg8_f2f_stages_64x5_tn", 8.0), ("fused_moe_kernel", 20.0 if moe else 0.0)):
             b.kernel(name, t, t + 1, dur)
             t += dur + 1
     return b.write(tmp_path / "serving.json")
@@ -96,7 +96,7 @@ def test_unknown_batch_is_a_flagged_lower_bound(tmp_path):
 
 
 def test_unknown_device_still_costs_bytes_and_flops_and_the_headline_agrees(tmp_path):
-    path = serving_trace(tmp_path, "execute_context_0(0)_generation_4(4)", device="Mystery GPU 9000")
+    path = serving_trace(tmp_path, "execute_context_0(0)_generation_4(4)", device="Mystery GPU 9000", moe=False)
     run = cli("analyze", path, "--model", GPT_OSS_20B, "--format", "json", "--context", "1000")
     assert run.returncode == 0, run.stderr
     doc = strict(run.stdout)
@@ -106,3 +106,77 @@ def test_unknown_device_still_costs_bytes_and_flops_and_the_headline_agrees(tmp_
     assert any("not in the device table" in s and "pass --device" in s for s in doc["headline"])
     table = cli("analyze", path, "--model", GPT_OSS_20B, "--context", "1000")
     assert table.returncode == 0 and "too little" not in table.stdout
+
+
+# -- 1. every step annotation the engines write ----------------------------------------------
+
+FORMS = [
+    # (name as written, requests, tokens (None: a lower bound), KV tokens (None: unknown), source starts with)
+    ("execute_new_0_cached_64", 64, 64, None, "vLLM execute_new_N_cached_M"),
+    ("execute_new_2_cached_30", 32, None, None, "vLLM execute_new_N_cached_M"),  # 2 prompts of unknown length
+    ("execute_context_0(0)_generation_64(64)", 64, 64, None, "vLLM execute_context_N(T)_generation_M(T)"),
+    ("execute_context_2(6144)_generation_3(3)", 5, 6147, None, "vLLM execute_context_N(T)_generation_M(T)"),
+    ("execute_context_1(888_788544)_generation_0(0)", 1, 888, 888, "vLLM execute_context_N(T_T²)"),
+    # detailed: decode sk = Σ KV length; prompts' sk = cached + new
+    ("execute_6147_context_2(sq6144sk7144sqsq20971520sqsk23019520)_generation_3(sq3sk6144sqsq3sqsk6144)", 5, 6147, 7144 + 6144,
+     "vLLM execute_T_context_N(sq sk sqsq sqsk)"),
+    ("execute_64_context_0(sq0sk0sqsq0sqsk0)_generation_64(sq64sk131072sqsq64sqsk131072)", 64, 64, 131072, "vLLM execute_T_context_N"),
+    ("step[DECODE bs=64]", 64, 64, None, "SGLang step[DECODE bs=N]"),
+    ("step[EXTEND bs=2 toks=14721]", 2, 14721, 14721, "SGLang step[EXTEND bs=N toks=T]"),  # no cached prefix assumed
+    ("step[IDLE bs=0]", 0, 0, 0, "SGLang step[IDLE bs=N]"),
+    ("step[MIXED bs=2]", 2, None, None, "SGLang step[MIXED bs=N]"),
+    ("step[TARGET_VERIFY bs=8]", 8, None, None, "SGLang step[TARGET_VERIFY bs=N]"),
+    ("step[DECODE bs=64 g_sqsq=64 g_sqsk=100032 g_sk=100032]", 64, 64, 100032, "SGLang step[DECODE bs=N +roofline]"),
+    ("step[EXTEND bs=1 toks=1025 c_sqsq=1050625 c_sqsk=1050625 c_sk=1025]", 1, 1025, 1025, "SGLang step[EXTEND bs=N toks=T +roofline]"),
+    ("step[MIXED bs=66 c=2 g=64 c_sq=2048 c_sk=2048 c_sqsq=2097152 c_sqsk=2097152 g_sq=64 g_sk=65600 g_sqsq=64 g_sqsk=65600]",
+     66, 2048 + 64, 2048 + 65600, "SGLang step[MIXED bs=N +roofline]"),
+    ("step[decode bs=16]", 16, 16, None, "SGLang step[decode bs=N]"),
+    ("step[prefill bs=2 toks=300]", 2, 300, 300, "SGLang step[prefill bs=N toks=T]"),
+    ("step[mixed bs=5 ext=300 dec=3]", 5, 303, None, "SGLang step[mixed bs=N]"),
+    ("step[idle]", 0, 0, 0, "SGLang step[idle"),
+    ("[Executor] _forward_step 812: 1 ctx reqs, 31 gen reqs", 32, None, None, "TensorRT-LLM [Executor] _forward_step"),
+    ("[Executor] _forward_step 813: 0 ctx reqs, 32 gen reqs", 32, 32, None, "TensorRT-LLM [Executor] _forward_step"),
+    ("decode[bs=64 tok=64 d=64]", 64, 64, None, "ATOM decode"),
+    ("prefill[bs=2 tok=14721 ctx=[7803, 6918]]", 2, 14721, 14721, "ATOM prefill"),
+]
+
+
+@pytest.mark.parametrize("name, requests, tokens, kv, source", FORMS, ids=[f[0][:48] for f in FORMS])
+def test_every_engine_step_annotation(name, requests, tokens, kv, source):
+    b = from_annotation(name)
+    assert b is not None and b.source.startswith(source), b and b.source
+    assert b.requests == requests
+    assert (b.tokens if b.tokens_known else None) == tokens
+    assert b.kv_tokens == kv
+    assert b.complete == (tokens is not None and kv is not None)
+
+
+def test_annotation_sums_by_hand():
+    # detailed vLLM: 2 prompts with 6144 new tokens over 7144 keys, and 3 decodes over 6144 keys in all
+    b = from_annotation("execute_6147_context_2(sq6144sk7144sqsq20971520sqsk23019520)_generation_3(sq3sk6144sqsq3sqsk6144)")
+    assert b.kind == "mixed" and b.logit_tokens == 5  # the LM head runs on one token per request
+    # pairs = Σ q·k - (Σ q² - Σ q)/2 per group (bottom-right causal alignment)
+    assert b.pairs() == (23019520 - (20971520 - 6144) / 2) + (6144 - (3 - 3) / 2)
+    # SGLang MIXED with suffix: 2 prompts (c) and 64 decodes (g), by key, not position
+    m = from_annotation("step[MIXED bs=66 c=2 g=64 c_sq=2048 c_sk=2048 c_sqsq=2097152 c_sqsk=2097152 g_sq=64 g_sk=65600 g_sqsq=64 g_sqsk=65600]")
+    assert [(g.count, g.q, g.k) for g in m.groups] == [(2, 2048, 2048), (64, 64, 65600)] and m.kind == "mixed"
+    # MTP on SGLang: g_sq above bs (two query tokens per request)
+    mtp = from_annotation("step[DECODE bs=64 g_sq=128 g_sqsq=256 g_sqsk=262144 g_sk=131072]")
+    assert mtp.tokens == 128 and mtp.kv_tokens == 131072
+    assert from_annotation("gpu_model_runner: forward") is None and from_annotation("ProfilerStep#3") is None
+
+
+@pytest.mark.parametrize("fixture, source", [
+    ("mi300x_sglang_qwen3-8b_decode_bs32.json.gz", "SGLang, vLLM-style execute_T_context_N(sq sk sqsq sqsk)"),
+    ("b200_vllm_tp8_rank0_eager.json.gz", "vLLM execute_context_N(T_T²)_generation_M(T_T²)"),
+    ("rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz", "vLLM execute_new_N_cached_M"),
+    ("mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_execution.json.gz", "vLLM execute_T_context_N(sq sk sqsq sqsk)"),
+])
+def test_batch_source_names_engine_and_form_on_the_serving_fixtures(fixture, source):
+    import tracekit
+    from conftest import shared
+    from tracekit.model import ModelOptions
+
+    a = tracekit.analyze(shared("torch", fixture), model=ModelOptions(str(GPT_OSS_20B)))
+    sources = set(a.model.steps["batch_source"].dropna())
+    assert sources and all(s.startswith(source) for s in sources), sources
