@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
-from tracekit.model.batch import BatchReader, StepBatch
+from tracekit.model.batch import BatchReader, StepBatch, kv_write_tokens, with_tokens
 from tracekit.model.blocks import Parallel, StepCosts, step_blocks
 from tracekit.model.config import Architecture, load_config
 from tracekit.model.fill import spread
@@ -63,8 +63,13 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     par = infer_parallel(trace, arch, options.tp, options.ep)
     reader = BatchReader(trace, arch.vocab)
     steps, notes = [], []
-    for row, nest in model_steps(trace):
+    nests = model_steps(trace)
+    owner = kernel_owner(trace, trace.kernels, [row for row, _ in nests], step_of)
+    written = kv_write_tokens(trace.kernels, owner)
+    for row, nest in nests:
         batch = reader.step(nest, options.batch, options.context)
+        if row in written:
+            batch = with_tokens(batch, written[row])
         blocks = step_blocks(arch, batch, par) if batch.tokens > 0 else None
         terms = step_terms(blocks, device) if blocks is not None and device is not None else None
         steps.append(ModelStep(row, reader.range_names[row], batch, blocks, terms))
@@ -72,7 +77,6 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], a vLLM execute_.. range, or another "
                      "engine's step annotation): nothing to predict")
-    owner = kernel_owner(trace, trace.kernels, [s.row for s in steps], step_of)
     # Only a step whose tokens are known puts costs on kernels: a lower-bound batch (one
     # request for an unknown batch, one token per prompt of unknown length) would put too
     # small a cost on them. A step whose KV alone is unknown fills all but the KV-dependent blocks.

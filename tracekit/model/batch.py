@@ -417,6 +417,44 @@ def from_options(batch: int | None, context: int | None) -> StepBatch:
     return StepBatch((Requests(batch, batch, k),), "--batch/--context", logit_tokens=batch)
 
 
+# vLLM's KV-cache write kernels launch one block per token (`dim3 grid(num_tokens)` in
+# csrc/cache_kernels.cu: reshape_and_cache, reshape_and_cache_flash, concat_and_cache_mla).
+_KV_WRITE = re.compile(r"reshape_and_cache|concat_and_cache_mla")
+
+
+def kv_write_tokens(kernels, owner: np.ndarray) -> dict[int, int]:
+    """Per owning step row: the tokens its KV-cache write kernels were launched for (grid x),
+    where all of them in the step agree (padded to the graph's size under a CUDA graph: the
+    tokens the GPU computed)."""
+    if not len(kernels):
+        return {}
+    names = kernels["name"].astype(str)
+    mask = names.str.contains(_KV_WRITE).to_numpy() & (owner >= 0) & (kernels["grid_x"].to_numpy() > 0)
+    out: dict[int, int] = {}
+    grid = kernels["grid_x"].to_numpy()
+    for row in np.unique(owner[mask]):
+        values = np.unique(grid[mask & (owner == row)])
+        if len(values) == 1:
+            out[int(row)] = int(values[0])
+    return out
+
+
+def with_tokens(found: StepBatch, tokens: int) -> StepBatch:
+    """Complete the token counts an annotation left open (prompts of unknown length) from the
+    step's KV-cache writes: the prompts take what the exact groups do not; a new prompt is
+    taken to have no cached prefix (as for the vLLM token-sum form)."""
+    if found.tokens_known or not found.batch_known:
+        return found
+    exact = sum(g.q for g in found.groups if g.q_exact)
+    open_groups = [g for g in found.groups if not g.q_exact and g.count]
+    rest = tokens - exact
+    if len(open_groups) != 1 or rest < open_groups[0].count:
+        return found
+    groups = tuple(replace(g, q=rest, k=g.k if g.k is not None else rest, q_exact=True) if g is open_groups[0] else g for g in found.groups)
+    return replace(found, groups=groups, source=f"{found.source} + tokens from the KV-cache write grid",
+                   note="prompt tokens from the KV-cache write kernels' grid (one block per token); no cached prefix assumed")
+
+
 def with_context(found: StepBatch, context: int | None) -> StepBatch:
     """Fill the KV lengths the trace left open from --context (tokens cached per request)."""
     if context is None or found.kv_known:
