@@ -231,16 +231,33 @@ def test_qwen15_model_flops_equal_shape_flops_per_block(analyses):
 
 
 def test_steps_without_a_batch_say_so_and_options_fill_them():
+    """No batch in the trace: each step is costed at its lower bound (1 request of 1 token, KV
+    unknown), flagged, never put on kernels; --batch/--context complete it."""
     path = shared("torch", "a100_ddp_nccl_rank0.json.gz")
     profiler_steps = sorted({n for n in raw_ranges(path) if re.fullmatch(r"ProfilerStep#\d+", n)})
-    a = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json")))
-    assert sorted(a.model.steps["step"]) == profiler_steps
-    assert a.model.steps["predicted_ns"].isna().all() and a.model.steps["batch"].str.startswith("unknown").all()
+    a = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1))  # one GPU's weights
+    steps = a.model.steps
+    assert sorted(steps["step"]) == profiler_steps
+    assert steps["batch"].str.startswith("unknown").all() and steps["lower_bound"].all()
+    assert (steps["complete_with"] == "--batch --context").all() and steps["error"].isna().all() and steps["requests"].isna().all()
+    # weights of one token: Qwen3-8B bf16, per layer q,k,v,o = 4096·(32+2·8)·128 + 32·128·4096, MLP 3·4096·12288,
+    # 2 norms of 4096; once: final norm 4096, the LM head 151936·4096, one embedding row 4096; x 2 bytes
+    h = 4096
+    per_layer = h * (32 + 16) * 128 + 32 * 128 * h + 3 * h * 12288 + 2 * h
+    assert (steps["weight_bytes"] == 2 * (36 * per_layer + h + 151936 * h + h)).all()
+    assert steps["predicted_ns"].notna().all() and (steps["predicted_ns"] > 0).all()
     assert f"{len(profiler_steps)} of {len(profiler_steps)} steps have no batch" in a.model.summary["notes"][0]
     assert f"model: {a.model.summary['notes'][0]}" in a.warnings
-    assert all(s["predicted_ns"] is None for s in json.loads(json.dumps(a.to_dict(), allow_nan=False))["model"]["steps"])
-    given = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), batch=8, context=1000))
-    assert (given.model.steps["kv_tokens"] == 8 * 1001).all() and given.model.steps["predicted_ns"].notna().all()
+    assert a.model.summary["steps_lower_bound"] == len(profiler_steps) and a.model.summary["mape"] is None
+    assert (a.kernels["cost_source"].astype(str) != "model").all()  # a lower bound is not put on kernels
+    doc = json.loads(json.dumps(a.to_dict(), allow_nan=False))["model"]
+    assert all(s["lower_bound"] and s["error"] is None for s in doc["steps"])
+    given = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1, batch=8, context=1000))
+    g = given.model.steps
+    assert (g["kv_tokens"] == 8 * 1001).all() and g["predicted_ns"].notna().all() and not g["lower_bound"].any()
+    assert (g["predicted_ns"] > steps["predicted_ns"].to_numpy()).all()  # the bound is below the complete figure
+    only_context = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1, context=1000)).model.steps
+    assert only_context["lower_bound"].all() and (only_context["complete_with"] == "--batch").all()
 
 
 # -- CPU fixtures with torch's own counts --------------------------------------------------

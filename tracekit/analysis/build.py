@@ -55,7 +55,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
     measured = Measured(kernels=kernels, ops=ops, coverage=coverage(kernels), device=device, sustained=sustained,
                         meta=trace.meta, warnings=list(trace.warnings), blocks=block_table(kernels), steps=steps,
-                        devices=devices, trace=trace)
+                        devices=devices, trace=trace, model_notes=list(run.notes) if run is not None else None)
     collectives = collective_table(measured)
     findings = compute_findings(measured)
     prediction = None

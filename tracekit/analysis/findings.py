@@ -206,11 +206,25 @@ def _short_kernels(a) -> dict[str, Any]:
 
 
 
+def _costed_share(k: pd.DataFrame) -> float:
+    """The share of GPU kernel time whose kernels have a cost (FLOPs known)."""
+    kernel = (k["kind"] == "kernel").to_numpy()
+    t = k["duration_ns"].to_numpy(dtype=float)
+    total = t[kernel].sum()
+    return float(t[kernel & k["flops"].notna().to_numpy()].sum() / total) if total else 0.0
+
+
 def _how_to_cost(a) -> str:
     reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
     fmt = a.meta.get("format")
     record = ("record with torch.autograd.profiler.emit_nvtx(record_shapes=True)" if fmt == "nsys"
               else "record with torch.profiler.profile(record_shapes=True)")
+    notes = getattr(a, "model_notes", None)
+    if notes is not None:  # --model was given: say what it lacked, not to pass it again
+        flags = [f for f in ("--batch", "--context") if any(f in n for n in notes)]
+        missing = f"pass {' and '.join(flags)} to complete the model's steps" if flags else "the model's blocks did not cover the rest"
+        graphs = len(reasons) and "graph" in str(reasons.idxmax())
+        return f"{missing}{', or pass --capture CAPTURE.json (the graph capture profile)' if graphs else ''}, or {record}"
     if len(reasons):
         top = str(reasons.idxmax())
         if "graph" in top or "before the capture" in top:
@@ -251,6 +265,10 @@ def headline(a, f: Findings) -> list[str]:
     if covered >= MIN_COVERAGE and c.get("efficiency_sustained") is not None and c.get("efficiency_sustained") == c.get("efficiency_sustained"):
         sentences.append(f"Those kernels run at {rounded_percent(c['efficiency_sustained'])} of the sustained roofline "
                          f"({rounded_percent(c.get('efficiency'))} of peak), over {rounded_percent(covered)} of GPU kernel time.")
+    elif a.device is None and (share := _costed_share(k)) >= MIN_COVERAGE:
+        # costs without a device: FLOPs and bytes are known, no roofline to hold them against
+        sentences.append(f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
+                         "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
     else:
         sentences.append(f"Only {rounded_percent(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
                          f"{_how_to_cost(a)}.")

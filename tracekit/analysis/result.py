@@ -35,6 +35,7 @@ class Measured:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)
     devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # busy / idle per device
     trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
+    model_notes: list[str] | None = None  # with --model: what the model could not cost (None: no --model)
 
 
 @dataclass(kw_only=True)

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
-from tracekit.model.batch import BatchReader, StepBatch
+from tracekit.model.batch import BatchReader, StepBatch, kv_write_tokens, with_tokens
 from tracekit.model.blocks import Parallel, StepCosts, step_blocks
 from tracekit.model.config import Architecture, load_config
 from tracekit.model.fill import spread
@@ -40,8 +40,8 @@ class ModelOptions:
 class ModelStep:
     row: int  # the owning range in trace.ranges
     name: str
-    batch: StepBatch | None
-    blocks: StepCosts | None  # tracekit.model.blocks.step_blocks, None when the batch is unknown
+    batch: StepBatch  # batch.complete False: the costs below are lower bounds (batch.missing() says why)
+    blocks: StepCosts | None  # tracekit.model.blocks.step_blocks, None for a step of no tokens
     terms: dict | None = None  # tracekit.model.predict.step_terms on the device, None without one
 
 
@@ -64,16 +64,41 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     par = infer_parallel(trace, arch, options.tp, options.ep)
     reader = BatchReader(trace, arch.vocab)
     steps, notes = [], []
-    for row, nest in model_steps(trace):
+    nests = model_steps(trace)
+    owner = kernel_owner(trace, trace.kernels, [row for row, _ in nests], step_of)
+    written = kv_write_tokens(trace.kernels, owner)
+    for row, nest in nests:
         batch = reader.step(nest, options.batch, options.context)
-        blocks = step_blocks(arch, batch, par) if batch is not None and batch.tokens > 0 else None
+        if row in written:
+            batch = with_tokens(batch, written[row])
+        blocks = step_blocks(arch, batch, par) if batch.tokens > 0 else None
         terms = step_terms(blocks, device) if blocks is not None and device is not None else None
         steps.append(ModelStep(row, reader.range_names[row], batch, blocks, terms))
-    unknown = sum(s.batch is None for s in steps)
-    if unknown:
-        notes.append(f"{unknown} of {len(steps)} steps have no batch the trace describes; pass --batch B --context C")
+    notes += _partial_notes(steps)
     if not steps:
-        notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], or a vLLM execute_.. range): nothing to predict")
-    owner = kernel_owner(trace, trace.kernels, [s.row for s in steps], step_of)
-    groups, group_of = spread(costs, labels, trace.kernels, owner, {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None})
+        notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], a vLLM execute_.. range, or another "
+                     "engine's step annotation): nothing to predict")
+    # Only a step whose tokens are known puts costs on kernels: a lower-bound batch (one
+    # request for an unknown batch, one token per prompt of unknown length) would put too
+    # small a cost on them. A step whose KV alone is unknown fills all but the KV-dependent blocks.
+    fill = {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None and s.batch.tokens_known}
+    groups, group_of = spread(costs, labels, trace.kernels, owner, fill)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes)
+
+
+def _partial_notes(steps: list[ModelStep]) -> list[str]:
+    """One note per kind of missing knowledge: how many steps, and what would complete them."""
+    notes, n = [], len(steps)
+    unknown = sum(not s.batch.batch_known for s in steps)
+    if unknown:
+        notes.append(f"{unknown} of {n} steps have no batch the trace describes: costed and predicted as lower bounds "
+                     "(1 request of 1 token); pass --batch B --context C")
+    short = sum(s.batch.batch_known and not s.batch.tokens_known for s in steps)
+    if short:
+        notes.append(f"{short} of {n} steps give request counts but not the prompts' lengths: their costs are lower bounds "
+                     "and are not put on kernels")
+    no_kv = sum(s.batch.batch_known and not s.batch.kv_known for s in steps)
+    if no_kv:
+        notes.append(f"{no_kv} of {n} steps have no KV length: weights and activations are costed, the KV reads are unknown, "
+                     "so their bytes and predictions are lower bounds; pass --context C (KV tokens cached per request)")
+    return notes

@@ -21,9 +21,12 @@ import pandas as pd
 from tracekit.hardware import Device
 from tracekit.strict_json import records
 
+# lower_bound: the step's flops, bytes and predicted times are lower bounds (its batch, token
+# counts or KV lengths are unknown; `missing` says which, `complete_with` the options that would
+# complete it); error and roofline efficiency are then None: a bound is not a prediction to score.
 PREDICTED_STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "tokens", "kv_tokens", "kernels", "busy_ns", "wall_ns",
                 "coverage", "flops", "bytes", "weight_bytes", "kv_bytes", "predicted_ns", "predicted_peak_ns", "error",
-                "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency"]
+                "achieved_tbps", "bandwidth_share_peak", "roofline_efficiency", "lower_bound", "missing", "complete_with"]
 PREDICTED_BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
@@ -73,6 +76,13 @@ def predicted_ns(terms, matrix_eff: float, bandwidth_eff: float) -> float:
     return float(t.sum()) if len(t) and not np.isnan(t).any() else float("nan")
 
 
+def lower_bound_ns(terms, matrix_eff: float, bandwidth_eff: float) -> float:
+    """predicted_ns with the unknown terms left out (each term's known part, NaN as 0): a lower bound."""
+    comm, memory = np.asarray(terms["comm"], dtype=bool), np.asarray(terms["t_memory_ns"], dtype=np.float64)
+    t = np.fmax(np.asarray(terms["t_compute_ns"], dtype=np.float64) / matrix_eff, np.where(comm, memory, memory / bandwidth_eff))
+    return float(np.nansum(t))
+
+
 def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | None, trace_ranges: pd.DataFrame,
             bandwidth_eff: float, matrix_eff: float = 1.0) -> Prediction:
     """Predicted vs measured per step and per block group of `run` (tracekit.model.ModelRun)."""
@@ -92,24 +102,30 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         busy, ktime = float(per_row["busy"][step.row]), float(per_row["kernel"][step.row])
         wall = float(trace_ranges["end"].iat[step.row] - trace_ranges["start"].iat[step.row])
         b, blocks = step.batch, step.blocks
-        row = {"step": step.name, "batch": b.describe() if b else "unknown: the trace does not say; pass --batch/--context",
-               "batch_source": b.source if b else None, "kind": b.kind if b else None, "requests": b.requests if b else None,
-               "tokens": b.tokens if b else None, "kv_tokens": b.kv_tokens if b else None, "kernels": int(per_row["count"][step.row]),
-               "busy_ns": busy, "wall_ns": wall, "coverage": float(per_row["costed"][step.row] / ktime) if ktime else None}
+        known = b.batch_known
+        row = {"step": step.name, "batch": b.describe(), "batch_source": b.source if known else None, "kind": b.kind if known else None,
+               "requests": b.requests if known else None, "tokens": b.tokens if b.tokens_known else None, "kv_tokens": b.kv_tokens if known else None,
+               "kernels": int(per_row["count"][step.row]), "busy_ns": busy, "wall_ns": wall,
+               "coverage": float(per_row["costed"][step.row] / ktime) if ktime else None,
+               "lower_bound": not b.complete, "missing": "; ".join(b.missing()) or None, "complete_with": b.complete_with()}
         if blocks is not None:
             for name, t in blocks.totals().items():
                 all_costs.append({"step": step.name, "step_row": step.row, "block": name, "kind": t["kind"], "flops": t["flops"],
                                   "bytes": t["bytes_read"] + t["bytes_written"], "weight_bytes": t["weight_bytes"], "kv_bytes": t["kv_bytes"]})
-            row.update(flops=_sum(blocks["flops"]), bytes=_sum(blocks["bytes_read"] + blocks["bytes_written"]),
+            # unknown parts (KV reads without KV lengths) left out: with lower_bound set, these are lower bounds
+            row.update(flops=float(np.nansum(blocks["flops"])), bytes=float(np.nansum(blocks["bytes_read"] + blocks["bytes_written"])),
                        weight_bytes=float(blocks["weight_bytes"].sum()), kv_bytes=_sum(blocks["kv_bytes"]))
             if step.terms is not None:
                 terms = step.terms
-                all_terms.append((step, busy, terms))
-                pred, peak = predicted_ns(terms, matrix_eff, bandwidth_eff), predicted_ns(terms, 1.0, 1.0)
-                tbps = row["bytes"] / busy / 1e3 if busy and row["bytes"] == row["bytes"] else None
-                row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy else None, achieved_tbps=tbps,
+                exact = b.complete
+                if exact:
+                    all_terms.append((step, busy, terms))
+                rate = predicted_ns if exact else lower_bound_ns
+                pred, peak = rate(terms, matrix_eff, bandwidth_eff), rate(terms, 1.0, 1.0)
+                tbps = row["bytes"] / busy / 1e3 if busy else None
+                row.update(predicted_ns=pred, predicted_peak_ns=peak, error=pred / busy - 1 if busy and exact else None, achieved_tbps=tbps,
                            bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
-                           roofline_efficiency=peak / busy if busy else None)
+                           roofline_efficiency=peak / busy if busy and exact else None)
                 block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step, terms, group_time, matrix_eff, bandwidth_eff)
         step_rows.append(row)
     steps = pd.DataFrame(step_rows, columns=PREDICTED_STEP_COLUMNS)
@@ -118,7 +134,9 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
     summary = {
         "config": run.arch.path, "architecture": run.arch.describe(), "tp": run.parallel.tp, "ep": run.parallel.ep,
         "parallel_source": run.parallel.source, "bandwidth_efficiency": bandwidth_eff, "matrix_efficiency": matrix_eff,
-        "steps_predicted": int(len(errors)), "steps": len(steps),
+        "steps_predicted": int(steps["predicted_ns"].notna().sum()) if len(steps) else 0,
+        "steps_lower_bound": int((steps["lower_bound"].astype(bool) & steps["predicted_ns"].notna()).sum()) if len(steps) else 0,
+        "steps": len(steps),
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
     costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])

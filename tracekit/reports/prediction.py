@@ -25,8 +25,11 @@ from tracekit.reports.format import UNKNOWN, duration, number, percent, si, sign
 def summary_line(a) -> str:
     s = a.model.summary
     mape = percent(s["mape"])
+    bounds = s.get("steps_lower_bound") or 0
+    flags = sorted({f for f in a.model.steps["complete_with"].dropna() for f in str(f).split()}) if len(a.model.steps) else []
+    lower = f" ({bounds} as lower bounds{': pass ' + ' '.join(flags) + ' to complete them' if flags else ''})" if bounds else ""
     return (f"model       {s['architecture']}; TP {s['tp']} ({s['parallel_source']}), EP {s['ep']}; "
-            f"{s['steps_predicted']} of {s['steps']} steps predicted, MAPE {mape} "
+            f"{s['steps_predicted']} of {s['steps']} steps predicted{lower}, MAPE {mape} "
             f"(bandwidth x {s['bandwidth_efficiency']:.2f}, matrix x {s['matrix_efficiency']:.2f})")
 
 
@@ -37,10 +40,15 @@ def step_rows(a) -> tuple[list[str], list[list[str]]]:
     for r in a.model.steps.to_dict(orient="records"):
         known = all(v is not None and v == v for v in (r["bytes"], r["weight_bytes"], r["kv_bytes"]))
         rest = r["bytes"] - r["weight_bytes"] - r["kv_bytes"] if known else None
-        parts = f"{si(r['bytes'], 'B')} ({si(r['weight_bytes'], 'B')} + {si(r['kv_bytes'], 'B')} + {si(rest, 'B')})"
+        at_least = "≥ " if r.get("lower_bound") else ""  # a lower bound: the batch, prompt lengths or KV lengths are unknown
+        given = r["bytes"] is not None and r["bytes"] == r["bytes"]
+        parts = f"{at_least if given else ''}{si(r['bytes'], 'B')} ({si(r['weight_bytes'], 'B')} + {si(r['kv_bytes'], 'B')} + {si(rest, 'B')})"
         tbps = number(r["achieved_tbps"], "{:.3f}")
-        rows.append([r["step"], r["batch"], duration(r["busy_ns"]), duration(r["wall_ns"]), duration(r["predicted_ns"]), signed_percent(r["error"]),
-                     parts, tbps, percent(r["bandwidth_share_peak"]), percent(r["roofline_efficiency"]), percent(r["coverage"])])
+        pred = r["predicted_ns"]
+        predicted = (at_least if pred is not None and pred == pred else "") + duration(pred)
+        rows.append([r["step"], r["batch"], duration(r["busy_ns"]), duration(r["wall_ns"]), predicted, signed_percent(r["error"]),
+                     parts, (at_least if r["achieved_tbps"] is not None else "") + tbps, percent(r["bandwidth_share_peak"]),
+                     percent(r["roofline_efficiency"]), percent(r["coverage"])])
     return head, rows
 
 
