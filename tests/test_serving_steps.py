@@ -234,7 +234,6 @@ def test_rtx3090_every_decode_step_predicted_with_hand_weight_bytes(rtx3090):
     assert prompts["batch_source"].str.endswith("+ tokens from the KV-cache write grid").all()
 
 
-@pytest.mark.xfail(strict=True, reason="needs Marlin MoE GEMMs classed as ffn GEMMs (branch v19b, issue 20 item 6); remove on merge")
 def test_rtx3090_kernel_time_in_steps_costed(rtx3090):
     """≥ 90% of the kernel time of the model's steps has a cost (measured with v19b merged:
     94.6% without --context, 95.8% with --context 1000; the whole trace 88.4% / 89.6%, the
