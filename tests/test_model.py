@@ -241,9 +241,10 @@ def test_steps_without_a_batch_say_so_and_options_fill_them():
     assert steps["batch"].str.startswith("unknown").all() and steps["lower_bound"].all()
     assert (steps["complete_with"] == "--batch --context").all() and steps["error"].isna().all() and steps["requests"].isna().all()
     # weights of one token: Qwen3-8B bf16, per layer q,k,v,o = 4096·(32+2·8)·128 + 32·128·4096, MLP 3·4096·12288,
-    # 2 norms of 4096; once: final norm 4096, the LM head 151936·4096, one embedding row 4096; x 2 bytes
+    # 2 norms of 4096, and Qwen3's per-head q_norm and k_norm (RMSNorm over head_dim 128 each);
+    # once: final norm 4096, the LM head 151936·4096, one embedding row 4096; x 2 bytes
     h = 4096
-    per_layer = h * (32 + 16) * 128 + 32 * 128 * h + 3 * h * 12288 + 2 * h
+    per_layer = h * (32 + 16) * 128 + 32 * 128 * h + 3 * h * 12288 + 2 * h + 2 * 128
     assert (steps["weight_bytes"] == 2 * (36 * per_layer + h + 151936 * h + h)).all()
     assert steps["predicted_ns"].notna().all() and (steps["predicted_ns"] > 0).all()
     assert f"{len(profiler_steps)} of {len(profiler_steps)} steps have no batch" in a.model.summary["notes"][0]

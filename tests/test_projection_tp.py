@@ -130,7 +130,10 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     assert differs["op"].str.contains("split_embedding_codegen_lookup").any()
     main(["project", str(TORCH / "v100_dlrm_8ranks"), "--tp", "4"])
     out = capsys.readouterr().out
-    assert "no TP sharding found" in out and "replicated blocks: forward/other" in out
+    assert "no TP sharding found" in out
+    # the replicated blocks are listed by time; which order is the trace's business
+    listed = next(line for line in out.splitlines() if line.startswith("replicated blocks: "))
+    assert {"forward/other", "backward/other", "optimizer/other"} <= set(listed.removeprefix("replicated blocks: ").split(", "))
 
 
 def test_neither_to_nor_tp_is_one_line_exit_2(tmp_path, capsys):

@@ -39,7 +39,9 @@ def host_behind_idle(a, gaps: pd.DataFrame, top: int = 15) -> pd.DataFrame:
         rows = launch[(k["device"].to_numpy() == dev) & (launch >= 0)]
         threads_by_device[int(dev)] = set(zip(lt["pid"].to_numpy()[rows].tolist(), lt["tid"].to_numpy()[rows].tolist()))
     total = float(gaps["idle_ns"].sum())
-    g = gaps.sort_values("idle_ns", ascending=False).head(MAX_GAPS)
+    # Longest first; equal lengths by device and start, so the gaps kept at the MAX_GAPS cut do
+    # not depend on the order the gap table arrived in (a quicksort tie-break did, before).
+    g = gaps.sort_values(["idle_ns", "device", "start"], ascending=[False, True, True], kind="stable").head(MAX_GAPS)
     charged: dict[tuple[str, str], list[float]] = {}
     for kind, table in _records(trace):
         if not len(table):

@@ -11,6 +11,7 @@ import statistics
 from typing import Any
 
 from tracekit.errors import TraceError
+from tracekit.strict_json import clean
 
 # A summary.json is small (tens of kB); a .json bigger than this is a trace, not read twice.
 _SUMMARY_MAX_BYTES = 64 << 20
@@ -26,7 +27,9 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     from tracekit.analysis import Analysis
 
     if isinstance(source, Analysis):
-        return source.to_dict(top or _everything(source))
+        # as it would be stored: strict JSON values (an unknown efficiency is None, not NaN),
+        # so a diff of analyses and a diff of their summary.json files are the same diff
+        return clean(source.to_dict(top or _everything(source)))
     if isinstance(source, dict):
         _validate(source, "<summary>")
         return source
@@ -37,7 +40,7 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     from tracekit.api import analyze
 
     analysis = analyze(path, device=device, rules=rules, **{k: v for k, v in options.items() if v is not None})
-    return analysis.to_dict(top or _everything(analysis))
+    return clean(analysis.to_dict(top or _everything(analysis)))
 
 
 def _everything(analysis) -> int:
@@ -101,6 +104,9 @@ _ROWS = {
     "overlap": {"exposed_ns": "n", "comm_ns": "n", "overlapped_ns": "n", "overlap_share": "n"},
 }
 _TEXTS = ("warnings", "headline")
+# Row fields that hold a list: an op's input shapes (free-form), and the duration sketches
+# diff and check resample (tracekit/compare/noise.py): lists of finite numbers.
+_SKETCHES = ("duration_sketch_ns", "call_sketch_ns")
 _KIND = {"n": "a finite number or null", "s": "a string or null", "t": "a table or null", "l": "a list or null"}
 
 
@@ -149,7 +155,10 @@ def _validate(data: dict[str, Any], path: str) -> None:
                 raise bad(f"{key}[{i}]", f"must be a table, not {kind_of(row)}")
             fields(f"{key}[{i}]", row, shape)
             for field, value in row.items():
-                if isinstance(value, (dict, list)) and field != "shapes":
+                if field in _SKETCHES and value is not None:
+                    if not isinstance(value, list) or any(finite(v) is None for v in value):
+                        raise bad(f"{key}[{i}].{field}", f"must be a list of finite numbers or null, not {kind_of(value)}")
+                elif isinstance(value, (dict, list)) and field != "shapes":
                     raise bad(f"{key}[{i}].{field}", f"must be a single value, not {kind_of(value)}")
     for key in _TEXTS:
         texts = data.get(key)
