@@ -561,3 +561,27 @@ def test_events_that_are_not_utf8_in_a_chunk_with_a_type_error(tmp_path):
     trace = tracekit.load(path)
     assert any("not UTF-8 were replaced" in w for w in trace.warnings), trace.warnings
     assert trace.kernels["name"].astype(str).str.contains("\ufffd").sum() == 1
+
+
+def test_tex_in_trace_names_does_not_break_the_plots(tmp_path):
+    """matplotlib reads text between two `$` as TeX and fails the save on an unknown command
+    (`$\\x$`: "ParseFatalException: Unknown symbol"). An op, a range (the phase, through a
+    rule) and the device name from the trace reach roofline.png and breakdown.png; the
+    bundle must still be written, with both plots."""
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder(device_name="NVIDIA H100 80GB HBM3")
+    b.range("$\\x$ step", 0.0, 200.0)
+    for i in range(4):
+        t = 10.0 + 40 * i
+        b.op("aten::mm$\\frac{$", t, 5.0, dims=[[512, 512], [512, 512]], types=["c10::BFloat16", "c10::BFloat16"])
+        b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_$\\sqrt{$", t + 1, t + 2, 20.0)
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[phase]]\nname = "$\\\\x$ phase"\nrange = "step"\n')
+    out = tmp_path / "bundle"
+    run = run_cli(["analyze", b.write(tmp_path / "tex.json"), "--rules", str(rules), "--out", str(out)])
+    assert run.code == 0, run.stderr
+    for png in ("roofline.png", "breakdown.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert any(r["phase"] == "$\\x$ phase" for r in summary["blocks"])  # the rule applied: the phase name reached the plot

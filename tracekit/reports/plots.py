@@ -3,6 +3,7 @@ pays for plotting."""
 
 from __future__ import annotations
 
+import functools
 import io
 
 import numpy as np
@@ -26,11 +27,28 @@ _OFFSETS = [(8, 8), (8, -12), (-60, 10), (-60, -14), (10, 18), (10, -22)]
 _OP_OFFSETS = [(6, -12), (14, 4), (-22, -14), (-24, 6), (4, -24), (18, -20), (-10, 16), (22, 14)]
 
 
+def _literal_text(render):
+    """Names from the trace (ops, shapes, phases, blocks, device names) are drawn as the
+    characters they are: with mathtext on, two `$` in an op name make matplotlib parse TeX,
+    and a bad command (`$\\x$`) fails the whole bundle. rc_context keeps the switch local
+    (a notebook that imports tracekit keeps its own settings); it covers the save, where
+    tick labels are made."""
+    @functools.wraps(render)
+    def drawn(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return render(*args, **kwargs)
+
+    return drawn
+
+
 def _short(text: str, width: int = 28) -> str:
     text = str(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+@_literal_text
 def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
     """Log-log roofline: bandwidth and matrix / vector ceilings; a point per block and per
     top op at (intensity, achieved FLOP/s), sized by time."""
@@ -105,6 +123,7 @@ def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
     return _png(fig, plt)
 
 
+@_literal_text
 def breakdown_png(analysis: Analysis) -> bytes:
     """GPU time by phase (bars) split by block (stacked), plus idle."""
     plt = _pyplot()
@@ -120,7 +139,8 @@ def breakdown_png(analysis: Analysis) -> bytes:
     idle = float(analysis.devices["idle_ns"].sum()) / 1e6 if len(analysis.devices) else 0.0
     ax.set_xlabel(f"GPU time (ms); idle {idle:,.2f} ms")
     ax.set_title("GPU time by phase and block")
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:  # no blocks (no GPU work): no empty legend, no matplotlib warning
+        ax.legend(fontsize=8, loc="lower right")
     return _png(fig, plt)
 
 
