@@ -3,7 +3,8 @@ complete when `build` (build.py, the one orchestrator) returns it.
 
 Stages, each a function returning its table: costs and roofline per kernel, attribution,
 steps (steps.py), blocks and kernels by name (rollup.py), ops (ops.py), coverage
-(coverage.py), collectives and overlap (collectives.py), what to fix first (findings.py).
+(coverage.py), collectives and overlap (collectives.py), what to fix first (findings.py), and
+last the plausibility pass (plausibility.py): every ratio against its physical limit.
 """
 
 from tracekit.analysis.build import build

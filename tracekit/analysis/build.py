@@ -8,6 +8,7 @@ from dataclasses import fields
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis import plausibility
 from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
@@ -64,8 +65,15 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
         prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
         measured.warnings += [f"model: {note}" for note in run.notes]
+    summary, per_collective, overlap = kernel_summary(kernels), collective_summary(collectives), overlap_table(kernels)
+    # The last stage: every stated ratio against its physical limit (analysis.plausibility).
+    flags = plausibility.check(device=device, steps=steps, blocks=measured.blocks, ops=ops, kernel_summary=summary,
+                               collective_summary=per_collective, devices=devices, overlap=overlap,
+                               fix_tables={"ops": findings.fix_ops, "kernels": findings.fix_kernels, "blocks": findings.fix_blocks},
+                               coverage=measured.coverage, causes=findings.causes, idle=findings.idle)
+    measured.warnings += plausibility.warnings(flags)
     return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
-                    kernel_summary=kernel_summary(kernels), copy_summary=kernel_summary(kernels, copies=True), collectives=collectives,
-                    collective_summary=collective_summary(collectives), overlap=overlap_table(kernels),
-                    findings=findings, model=prediction,
+                    kernel_summary=summary, copy_summary=kernel_summary(kernels, copies=True), collectives=collectives,
+                    collective_summary=per_collective, overlap=overlap,
+                    findings=findings, model=prediction, flags=flags,
                     throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step))

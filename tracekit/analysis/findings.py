@@ -2,9 +2,13 @@
 
 Recoverable time is what the roofline says could go: measured time minus the time the
 work would take at the sustained roofline (`t_min_sustained_ns`), per kernel, never below
-zero (a kernel faster than the roofline has nothing to give back). It is summed per op
-(name and input shapes), per kernel name and per phase x block, ranked, with each line's
-share of the step time (GPU busy time where the trace has no steps) and the running total.
+zero (a kernel faster than the roofline has nothing to give back). Time is GPU time the
+kernel holds alone (`exclusive_ns`: compute owns the time it covers, then copies, then
+communication, whose time is its exposed time), so that the lines of a table never add up to
+more than the GPU's busy time; the roofline minimum is scaled to that time. With steps,
+only the kernels the steps own count, and shares are of the step time (GPU busy time where
+the trace has no steps). Summed per op (name and input shapes), per kernel name and per
+phase x block, ranked, with each line's share and the running total.
 
 Overhead that no roofline shows is measured apart: the GPU's idle time inside the steps,
 split by cause (timeline.idle_gaps: waiting for the host, for a synchronisation, other),
@@ -20,14 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.idle_host import host_behind_idle
+from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, top_by_cause
 from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
 from tracekit.parsers.launch_api import SYNC_API
 from tracekit.trace.timeline import IDLE_CATEGORIES, idle_gaps, union
 from tracekit.costs.unknown import MIN_COVERAGE
-from tracekit.reports.format import duration, rounded_percent
+from tracekit.reports.format import duration, middle, rounded_percent
 
 # Below this share of kernel time with a cost, a group efficiency is not a measurement.
 
@@ -47,6 +51,8 @@ class Findings:
     idle_window_ns: float = 0.0
     short_kernels: dict[str, Any] = field(default_factory=dict)
     idle_host: pd.DataFrame = field(default_factory=pd.DataFrame)  # host code behind GPU idle (analysis.idle_host)
+    idle_host_by_cause: dict[str, dict] = field(default_factory=dict)  # per idle category: the host record most behind it
+    causes: list[dict[str, Any]] = field(default_factory=list)  # ranked_causes: what to act on, by time, with evidence
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
@@ -56,6 +62,8 @@ class Findings:
             "idle": {"window": self.idle_window, "window_ns": self.idle_window_ns, "categories": records(self.idle)},
             "short_kernels": self.short_kernels,
             "idle_host": records(self.idle_host.head(top)),
+            "idle_host_by_cause": self.idle_host_by_cause,
+            "causes": self.causes,
         }
 
 
@@ -64,7 +72,7 @@ def compute(a) -> Findings:
     basis, basis_ns = _basis(a)
     if k.empty:
         return Findings(headline=_cpu_headline(a), basis=basis, basis_ns=basis_ns)
-    work = _work(k)
+    work = _work(k, in_steps=len(a.steps) > 0)
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = _idle_windows(a)
@@ -75,16 +83,29 @@ def compute(a) -> Findings:
                  fix_kernels=_ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
                  fix_blocks=_ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
-                 short_kernels=_short_kernels(a), idle_host=host_behind_idle(a, gaps))
+                 short_kernels=_short_kernels(a))
+    charged = idle_charges(a, gaps)
+    f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged)
+    f.causes = ranked_causes(a, f)
     f.headline = headline(a, f)
     return f
 
 
-def _work(k: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per kernel: time, roofline minimum at sustained bandwidth, and the recoverable rest
-    (never below zero; NaN where the kernel has no cost)."""
-    time = k["duration_ns"].to_numpy(dtype=np.float64)
-    t_min = k["t_min_sustained_ns"].to_numpy(dtype=np.float64)
+def _work(k: pd.DataFrame, in_steps: bool) -> dict[str, np.ndarray]:
+    """Per kernel: the GPU time it holds alone, its roofline minimum at sustained bandwidth
+    scaled to that time, and the recoverable rest (never below zero; NaN where the kernel has
+    no cost). With steps, kernels no step owns have no time here (shares are of step time)."""
+    duration = k["duration_ns"].to_numpy(dtype=np.float64)
+    time = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    if in_steps:
+        time = np.where(k["step"].to_numpy() >= 0, time, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held = np.where(duration > 0, time / duration, 0.0)  # the part of the kernel's time it holds alone
+    t_min = k["t_min_sustained_ns"].to_numpy(dtype=np.float64) * held
+    # Communication's loss is its exposed time (the headline's own line), not a roofline gap:
+    # a collective that spins while it waits for its peers is waiting, not slow.
+    comm = (k["block"] == "collective").to_numpy()
+    t_min[comm] = np.nan
     return {"time_ns": time, "t_min_ns": t_min, "recoverable_ns": np.clip(time - t_min, 0, None)}
 
 
@@ -214,11 +235,35 @@ def _costed_share(k: pd.DataFrame) -> float:
     return float(t[kernel & k["flops"].notna().to_numpy()].sum() / total) if total else 0.0
 
 
+# TensorRT writes its layers as NVTX ranges in the "TensorRT" domain (or names them
+# "[TensorRT] ..." / ExecutionContext::enqueue*), and Myelin-fused kernels start with __myl_.
+_TENSORRT_RANGE = re.compile(r"(?i)^(\[tensorrt\]|tensorrt\b)|^ExecutionContext::(enqueue|execute)")
+_TENSORRT_KERNEL = re.compile(r"^(__myl_|trt_|_trt_)")
+
+
+def _tensorrt(a) -> bool:
+    if a.trace is None:
+        return False
+    r = a.trace.ranges
+    if len(r):
+        domains = {str(d) for d in r["domain"].astype("category").cat.categories}
+        names = [str(n)[:128] for n in r["name"].astype("category").cat.categories]
+        # the nsys parser writes an NVTX domain as "nvtx:<name>"
+        if any(d.lower().removeprefix("nvtx:") == "tensorrt" for d in domains) or any(_TENSORRT_RANGE.search(n) for n in names):
+            return True
+    kernels = a.kernels["name"].astype("category").cat.categories if len(a.kernels) else []
+    return any(_TENSORRT_KERNEL.search(str(n)[:64]) for n in kernels)
+
+
 def _how_to_cost(a) -> str:
     reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
     fmt = a.meta.get("format")
-    record = ("record with torch.autograd.profiler.emit_nvtx(record_shapes=True)" if fmt == "nsys"
-              else "record with torch.profiler.profile(record_shapes=True)")
+    if _tensorrt(a):  # a TensorRT engine: layers are NVTX ranges without shapes; no PyTorch op to record
+        record = "a TensorRT engine records its layers without tensor shapes (emit_nvtx does not apply to it)"
+    elif fmt == "nsys":
+        record = "record with torch.autograd.profiler.emit_nvtx(record_shapes=True)"
+    else:
+        record = "record with torch.profiler.profile(record_shapes=True)"
     notes = getattr(a, "model_notes", None)
     if notes is not None:  # --model was given: say what it lacked, not to pass it again
         flags = [f for f in ("--batch", "--context") if any(f in n for n in notes)]
@@ -230,6 +275,89 @@ def _how_to_cost(a) -> str:
         if "graph" in top or "before the capture" in top:
             return f"most of it is {top.split(':')[0]}: pass --model config.json to cost it from the model"
     return f"{record}, or pass --model config.json"
+
+
+HEADLINE_MIN_SHARE = 0.01  # a loss under 1% of the step (or busy) time is no headline
+HEADLINE_NAME = 60  # characters of an op, kernel or host-code name in the headline
+
+
+def _cause(kind: str, time_ns: float, of_ns: float, evidence: dict[str, Any], sentence: str) -> dict[str, Any]:
+    """`of_ns`: what the share is of: the basis (step time, or GPU busy time) for time the
+    GPU spent working, the idle window (steps, or first to last GPU activity) for idle time."""
+    return {"cause": kind, "time_ns": float(time_ns), "share": float(time_ns) / of_ns if of_ns else None,
+            "evidence": evidence, "sentence": sentence}
+
+
+def _recoverable_cause(f: Findings) -> dict[str, Any] | None:
+    """The single largest recoverable item: an op (name + shapes) or, where the time has no
+    op (graph replays, model-costed kernels), a kernel."""
+    op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
+    kernel = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
+    if op is not None and (kernel is None or op["recoverable_ns"] >= kernel["recoverable_ns"]):
+        name = middle(f"{op['what']} {op['detail']}".strip(), HEADLINE_NAME)
+        return _cause("recoverable", op["recoverable_ns"], f.basis_ns,
+                      {"op": str(op["what"]), "shapes": str(op["detail"]), "time_ns": float(op["time_ns"]), "t_min_ns": float(op["t_min_ns"])},
+                      f"The largest recoverable time at the sustained roofline is {name}: "
+                      f"{duration(op['recoverable_ns'])} ({rounded_percent(op['share'])} of {f.basis}).")
+    if kernel is not None:
+        from tracekit.trace.kernel_names import labels
+
+        name = str(kernel["what"])
+        return _cause("recoverable", kernel["recoverable_ns"], f.basis_ns,
+                      {"kernel": name, "time_ns": float(kernel["time_ns"]), "t_min_ns": float(kernel["t_min_ns"])},
+                      f"The largest recoverable time at the sustained roofline is in {middle(labels([name])[name], HEADLINE_NAME)}: "
+                      f"{duration(kernel['recoverable_ns'])} ({rounded_percent(kernel['share'])} of {f.basis}).")
+    return None
+
+
+def _exposed_comm_cause(a, f: Findings) -> dict[str, Any] | None:
+    """Communication no compute kernel hides (its exclusive time), inside the basis."""
+    k = a.kernels
+    comm = (k["block"] == "collective").to_numpy() & (k["kind"] == "kernel").to_numpy()
+    if len(a.steps):
+        comm &= k["step"].to_numpy() >= 0
+    if not comm.any() or not f.basis_ns:
+        return None
+    time = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    exposed = float(time[comm].sum())
+    if exposed <= 0:
+        return None
+    names = key_of(k["name"], missing="nan")
+    by_name = np.bincount(names[0][comm], weights=time[comm], minlength=len(names[1]))
+    from tracekit.trace.kernel_names import labels
+
+    top = str(names[1][int(np.argmax(by_name))])
+    return _cause("exposed_communication", exposed, f.basis_ns,
+                  {"kernel": top, "exposed_ns": float(by_name.max()), "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())},
+                  f"Communication no compute hides takes {duration(exposed)} ({rounded_percent(exposed / f.basis_ns)} of "
+                  f"{f.basis}), most of it in {middle(labels([top])[top], HEADLINE_NAME)} ({duration(float(by_name.max()))}).")
+
+
+_IDLE_CAUSE = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations",
+               "queued": "work queued behind other work (event waits, other streams)"}
+
+
+def _idle_causes(f: Findings) -> list[dict[str, Any]]:
+    """GPU idle time by cause, each named by the host code most behind it. Idle with no
+    cause recorded ("other") is in the first sentence's idle share, not a cause."""
+    out = []
+    for row in f.idle.to_dict(orient="records") if len(f.idle) else []:
+        if row["category"] not in _IDLE_CAUSE or not row["idle_ns"] > 0:
+            continue
+        where = ""
+        h = f.idle_host_by_cause.get(row["category"])
+        if h:
+            where = f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it"
+        out.append(_cause(f"idle_{row['category']}", row["idle_ns"], f.idle_window_ns, {"gaps": int(row["gaps"]), "host": h},
+                          f"{duration(row['idle_ns'])} of GPU idle time {f.idle_window} is {_IDLE_CAUSE[row['category']]}{where}."))
+    return out
+
+
+def ranked_causes(a, f: Findings) -> list[dict[str, Any]]:
+    """What the user can act on, ranked by time: the largest recoverable item at the
+    roofline, communication no compute hides, and GPU idle by cause."""
+    found = [c for c in (_recoverable_cause(f), _exposed_comm_cause(a, f), *_idle_causes(f)) if c is not None]
+    return sorted(found, key=lambda c: -c["time_ns"])
 
 
 def headline(a, f: Findings) -> list[str]:
@@ -272,31 +400,12 @@ def headline(a, f: Findings) -> list[str]:
     else:
         sentences.append(f"Only {rounded_percent(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
                          f"{_how_to_cost(a)}.")
-    # The single largest recoverable item: an op (name + shapes) or, where the time has no op
-    # (graph replays, model-costed kernels), a kernel.
-    op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
-    kernel = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
-    if op is not None and (kernel is None or op["recoverable_ns"] >= kernel["recoverable_ns"]):
-        shapes = f" {op['detail']}" if op["detail"] else ""
-        sentences.append(f"The largest recoverable time at the sustained roofline is {op['what']}{shapes}: "
-                         f"{duration(op['recoverable_ns'])} ({rounded_percent(op['share'])} of {f.basis}).")
-    elif kernel is not None:
-        from tracekit.trace.kernel_names import labels
-
-        name = str(kernel["what"])
-        sentences.append(f"The largest recoverable time at the sustained roofline is in {labels([name])[name]}: "
-                         f"{duration(kernel['recoverable_ns'])} ({rounded_percent(kernel['share'])} of {f.basis}).")
-    if len(f.idle) and f.idle["idle_ns"].sum() > 0:
-        worst = f.idle.sort_values("idle_ns", ascending=False).iloc[0]
-        if worst["category"] != "other" and worst["share_of_window"] >= 0.05:
-            cause = {"host_wait": "waiting for the host to launch work", "sync": "waiting on synchronisations",
-                     "queued": "work queued behind other work (event waits, other streams)"}[worst["category"]]
-            where = ""
-            if len(f.idle_host):
-                h = f.idle_host.iloc[0]
-                name = str(h["name"])
-                where = f"; the host was in {h['kind']} {name[:57] + '...' if len(name) > 60 else name} for {duration(h['idle_ns'])} of it"
-            sentences.append(f"{duration(worst['idle_ns'])} of GPU idle time {f.idle_window} is {cause}{where}.")
+    # What to fix first, ranked by time across the kinds of loss a user can act on: the
+    # largest recoverable item at the roofline, communication no compute hides, and GPU idle
+    # by cause. Lines under HEADLINE_MIN_SHARE of the basis are not headline material.
+    # one yardstick for every kind of loss: the larger of the basis and the idle window
+    whole = max(f.basis_ns, f.idle_window_ns)
+    sentences += [c["sentence"] for c in f.causes if whole and c["time_ns"] >= HEADLINE_MIN_SHARE * whole][:2]
     return sentences[:5]
 
 

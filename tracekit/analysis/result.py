@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analysis.findings import Findings
+from tracekit.analysis.plausibility import Flag
 from tracekit.hardware import Device
 from tracekit.model.predict import Prediction
 from tracekit.strict_json import dumps, records
@@ -48,6 +49,7 @@ class Analysis(Measured):
     model: Prediction | None = None  # with --model
     throughput: dict | None = None  # analysis.throughput: per step items/s, per stage share of wall time
     copy_summary: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset by name (share of copy time)
+    flags: list[Flag] = field(default_factory=list)  # figures past a physical limit, with why (analysis.plausibility)
 
     @property
     def prediction(self) -> pd.DataFrame:
@@ -99,6 +101,7 @@ class Analysis(Measured):
             "listed_of": {"top_kernels": len(self.kernel_summary), "top_copies": len(self.copy_summary), "top_ops": len(self.ops)},
             "what_to_fix_first": self.findings.to_dict(top),
             "warnings": self.warnings,
+            "flags": [f.to_dict() for f in self.flags],
             **({"model": self.model.to_dict()} if self.model is not None else {}),
             **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
                                "total": self.throughput["total"],

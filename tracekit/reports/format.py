@@ -68,6 +68,16 @@ def shorten(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def middle(name: str, width: int = 60) -> str:
+    """`name` in at most `width` characters, cut in the middle: the head names the op or
+    kernel, the tail holds what tells two of them apart (the last shapes, template arguments)."""
+    name = str(name)
+    if len(name) <= width:
+        return name
+    head = (width - 1) * 2 // 3
+    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+
+
 def kernel_label(name: str, width: int = 70) -> str:
     """A kernel's short label (tracekit.trace.kernel_names.label), cut to `width`."""
     from tracekit.trace.kernel_names import label

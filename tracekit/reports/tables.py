@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.reports.section import Named, Section
 from tracekit.trace.kernel_names import demangle, labels
-from tracekit.reports.format import duration, is_unknown, number, percent, si, text
+from tracekit.reports.format import duration, number, percent, si, text
 from tracekit.strict_json import records
 
 if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and pandas)
@@ -36,6 +36,22 @@ class Labels:
         name = str(name)
         label = self.map.get(name) or labels([name])[name]
         return Named(label, demangle(name))
+
+
+FLAG = " (!)"  # a figure past its physical limit: the warnings say why (analysis.plausibility)
+
+
+def _marks(a: Analysis, table: str):
+    """mark(row, figure, cell): the cell with FLAG appended where the plausibility pass
+    flagged that figure of that row."""
+    from tracekit.analysis.plausibility import flagged
+
+    found = flagged(getattr(a, "flags", None) or [], table)
+
+    def mark(row: int, figure: str, cell: str) -> str:
+        return cell + FLAG if (row, figure) in found else cell
+
+    return mark
 
 
 def headline(a: Analysis) -> list[str]:
@@ -100,10 +116,11 @@ def idle_host(a: Analysis) -> Section:
 
 def block_rows(a: Analysis) -> Section:
     head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
-    rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), percent(r["share"]), f"{r['count']:,}", si(r["flops"]), si(r["bytes"], "B"),
-             number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"),
-             f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}", text(r["bound"]), percent(r["coverage"])]
-            for r in a.blocks.to_dict(orient="records")]
+    mark = _marks(a, "blocks")
+    rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), mark(i, "share", percent(r["share"])), f"{r['count']:,}", si(r["flops"]),
+             si(r["bytes"], "B"), number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
+             mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
+            for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
     title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
     return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1))
@@ -123,11 +140,12 @@ def device_rows(a: Analysis) -> Section:
 def step_rows(a: Analysis) -> Section:
     head = ["step", "GPU window", "host range", "GPU behind host", "kernels", "copies", "busy in window", "its kernels' busy",
             "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW"]
+    mark = _marks(a, "steps")
     rows = [[r["step"], duration(r["duration_ns"]), duration(r.get("host_duration_ns")), duration(r.get("gpu_lag_ns")),
-             f"{r['kernels']:,}", f"{r.get('copies') or 0:,}", duration(r.get("busy_in_window_ns")), duration(r["busy_ns"]),
-             percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"), percent(r["bandwidth_share_peak"]),
-             percent(r["bandwidth_share_sustained"])]
-            for r in a.steps.to_dict(orient="records")]
+             f"{r['kernels']:,}", f"{r.get('copies') or 0:,}", mark(i, "busy_in_window_ns", duration(r.get("busy_in_window_ns"))),
+             duration(r["busy_ns"]), percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"),
+             mark(i, "bandwidth_share_peak", percent(r["bandwidth_share_peak"])), percent(r["bandwidth_share_sustained"])]
+            for i, r in enumerate(a.steps.to_dict(orient="records"))]
     return Section("Steps (GPU window: where the step's kernels ran, or its GPU-side annotation; host range: the range that "
                    "launched them; GPU behind host: GPU window end - host range end; kernels / copies: launched in the "
                    "step's host range on any thread of its process; busy in window: any GPU activity inside the GPU window, "
@@ -136,10 +154,12 @@ def step_rows(a: Analysis) -> Section:
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
     head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "FLOP/B", "eff. peak / sust.", "bound"]
+    mark = _marks(a, "kernels")
     rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
-             number(r["achieved_tflops"], "{:,.2f}"), number(r["achieved_tbps"], "{:,.3f}"), number(r["intensity"], "{:,.1f}"),
-             f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}" + (" >peak" if not is_unknown(r["efficiency"]) and r["efficiency"] > 1.05 else ""),
-             text(r["bound"])] for r in a.top_kernels(top).to_dict(orient="records")]
+             number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
+             number(r["intensity"], "{:,.1f}"),
+             mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"),
+             text(r["bound"])] for i, r in enumerate(a.top_kernels(top).to_dict(orient="records"))]
     return Section("Top kernels by GPU time (kernels only; share of kernel time)", head, rows, [0, 2, 1, 0, 0, 2, 2, 3, 1, 3],
                    flex=0, left=(0, 1))
 
@@ -153,17 +173,20 @@ def copy_rows(a: Analysis, top: int) -> Section:
 
 def op_rows(a: Analysis, top: int) -> Section:
     head = ["op", "input shapes", "calls", "time", "FLOP", "bytes", "efficiency", "bound"]
-    rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"), percent(r["efficiency"]), text(r["bound"])]
-            for r in a.ops.head(top).to_dict(orient="records")]
+    mark = _marks(a, "ops")
+    rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"),
+             mark(i, "efficiency", percent(r["efficiency"])), text(r["bound"])]
+            for i, r in enumerate(a.ops.head(top).to_dict(orient="records"))]
     title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
     return Section(title, head, rows, [0, 0, 0, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
 def collective_rows(a: Analysis, top: int) -> Section:
     head = ["collective", "group", "ranks", "message", "calls", "time", "algbw GB/s", "busbw GB/s", "link efficiency"]
+    mark = _marks(a, "collectives")
     rows = [[text(r["collective"]), text(r["group"]), text(r["group_size"]), si(r["message_bytes"], "B"), f"{r['count']:,}", duration(r["time_ns"]),
-             number(r["algbw_gbps"], "{:,.1f}"), number(r["busbw_gbps"], "{:,.1f}"), percent(r["link_efficiency"])]
-            for r in records(a.collective_summary.head(top))]
+             number(r["algbw_gbps"], "{:,.1f}"), number(r["busbw_gbps"], "{:,.1f}"), mark(i, "link_efficiency", percent(r["link_efficiency"]))]
+            for i, r in enumerate(records(a.collective_summary.head(top)))]
     return Section("Collectives (nccl-tests bus bandwidth; link efficiency = busbw / interconnect)", head, rows,
                    [0, 1, 2, 0, 2, 0, 1, 0, 0], flex=1, left=(0, 1))
 

@@ -1,0 +1,226 @@
+"""The last stage of build: every ratio the report states, held against its physical limit.
+
+A share of a step or of the span above 100%, a rate above the device's peak, a link
+efficiency above 100% or a negative time cannot be a measurement. Where build can fix the
+cause it does (steps are measured on the GPU, overlap goes to compute); what is left is a
+figure that is printed flagged, with its reason, and listed in the analysis' warnings and
+in summary.json `flags`. Kernels above their roofline (a Winograd convolution does fewer
+multiplications than the direct formula counts; data re-read from L2) stay as measured,
+flagged: clipping them would hide the model error.
+
+Limits, each a constant below: rates and roofline efficiencies may exceed 100% by
+RATE_SLACK (clock boost over the datasheet, timestamps rounded to microseconds); shares
+and link efficiency by SHARE_SLACK (float sums).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracekit.hardware import Device
+
+RATE_SLACK = 1.05  # the roofline's own threshold (hardware.roofline.OVER_PEAK)
+SHARE_SLACK = 1.0 + 1e-6
+MAX_EXAMPLES = 3  # named per warning line; every flag is in `flags`
+
+
+@dataclass(frozen=True)
+class Flag:
+    table: str  # the Analysis table (steps, blocks, ops, kernels, collectives, devices, what_to_fix_first.*)
+    row: int  # its row (position in that table)
+    where: str  # the row's name as the report prints it
+    figure: str  # the column
+    value: float
+    limit: float
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check(*, device: Device | None, steps: pd.DataFrame, blocks: pd.DataFrame, ops: pd.DataFrame, kernel_summary: pd.DataFrame,
+          collective_summary: pd.DataFrame, devices: pd.DataFrame, overlap: pd.DataFrame, fix_tables: dict[str, pd.DataFrame],
+          coverage: dict[str, Any], causes: list[dict[str, Any]], idle: pd.DataFrame) -> list[Flag]:
+    flags: list[Flag] = []
+    flags += _steps(steps, devices)
+    flags += _shares("blocks", blocks, "share", lambda r: f"{r['phase']} / {r['block']}", total=True)
+    flags += _above_roofline("blocks", blocks, lambda r: f"{r['phase']} / {r['block']}", device)
+    flags += _above_roofline("ops", ops, lambda r: f"{r['op']} {r['shapes']}".strip(), device)
+    flags += _above_roofline("kernels", kernel_summary, lambda r: str(r["name"]), device)
+    flags += _links(collective_summary)
+    flags += _devices(devices)
+    flags += _overlap(overlap)
+    for name, table in fix_tables.items():
+        flags += _shares(f"what_to_fix_first.{name}", table, "cumulative_share", lambda r: f"{r['what']} {r['detail']}".strip())
+    flags += _shares("what_to_fix_first.causes", pd.DataFrame(causes), "share", lambda r: str(r["cause"]))
+    if idle is not None and len(idle) and idle["share_of_window"].sum() > SHARE_SLACK:
+        flags.append(Flag("what_to_fix_first.idle", -1, "idle gaps", "share_of_window", float(idle["share_of_window"].sum()), 1.0,
+                          "more idle time than the window it was counted in"))
+    share = coverage.get("modeled_share")
+    if share is not None and share > SHARE_SLACK:
+        flags.append(Flag("coverage", 0, "capture", "modeled_share", float(share), 1.0, "costed kernel time exceeds kernel time"))
+    flags += _negative_times({"steps": steps, "blocks": blocks, "ops": ops, "kernels": kernel_summary, "devices": devices})
+    return flags
+
+
+def warnings(flags: list[Flag]) -> list[str]:
+    """One warning line per (table, figure, reason), naming up to MAX_EXAMPLES rows."""
+    grouped: dict[tuple[str, str, str], list[Flag]] = {}
+    for f in flags:
+        grouped.setdefault((f.table, f.figure, f.reason), []).append(f)
+    lines = []
+    for (table, figure, reason), group in grouped.items():
+        shown = ", ".join(f"{_cut(f.where)} ({_value(f.figure, f.value)})" for f in group[:MAX_EXAMPLES])
+        more = f" and {len(group) - MAX_EXAMPLES} more" if len(group) > MAX_EXAMPLES else ""
+        lines.append(f"implausible {table} {figure} above its limit ({_value(figure, group[0].limit)}) in "
+                     f"{len(group)} row{'s' if len(group) > 1 else ''}: {shown}{more}: {reason}")
+    return lines
+
+
+def flagged(flags: list[Flag], table: str) -> dict[tuple[int, str], Flag]:
+    """{(row, figure): flag} of one table, for a renderer that marks flagged cells."""
+    return {(f.row, f.figure): f for f in flags if f.table == table}
+
+
+# -- the checks ---------------------------------------------------------------------------
+
+def _rows(table: pd.DataFrame) -> list[tuple[int, dict]]:
+    return list(enumerate(table.to_dict(orient="records"))) if table is not None and len(table) else []
+
+
+def _number(value: Any) -> float | None:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return None
+    return v if np.isfinite(v) else None
+
+
+def _steps(steps: pd.DataFrame, devices: pd.DataFrame) -> list[Flag]:
+    out = []
+    n_devices = max(len(devices), 1) if devices is not None else 1
+    for i, r in _rows(steps):
+        where = str(r["step"])
+        share = _number(r.get("bandwidth_share_peak"))
+        if share is not None and share > RATE_SLACK:
+            out.append(Flag("steps", i, where, "bandwidth_share_peak", share, 1.0,
+                            "the step's bytes (from the cost model) over its GPU window exceed the device's peak bandwidth: "
+                            "bytes re-read from cache are counted as memory traffic, or the bytes are overcounted"))
+        window, busy = _number(r.get("duration_ns")), _number(r.get("busy_in_window_ns"))
+        if window and busy is not None and busy > window * n_devices * SHARE_SLACK:
+            out.append(Flag("steps", i, where, "busy_in_window_ns", busy, window * n_devices,
+                            "GPU busy time inside the step's window exceeds the window on every device"))
+    return out
+
+
+def _shares(table: str, frame: pd.DataFrame, column: str, name, total: bool = False) -> list[Flag]:
+    out = []
+    rows = _rows(frame)
+    for i, r in rows:
+        v = _number(r.get(column))
+        if v is not None and v > SHARE_SLACK:
+            out.append(Flag(table, i, name(r), column, v, 1.0, f"a share of more than the whole: {column} over 100%"))
+    if total and rows:
+        s = sum(_number(r.get(column)) or 0.0 for _, r in rows)
+        if s > SHARE_SLACK:
+            out.append(Flag(table, -1, "all rows", f"sum of {column}", s, 1.0, "the rows' shares add up to more than the whole"))
+    return out
+
+
+def _above_roofline(table: str, frame: pd.DataFrame, name, device: Device | None) -> list[Flag]:
+    """A group's roofline efficiency (sum of t_min over time) above RATE_SLACK: it ran faster
+    than the device's peak FLOP rate for its dtype or its memory bandwidth allows."""
+    out = []
+    if device is None:
+        return out
+    for i, r in _rows(frame):
+        eff = _number(r.get("efficiency"))
+        if eff is not None and eff > RATE_SLACK:
+            out.append(Flag(table, i, name(r), "efficiency", eff, 1.0, _above_reason(r)))
+        tbps = _number(r.get("achieved_tbps"))
+        if tbps is not None and tbps * 1e12 > device.bandwidth * RATE_SLACK and r.get("bound") != "comm":
+            out.append(Flag(table, i, name(r), "achieved_tbps", tbps, device.memory_gbps / 1e3,
+                            "more bytes per second than the device's memory bandwidth: cache-resident data (L2) "
+                            "counted as memory traffic, or bytes overcounted"))
+    return out
+
+
+def _above_reason(r: dict) -> str:
+    text = " ".join(str(r.get(c) or "") for c in ("name", "op", "block", "kernel_class")).lower()
+    if "winograd" in text or "fft" in text:
+        return ("a Winograd / FFT convolution does fewer multiplications than the direct formula the cost counts: "
+                "above the roofline by its algorithm, not a measurement error")
+    if "conv" in text:
+        return ("a convolution's FLOPs are those of the direct formula; cuDNN's transformed algorithms (Winograd, FFT, "
+                "implicit GEMM on a reshaped problem) do less work")
+    return ("faster than the roofline allows: data re-read from cache (L2) counted as memory traffic, "
+            "or a cost model that counts more work than ran")
+
+
+def _links(summary: pd.DataFrame) -> list[Flag]:
+    out = []
+    for i, r in _rows(summary):
+        eff = _number(r.get("link_efficiency"))
+        if eff is not None and eff > SHARE_SLACK:
+            out.append(Flag("collectives", i, f"{r.get('collective')} {r.get('group') or ''}".strip(), "link_efficiency", eff, 1.0,
+                            "bus bandwidth above the link's: the message or group size read from the trace does not match "
+                            "the transfer, or the peers share memory (same node, NVLS / in-switch reduction)"))
+    return out
+
+
+def _devices(devices: pd.DataFrame) -> list[Flag]:
+    out = []
+    for i, r in _rows(devices):
+        busy, span = _number(r.get("busy_ns")), _number(r.get("span_ns"))
+        if busy is not None and span is not None and busy > span * SHARE_SLACK:
+            out.append(Flag("devices", i, f"device {r.get('device')}", "busy_ns", busy, span, "busy longer than the capture span"))
+    return out
+
+
+def _overlap(overlap: pd.DataFrame) -> list[Flag]:
+    out = []
+    for i, r in _rows(overlap):
+        share = _number(r.get("overlap_share"))
+        if share is not None and share > SHARE_SLACK:
+            out.append(Flag("overlap", i, f"device {r.get('device')}", "overlap_share", share, 1.0,
+                            "more communication hidden than there was"))
+    return out
+
+
+# Columns that are a signed difference by definition, not a time.
+_SIGNED = {"gpu_lag_ns"}
+
+
+def _negative_times(tables: dict[str, pd.DataFrame]) -> list[Flag]:
+    out = []
+    for table, frame in tables.items():
+        if frame is None or not len(frame):
+            continue
+        for column in frame.columns:
+            if not str(column).endswith("_ns") or column in _SIGNED or not pd.api.types.is_numeric_dtype(frame[column]):
+                continue
+            values = frame[column].to_numpy(dtype=np.float64)
+            for i in np.flatnonzero(values < 0):
+                out.append(Flag(table, int(i), str(frame.iloc[int(i)].iloc[0]), column, float(values[i]), 0.0,
+                                "a negative time: the trace's timestamps run backwards here"))
+    return out
+
+
+def _cut(text: str, width: int = 60) -> str:
+    from tracekit.reports.format import middle
+
+    return middle(text, width)
+
+
+def _value(figure: str, value: float) -> str:
+    if figure.endswith("_ns"):
+        from tracekit.reports.format import duration
+
+        return duration(value)
+    if figure == "achieved_tbps":
+        return f"{value:,.3f} TB/s"
+    return f"{value:.1%}"
