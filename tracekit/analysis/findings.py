@@ -377,7 +377,7 @@ def headline(a, f: Findings) -> list[str]:
     # kernels only: a costed memcpy says nothing of what bounds the kernels
     modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
     covered = float(c.get("modeled_share") or 0.0)
-    if modeled.any() and covered > 0:
+    if modeled.any() and covered >= HEADLINE_MIN_SHARE:  # the bound of 0.3% of the time says nothing of the run
         t = k["duration_ns"].to_numpy(dtype=float)[modeled]
         bound = key_of(k["bound"], missing="nan")
         time_by_bound = np.bincount(bound[0][modeled] + 1, weights=t, minlength=len(bound[1]))  # code -1 (missing) first
