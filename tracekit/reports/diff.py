@@ -91,7 +91,7 @@ def _totals(d: dict, key: str = "totals") -> tuple[list[str], list[list[str]], l
         return [fmt(r["metric"], r["delta"], True), ratio(r["ratio"])]
 
     rows = [[r["metric"].removesuffix("_ns"), r.get("normalisation") or "", fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), *change(r),
-             _interval(r.get("interval")), r.get("verdict") or (UNKNOWN if r.get("compared", True) else "different steps")]
+             _interval(r.get("interval")), r.get("verdict") or (UNKNOWN if r.get("compared", True) else "not compared")]
             for r in d[key]]
     return ["run", "compared as", "base", "new", "Δ", "ratio", "95% interval", "verdict"], rows, [0, 2, 1, 1, 0, 0, 1, 0]
 
