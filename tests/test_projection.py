@@ -41,12 +41,15 @@ def test_bandwidth_bound_decode_h200_to_b200_scales_by_hbm_ratio(tmp_path):
     assert p.totals["busy_ns"] == pytest.approx(N * DUR * 1e3)
     assert p.totals["busy_projected_ns"] == pytest.approx(N * DUR * 1e3 * bw)  # sum of d x BW ratio
     assert p.totals["busy_low_ns"] == p.totals["busy_high_ns"] == pytest.approx(N * DUR * 1e3 * bw)  # every kernel costed
-    # queued kernels chain from the first start; the host waited for the last: step' = LEAD + N*DUR*bw + TAIL
+    # the step is its GPU window (its kernels' span, N x DUR), as analyze measures it; queued kernels chain
+    # from the first start: window' = N*DUR*bw. The host range (LEAD + N*DUR + TAIL) is kept beside it.
     step = p.steps.iloc[0]
-    assert step["measured_ns"] == pytest.approx((LEAD + N * DUR + TAIL) * 1e3)
-    assert step["projected_ns"] == pytest.approx((LEAD + N * DUR * bw + TAIL) * 1e3)
+    a = analyze(p.path)
+    assert step["measured_ns"] == a.steps["duration_ns"].iloc[0] == pytest.approx(N * DUR * 1e3)
+    assert step["host_ns"] == a.steps["host_duration_ns"].iloc[0] == pytest.approx((LEAD + N * DUR + TAIL) * 1e3)
+    assert step["projected_ns"] == pytest.approx(N * DUR * bw * 1e3)
     assert not step["host_bound"]
-    assert step["ratio"] == pytest.approx((LEAD + N * DUR * bw + TAIL) / (LEAD + N * DUR + TAIL))  # 610/1010 = 0.604
+    assert step["ratio"] == pytest.approx(bw)  # 600 / 1000
 
 
 def test_launch_bound_step_does_not_move(tmp_path):
@@ -61,7 +64,10 @@ def test_launch_bound_step_does_not_move(tmp_path):
     p = project(b.write(tmp_path / "launch.json"), "B200")
     assert p.totals["busy_projected_ns"] == pytest.approx(10 * 10.0e3 * 0.6)  # kernels still scale
     step = p.steps.iloc[0]
-    assert step["host_bound"] and step["projected_ns"] == step["measured_ns"] == pytest.approx(1000.0e3)
+    # GPU window: first kernel at 15 us to the last one's end at 10 + 9 x 90 + 5 + 10 = 835 us; projected, the
+    # last kernel still starts when it did (825 us, after its launch) and runs 10 x 0.6 = 6 us: 15 .. 831 us
+    assert step["host_bound"] and step["measured_ns"] == pytest.approx(820.0e3) and step["host_ns"] == pytest.approx(1000.0e3)
+    assert step["projected_ns"] == pytest.approx(816.0e3)
 
 
 def test_uncosted_kernel_gets_a_range(tmp_path):
@@ -86,6 +92,24 @@ def test_unknown_target_is_one_line_exit_2(tmp_path, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown device" in err
+
+
+def test_step_times_are_the_gpu_windows_analyze_reports():
+    """The timesformer pair: a step's measured time in `project` is its GPU window, the figure the step
+    table of `analyze` reports (ProfilerStep#6 on the H100: its gpu_user_annotation, 159.99 ms), not its host
+    range (382.54 ms, kept beside it); so the benchmark compares like with like across the two GPUs."""
+    pair = {side: analyze(TORCH / f"{side}_timesformer_hf_inference.json.gz") for side in ("h100", "mi300x")}
+    for side, a in pair.items():
+        p = project(a.meta["path"], "B200", analysis=a)
+        step, row = p.steps.iloc[0], a.steps.iloc[0]
+        assert row["window_source"] == "gpu annotation"
+        assert step["measured_ns"] == row["duration_ns"] and step["host_ns"] == row["host_duration_ns"]
+        assert a.throughput["steps"]["duration_ns"].iloc[0] == row["duration_ns"]
+    assert pair["h100"].steps["duration_ns"].iloc[0] == pytest.approx(159.99e6, abs=0.01e6)
+    assert pair["h100"].steps["host_duration_ns"].iloc[0] == pytest.approx(382.54e6, abs=0.01e6)
+    # projected onto the other GPU, the step lands near the window that GPU measured (within the busy error)
+    p = project(pair["h100"].meta["path"], "MI300X", analysis=pair["h100"])
+    assert p.totals["step_projected_ns"] / pair["mi300x"].steps["duration_ns"].iloc[0] - 1 == pytest.approx(-0.134, abs=0.01)
 
 
 def test_same_device_is_identity():

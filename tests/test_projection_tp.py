@@ -57,9 +57,10 @@ def test_tp2_to_tp4_hand_formula(tmp_path):
     # sharded 80 x 2/4 + replicated 15 + all-reduce 20 x (2*3/4) / (2*1/2) = 40 + 15 + 30 = 85 µs
     assert t["busy_projected_ns"] == pytest.approx((80 * 2 / 4 + 15 + 20 * 1.5 / 1.0) * 1e3)
     assert t["replicated_share_busy"] == pytest.approx(15 / 115)
-    assert t["replicated_share_step"] == pytest.approx(15 / (LEAD + 115 + TAIL))
-    # queued kernels, the host waiting for the last one: step' = LEAD + 85 + TAIL
-    assert t["step_projected_ns"] == pytest.approx((LEAD + 85 + TAIL) * 1e3)
+    # the step is its GPU window (the kernels' span, 115 µs), not its host range (LEAD + 115 + TAIL)
+    assert t["replicated_share_step"] == pytest.approx(15 / 115)
+    # queued kernels chain from the first start: step' = 85 µs
+    assert t["step_measured_ns"] == pytest.approx(115e3) and t["step_projected_ns"] == pytest.approx(85e3)
     # the ring time at the H100's link: message 128 x 1024 x 4 B, x 2(N-1)/N at TP 2 and 4
     link = builtin_devices()["H100-SXM"].interconnect_gbps * 1e9
     c = p.collectives.set_index("collective").loc["all_reduce"]

@@ -248,7 +248,7 @@ def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, it
 
     launched = launch_starts(k, a.trace.launches if a.trace is not None else None)
     duration = k["duration_ns"].to_numpy(dtype=np.float64)
-    ends = {col: replay(k, launched, duration * r[col].to_numpy())[1] for col in ("ratio", "low", "high")}
+    ends = {col: replay(k, launched, duration * r[col].to_numpy()) for col in ("ratio", "low", "high")}
     steps = steps_frame(a, r, ends, items) if a.trace is not None else pd.DataFrame()
     blocks = _blocks(k, r)
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)

@@ -18,7 +18,7 @@ def summary_lines(p) -> list[str]:
              f"(range {_range(t['busy_low_ns'], t['busy_high_ns'])}, ×{number(t.get('busy_ratio'), '{:.3f}')}; "
              f"{percent(t['costed_share'])} of it costed)"]
     if t.get("steps"):
-        lines.append(f"steps ({t['steps']}): {duration(t['step_measured_ns'])} measured → {duration(t['step_projected_ns'])} "
+        lines.append(f"steps ({t['steps']}, GPU window): {duration(t['step_measured_ns'])} measured → {duration(t['step_projected_ns'])} "
                      f"projected (range {_range(t['step_low_ns'], t['step_high_ns'])}, ×{number(t.get('step_ratio'), '{:.3f}')})")
     else:
         lines.append(f"no step annotations: GPU-active window {duration(t['active_ns'])} → {duration(t['active_projected_ns'])}")
@@ -26,15 +26,18 @@ def summary_lines(p) -> list[str]:
 
 
 def sections(p) -> list[Section]:
-    head = ["step", "measured", "projected", "range", "×", "busy → projected", "host-bound", "throughput", "projected throughput"]
+    head = ["step", "GPU window", "projected", "range", "×", "host range", "busy → projected", "host-bound", "throughput",
+            "projected throughput"]
     rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
-             number(r["ratio"], "{:.3f}"), f"{duration(r['busy_ns'])} → {duration(r['busy_projected_ns'])}",
+             number(r["ratio"], "{:.3f}"), duration(r["host_ns"]),
+             f"{duration(r['busy_ns'])} → {duration(r['busy_projected_ns'])}",
              "yes" if r["host_bound"] else "no", f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s",
              f"{number(r['throughput_projected'], '{:,.2f}')} ({number(r['throughput_low'], '{:,.2f}')}…"
              f"{number(r['throughput_high'], '{:,.2f}')}) {r['unit']}/s"]
             for r in p.steps.to_dict(orient="records")]
-    out = [Section("Steps projected (host timeline as measured; kernels replayed per stream)", head, rows,
-                   [0, 0, 0, 1, 1, 2, 2, 1, 0], flex=0, empty="(no step annotations)")]
+    out = [Section("Steps projected (GPU window: the step's GPU-side annotation or its kernels' span, moved with its kernels "
+                   "replayed per stream; host timeline as measured)", head, rows,
+                   [0, 0, 0, 1, 1, 1, 2, 2, 1, 0], flex=0, empty="(no step annotations)")]
 
     def group(title: str, frame, keys: list[str]) -> Section:
         head = [*keys, "kernels", "measured", "projected", "range", "×", "roof on target", "costed"]
@@ -122,10 +125,10 @@ def tp_sections(p) -> list[Section]:
         rows = [[str(r["phase"]), str(r["block"]), duration(r["alike_ns"]), duration(r["differs_ns"]), r["verdict"]]
                 for r in p.rank_blocks.to_dict(orient="records")]
         out.append(Section("Across ranks: same op shapes on every rank?", head, rows, [0, 0, 0, 1, 2], flex=1, left=(0, 1, 4)))
-    head = ["step", "measured", "at TP N", "range", "×", "host-bound"]
+    head = ["step", "GPU window", "at TP N", "range", "×", "host-bound"]
     rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
              number(r["ratio"], "{:.3f}"), "yes" if r["host_bound"] else "no"] for r in p.steps.to_dict(orient="records")]
-    out.append(Section("Steps (host timeline as measured; kernels replayed per stream)", head, rows, [0, 0, 0, 1, 1, 2], flex=0,
+    out.append(Section("Steps (GPU window, moved with its kernels replayed per stream; host timeline as measured)", head, rows, [0, 0, 0, 1, 1, 2], flex=0,
                        empty="(no step annotations)"))
     return out
 
