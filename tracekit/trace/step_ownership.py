@@ -134,7 +134,11 @@ def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray
     it comes from (WINDOW_SOURCES): its GPU-side annotation widened to the kernels it owns
     (`owner`, as kernel_steps), else the first start to the last end of those kernels, else
     (a step that owns nothing on the GPU) its host range."""
-    r = trace.ranges
+    return gpu_windows(trace.ranges, kernels, steps, owner)
+
+
+def gpu_windows(r, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """step_gpu_windows from the ranges table `r` alone (what the model stage is given)."""
     steps = np.asarray(steps, dtype=np.int64)
     lo = r["start"].to_numpy()[steps].astype(np.int64).copy()
     hi = r["end"].to_numpy()[steps].astype(np.int64).copy()
@@ -151,7 +155,7 @@ def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray
         np.minimum.at(k_lo, slot[owned], kernels["start"].to_numpy(np.int64)[owned])
         np.maximum.at(k_hi, slot[owned], kernels["end"].to_numpy(np.int64)[owned])
     has_kernels = k_hi > np.iinfo(np.int64).min
-    a_lo, a_hi = gpu_annotation_windows(trace, steps)
+    a_lo, a_hi = annotation_windows(r, steps)
     annotated = a_hi >= 0
     lo = np.where(annotated, a_lo, np.where(has_kernels, k_lo, lo))
     hi = np.where(annotated, a_hi, np.where(has_kernels, k_hi, hi))
@@ -167,7 +171,11 @@ def gpu_annotation_windows(trace: Trace, steps: np.ndarray) -> tuple[np.ndarray,
     host range onto the GPU under the same name; a name that repeats (vLLM's
     `execute_new_0_cached_4`) is paired in order of occurrence, per device, and only where
     the device holds as many copies as the host has ranges of that name."""
-    r = trace.ranges
+    return annotation_windows(trace.ranges, steps)
+
+
+def annotation_windows(r, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """gpu_annotation_windows from the ranges table `r` alone."""
     lo = np.full(len(steps), -1, dtype=np.int64)
     hi = np.full(len(steps), -1, dtype=np.int64)
     pairs = paired_annotations(r, steps)
