@@ -60,6 +60,24 @@ class Projection:
         return dumps(self.to_dict())
 
 
+def target_device(to: str, device_file: str | None = None, source: str = "trace") -> Device:
+    """The GPU named by --to (built-in table plus --device-file); an unknown one is a TraceError
+    that names --to and `tracekit devices` (not --device: that flag names the source GPU)."""
+    from tracekit.errors import TraceError
+    from tracekit.hardware import builtin_devices, closest, find_device, load_device_file
+
+    devices = builtin_devices()
+    if device_file:
+        devices.update(load_device_file(device_file))
+    found = find_device(to, devices)
+    if found is None:
+        near = closest(to, devices)
+        hint = f"closest known: {', '.join(near)}" if near else "no known device of the same product line"
+        raise TraceError(source, f"unknown target GPU {to[:80]!r} for --to ({hint}); pass --to with a key or name from "
+                                 "`tracekit devices`, or describe the GPU in --device-file FILE.toml")
+    return found
+
+
 def _ratio_of(a: float | None, b: float | None) -> float:
     return float(a / b) if a and b else float("nan")
 
@@ -222,6 +240,33 @@ def steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> p
     return pd.DataFrame(out, columns=PROJECTED_STEP_COLUMNS)
 
 
+# A kernel below this fraction of its binding roof is not limited by that roof (see far_from_roof).
+FAR_FROM_ROOF = 0.05
+
+
+def far_from_roof(a) -> dict[str, Any] | None:
+    """The costed kernels below FAR_FROM_ROOF of their roof on the source, when they hold at
+    least FAR_FROM_ROOF of the busy time: their share, and the (op, shapes) group with the
+    most of their time (its kernels, time, and time-weighted efficiency), else None."""
+    k = a.kernels
+    eff = k["efficiency"].to_numpy(dtype=np.float64)
+    excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    busy = float(excl.sum())
+    slow = eff < FAR_FROM_ROOF  # NaN (no cost) is not slow
+    if busy <= 0 or excl[slow].sum() < FAR_FROM_ROOF * busy:
+        return None
+    ops = a.trace.ops if a.trace is not None else None
+    op = k["op"].to_numpy()
+    dims = ops["input_dims"].to_numpy() if ops is not None and len(ops) else np.zeros(0, dtype=object)
+    shapes = np.array([str(dims[o]) if 0 <= o < len(dims) else "" for o in op], dtype=object)
+    frame = pd.DataFrame({"op": k["op_name"].astype(object).fillna(k["name"].astype(object)).to_numpy(), "shapes": shapes,
+                          "t": excl, "t_min": eff * k["duration_ns"].to_numpy(dtype=np.float64), "d": k["duration_ns"].to_numpy(dtype=np.float64)})[slow]
+    g = frame.groupby(["op", "shapes"], sort=False).agg(kernels=("t", "size"), time_ns=("t", "sum"), t_min=("t_min", "sum"), d=("d", "sum"))
+    top = g.sort_values("time_ns", ascending=False).iloc[0]
+    return {"share": float(excl[slow].sum() / busy), "op": str(top.name[0]), "shapes": str(top.name[1]), "kernels": int(top["kernels"]),
+            "time_ns": float(top["time_ns"]), "efficiency": float(top["t_min"] / top["d"]) if top["d"] > 0 else float("nan")}
+
+
 def _assumptions(a, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:
     share = totals["costed_share"]
     out = [
@@ -239,6 +284,13 @@ def _assumptions(a, source: Device, target: Device, totals: dict, steps: pd.Data
         "same software: kernels, libraries and their tuning on the target behave like those measured (a different "
         "attention or GEMM library, or another precision, is not projected)",
     ]
+    slow = far_from_roof(a)
+    if slow is not None:
+        out.append(f"{slow['share']:.0%} of busy time is in costed kernels below {FAR_FROM_ROOF:.0%} of their roof on "
+                   f"{source.key} (largest: {slow['op']} {slow['shapes']}, {slow['kernels']} kernels, {slow['time_ns'] / 1e6:,.2f} ms "
+                   f"at {slow['efficiency']:.1%}): a roof does not set their time (a library's kernel choice, latency, "
+                   "occupancy do), so scaling them by the roof ratio is the least certain part of this projection; "
+                   "the target's library may choose a faster or slower kernel for the same shapes")
     if len(steps) and steps["host_bound"].any():
         out.append(f"{int(steps['host_bound'].sum())} of {len(steps)} steps are host-bound (their GPU was idle, waiting for "
                    "launches, most of its kernels' window): their time barely moves with the GPU")

@@ -81,11 +81,17 @@ def render_markdown(p) -> str:
 def tp_summary_lines(p) -> list[str]:
     t = p.totals
     dev = f" on {p.device.name} (link {p.device.interconnect_gbps:,.0f} GB/s)" if p.device is not None else ""
-    lines = [f"TP {p.current_tp} ({p.tp_source}) → TP {p.target_tp}{dev}"]
+    lines = [f"TP {p.current_tp if p.current_tp is not None else '?'} ({p.tp_source}) → TP {p.target_tp}{dev}"]
     if t["sharded_found"]:
         lines.append(f"sharded blocks: {', '.join(t['sharded_blocks']) or '—'}")
+    elif p.current_tp is None:
+        lines.append("no TP sharding found (the TP degree is unknown): no kernel is known to shrink with TP, so the projection "
+                     "changes nothing; pass --model config.json or --run-tp N")
+    elif p.current_tp == 1:
+        lines.append(f"no TP sharding found: the run has no TP (TP 1; {t['basis'] or 'no per-rank shapes'}): nothing is "
+                     "projected to change with the TP degree")
     else:
-        lines.append(f"no TP sharding found ({t['basis'] or 'TP 1'}): nothing changes with the TP degree")
+        lines.append(f"no TP sharding found at TP {p.current_tp} ({t['basis']}): nothing is projected to change with the TP degree")
     lines.append(f"replicated blocks: {', '.join(t['replicated_blocks']) or '—'}")
     lines.append(f"GPU busy {duration(t['busy_ns'])}: sharded {duration(t['sharded_ns'])}, replicated {duration(t['replicated_ns'])} "
                  f"({percent(t['replicated_share_busy'])} of busy, {percent(t['replicated_share_step'])} of the step), "
@@ -110,7 +116,7 @@ def tp_sections(p) -> list[Section]:
             for r in p.blocks.to_dict(orient="records")]
     out = [Section(f"Blocks at TP {p.target_tp} (GPU busy time by role)", head, rows, [0, 0, 0, 2] + [0] * 7 + [1], flex=1,
                    left=(0, 1, 2))]
-    head = ["collective", "kernels", "measured", "message", f"ring factor TP {p.current_tp}", f"TP {p.target_tp}",
+    head = ["collective", "kernels", "measured", "message", f"ring factor TP {p.current_tp if p.current_tp is not None else '?'}", f"TP {p.target_tp}",
             "ring time at link now", "at TP N", "projected"]
     rows = [[r["collective"], f"{r['kernels']:,}", duration(r["measured_ns"]), number(r["message_bytes"] / 1e6, "{:,.1f} MB"),
              number(r["factor_now"], "{:.3f}"), number(r["factor_target"], "{:.3f}"), duration(r["ring_now_ns"]),
