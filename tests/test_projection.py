@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
+import pandas as pd
 import pytest
 
 from tests.synthetic import KinetoBuilder
@@ -91,7 +92,46 @@ def test_unknown_target_is_one_line_exit_2(tmp_path, capsys):
         main(["project", path, "--to", "H9000"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown device" in err
+    # the hint names the flag that was wrong (--to, not --device: that one names the source GPU) and where to look
+    assert err.count("\n") == 1 and "unknown target GPU 'H9000' for --to" in err and "`tracekit devices`" in err
+    assert "--device NAME" not in err
+
+
+def test_cpu_only_trace_has_no_gpu_work_to_project(capsys):
+    """fixtures/cpu_tiny_diffusion.json.gz: no kernel, copy or memset (torch.profiler with CPU activity
+    only): the reason is that, not that the trace does not name its GPU."""
+    from tracekit.cli.main import main
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "cpu_tiny_diffusion.json.gz"
+    assert len(analyze(path).kernels) == 0
+    with pytest.raises(SystemExit) as exc:
+        main(["project", str(path), "--to", "H100"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert "holds no GPU work" in err and "does not name its GPU" not in err
+
+
+def test_kernels_far_below_their_roof_are_named():
+    """TimeSformer on the MI300X: the temporal-attention bmm [37632, 8, 64] x [37632, 64, 8] runs 12 kernels
+    of 1.14 ms (13.71 ms) at 1.4% of the HBM roof (t_min = bytes / 5.3 TB/s = 15.5 us per kernel); the
+    H100 runs the same shapes in 41 us per kernel. Scaling by the roof ratio is the least certain part of
+    the projection, and it says so with the op, shapes and time."""
+    from tracekit.projection.device import FAR_FROM_ROOF, far_from_roof
+
+    a = analyze(TORCH / "mi300x_timesformer_hf_inference.json.gz")
+    slow = far_from_roof(a)
+    k = a.kernels
+    dims = a.trace.ops["input_dims"].to_numpy()
+    shapes = [str(dims[o]) if o >= 0 else "" for o in k["op"]]
+    bmm = k[(k["op_name"] == "aten::bmm") & (pd.Series(shapes, index=k.index) == str([[37632, 8, 64], [37632, 64, 8]]))]
+    assert (bmm["efficiency"] < FAR_FROM_ROOF).all()
+    assert slow["op"] == "aten::bmm" and slow["shapes"] == str([[37632, 8, 64], [37632, 64, 8]]) and slow["kernels"] == len(bmm) == 12
+    assert slow["time_ns"] == bmm["exclusive_ns"].sum() == pytest.approx(13.71e6, rel=1e-3)
+    bytes_ = 2 * (37632 * 8 * 64 * 2 + 37632 * 8 * 8)  # bf16: both inputs read, the [37632, 8, 8] scores written
+    assert slow["efficiency"] == pytest.approx(12 * bytes_ / 5300e9 * 1e9 / bmm["duration_ns"].sum(), rel=1e-3)  # 1.4%
+    assert slow["share"] == pytest.approx(float(k["exclusive_ns"][k["efficiency"] < FAR_FROM_ROOF].sum() / k["exclusive_ns"].sum()))
+    p = project(a.meta["path"], "H100", analysis=a)
+    assert any("aten::bmm [[37632, 8, 64], [37632, 64, 8]]" in line for line in p.assumptions)
 
 
 def test_step_times_are_the_gpu_windows_analyze_reports():

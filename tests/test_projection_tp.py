@@ -129,12 +129,25 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     # the embedding lookups (fbgemm split tables) differ across ranks: model-parallel tables, not TP
     differs = p.ranks[~p.ranks["alike"]]
     assert differs["op"].str.contains("split_embedding_codegen_lookup").any()
+    # world size 8 is not a TP degree, and with no norm op with shapes nothing could show one: the degree is
+    # unknown, said once, not "TP 8" followed by "no TP sharding found"
+    assert p.current_tp is None and "world size (8) is not a TP degree" in p.tp_source
     main(["project", str(TORCH / "v100_dlrm_8ranks"), "--tp", "4"])
     out = capsys.readouterr().out
-    assert "no TP sharding found" in out
+    assert out.startswith("TP ? (unknown: the world size (8) is not a TP degree") and "TP 8" not in out
+    assert "no TP sharding found (the TP degree is unknown)" in out
     # the replicated blocks are listed by time; which order is the trace's business
     listed = next(line for line in out.splitlines() if line.startswith("replicated blocks: "))
     assert {"forward/other", "backward/other", "optimizer/other"} <= set(listed.removeprefix("replicated blocks: ").split(", "))
+
+
+def test_guessed_degree_without_sharded_shapes_is_tp_1():
+    """ResNet DDP with activation checkpointing, rank 0 of 8 (MI300X): the RCCL collectives have group
+    size 8, but with the hidden size known (the norms' input) no GEMM has per-rank shapes at TP 8: the run
+    has no TP (TP 1), the group is data parallelism."""
+    p = project_tp(TORCH / "mi300x_resnet_act_checkpoint_rank0.json.gz", 4)
+    assert p.current_tp == 1 and p.tp_source.startswith("no TP: no kernel has per-rank shapes at TP 8")
+    assert not p.totals["sharded_found"] and p.totals["busy_projected_ns"] == p.totals["busy_ns"]
 
 
 def test_neither_to_nor_tp_is_one_line_exit_2(tmp_path, capsys):

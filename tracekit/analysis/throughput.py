@@ -15,9 +15,10 @@ duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU wo
 range), the same figure every other table uses.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
-forward, backward, ...). Its wall time is the sum, over the runs of consecutive kernels of
-that stage (in start order, per device), of last end - first start: idle inside a run is the
-stage's, idle between runs of different stages is nobody's. With steps, the table covers the
+forward, backward, ...). Its wall time is the time covered by its runs of consecutive kernels
+(in start order, per device; a run spans first start to last end, and the runs' union counts
+time once where streams overlap): idle inside a run is the stage's, idle between runs of
+different stages is nobody's. With steps, the table covers the
 steps: only the kernels a step owns, a run never crosses a step boundary, and share = wall /
 the steps' GPU windows (their union); kernels outside every step are counted apart. Without
 steps: all kernels, share of the GPU-active window. A trace without GPU work (a CPU profile)
@@ -129,11 +130,14 @@ def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray
         labels = k[stage].astype(object).fillna("unknown").astype(str).to_numpy()
         key = pd.factorize(pd.Series(labels) + "\x00" + k["step"].astype(str).to_numpy())[0] if in_steps else labels
         first, last, run_end = _runs(start, end, key)
+        spans: dict[str, list] = {}
         for a, b, e in zip(first, last, run_end):
             row = out.setdefault(labels[a], {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})
             row["kernels"] += int(b - a)
-            row["wall_ns"] += float(e - start[a])
             row["runs"] += 1
+            spans.setdefault(labels[a], []).append((start[a], e))
+        for name, runs in spans.items():  # runs of one stage on concurrent streams overlap: their union
+            out[name]["wall_ns"] += _length(np.array(runs, dtype=np.float64))
         busy = k.groupby(stage, observed=True, sort=False)["exclusive_ns"].sum()
         for name, value in busy.items():
             out.setdefault(str(name), {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})["busy_ns"] += float(value)
