@@ -21,7 +21,7 @@ def sections(a: Analysis) -> list[Section]:
     total = t["total"]
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
-    out = [Section("Throughput per step (wall: the step's GPU window; tokens: serving batch from the step annotation; "
+    out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation; "
                    "frames: diffusion; images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
                    "else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
                    empty="(no step annotations)")]
@@ -47,7 +47,7 @@ def sections(a: Analysis) -> list[Section]:
         rows = [[f"{r['index']}", duration(r["start_ns"]), duration(r["duration_ns"]), duration(r["host_duration_ns"]),
                  f"{r['kernels']:,}", duration(r["busy_ns"]), r["source"]] for r in d.to_dict(orient="records")]
         out.append(Section("Denoising steps (diffusion: the UNet / transformer forward to the end of scheduler.step; wall: "
-                           "its GPU window, the span of the GPU work it launched)", head, rows,
+                           "its GPU window, the span of the GPU work it launched, or its host range where it launched none)", head, rows,
                            [0, 1, 0, 1, 1, 1, 2], left=(6,), note=f"{len(d)} denoising steps, mean {duration(mean)} = "
                            f"{number(1e9 / mean if mean > 0 else None, '{:,.2f}')} steps/s"))
     return out
