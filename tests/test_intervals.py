@@ -82,3 +82,16 @@ def test_innermost_enclosing_matches_brute_force():
             assert f in holding
             # innermost: no holding interval lies strictly inside it
             assert end[f] - start[f] == min(end[holding] - start[holding])
+
+
+def test_a_call_that_outlives_its_caller_closes_with_it():
+    """Python frames (xDiT FLUX.1 trace: a built-in `next` inside contextlib's __enter__ that
+    torch.profiler closed only at the end of the capture): A [0, 100] calls B [10, 20], which
+    calls C [15, 1000] (never closed); A then calls D [30, 40]. In a call stack C closes with B,
+    so D is A's callee. As plain intervals C overlaps A partly and is a root that holds D."""
+    g = np.zeros(4, dtype=np.int64)
+    s, e = np.array([0, 10, 15, 30]), np.array([100, 20, 1000, 40])
+    parent, depth = nest(g, s, e, calls=np.ones(4, dtype=bool))
+    assert parent.tolist() == [-1, 0, 1, 0] and depth.tolist() == [0, 1, 2, 1]
+    parent, _ = nest(g, s, e)
+    assert parent.tolist() == [-1, 0, -1, 2]

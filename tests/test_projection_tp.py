@@ -57,9 +57,10 @@ def test_tp2_to_tp4_hand_formula(tmp_path):
     # sharded 80 x 2/4 + replicated 15 + all-reduce 20 x (2*3/4) / (2*1/2) = 40 + 15 + 30 = 85 µs
     assert t["busy_projected_ns"] == pytest.approx((80 * 2 / 4 + 15 + 20 * 1.5 / 1.0) * 1e3)
     assert t["replicated_share_busy"] == pytest.approx(15 / 115)
-    assert t["replicated_share_step"] == pytest.approx(15 / (LEAD + 115 + TAIL))
-    # queued kernels, the host waiting for the last one: step' = LEAD + 85 + TAIL
-    assert t["step_projected_ns"] == pytest.approx((LEAD + 85 + TAIL) * 1e3)
+    # the step is its GPU window (the kernels' span, 115 µs), not its host range (LEAD + 115 + TAIL)
+    assert t["replicated_share_step"] == pytest.approx(15 / 115)
+    # queued kernels chain from the first start: step' = 85 µs
+    assert t["step_measured_ns"] == pytest.approx(115e3) and t["step_projected_ns"] == pytest.approx(85e3)
     # the ring time at the H100's link: message 128 x 1024 x 4 B, x 2(N-1)/N at TP 2 and 4
     link = builtin_devices()["H100-SXM"].interconnect_gbps * 1e9
     c = p.collectives.set_index("collective").loc["all_reduce"]
@@ -128,12 +129,25 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     # the embedding lookups (fbgemm split tables) differ across ranks: model-parallel tables, not TP
     differs = p.ranks[~p.ranks["alike"]]
     assert differs["op"].str.contains("split_embedding_codegen_lookup").any()
+    # world size 8 is not a TP degree, and with no norm op with shapes nothing could show one: the degree is
+    # unknown, said once, not "TP 8" followed by "no TP sharding found"
+    assert p.current_tp is None and "world size (8) is not a TP degree" in p.tp_source
     main(["project", str(TORCH / "v100_dlrm_8ranks"), "--tp", "4"])
     out = capsys.readouterr().out
-    assert "no TP sharding found" in out
+    assert out.startswith("TP ? (unknown: the world size (8) is not a TP degree") and "TP 8" not in out
+    assert "no TP sharding found (the TP degree is unknown)" in out
     # the replicated blocks are listed by time; which order is the trace's business
     listed = next(line for line in out.splitlines() if line.startswith("replicated blocks: "))
     assert {"forward/other", "backward/other", "optimizer/other"} <= set(listed.removeprefix("replicated blocks: ").split(", "))
+
+
+def test_guessed_degree_without_sharded_shapes_is_tp_1():
+    """ResNet DDP with activation checkpointing, rank 0 of 8 (MI300X): the RCCL collectives have group
+    size 8, but with the hidden size known (the norms' input) no GEMM has per-rank shapes at TP 8: the run
+    has no TP (TP 1), the group is data parallelism."""
+    p = project_tp(TORCH / "mi300x_resnet_act_checkpoint_rank0.json.gz", 4)
+    assert p.current_tp == 1 and p.tp_source.startswith("no TP: no kernel has per-rank shapes at TP 8")
+    assert not p.totals["sharded_found"] and p.totals["busy_projected_ns"] == p.totals["busy_ns"]
 
 
 def test_neither_to_nor_tp_is_one_line_exit_2(tmp_path, capsys):

@@ -125,15 +125,17 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
     """Project a trace (or an `analysis` already made) onto GPU `to`: busy time, step time and
     throughput with a range, per block and stage (tracekit.projection.device). `device`: the
     GPU it ran on where the trace does not name it. An unknown GPU raises TraceError."""
-    from tracekit.hardware import resolve
-    from tracekit.projection.device import project_device
+    from tracekit.projection.device import project_device, target_device
 
     source = os.fspath(path)
-    target, _ = resolve(None, to, device_file, source=source)  # an unknown target fails before the trace is read
+    target = target_device(to, device_file, source)  # an unknown target fails before the trace is read
     # --device-file alone names the target's file: the source stays the trace's own GPU
     a = analysis if analysis is not None else analyze(path, device=device, device_file=device_file if device else None,
                                                       rules=rules, workers=workers, samples_per_step=samples_per_step,
                                                       frames_per_step=frames_per_step)
+    if not len(a.kernels):
+        raise TraceError(source, "the trace holds no GPU work (no kernel, copy or memset: a CPU-only profile): "
+                                 "there is nothing to project onto a GPU")
     if a.device is None:
         raise TraceError(source, "the trace does not name its GPU (or it is not in the device table): "
                                  "pass --device NAME for the GPU it ran on (see `tracekit devices`)")
@@ -166,26 +168,28 @@ def project_tp(path: str | os.PathLike, tp: int, run_tp: int | None = None, mode
         arch = load_config(os.fspath(model))
     a = analyze(path, device=device, device_file=device_file, rules=rules, workers=workers,
                 samples_per_step=samples_per_step, frames_per_step=frames_per_step)
-    current, why = _run_tp(a, arch, run_tp)
+    current, why, guessed = _run_tp(a, arch, run_tp)
     items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
-    p = run(a, tp, current, why, arch, items)
+    p = run(a, tp, current, why, arch, items, guessed=guessed)
     p.analysis = a
     return p
 
 
-def _run_tp(a: Analysis, arch, run_tp: int | None) -> tuple[int, str]:
-    """The traced run's TP degree and where it came from."""
+def _run_tp(a: Analysis, arch, run_tp: int | None) -> tuple[int, str, bool]:
+    """The traced run's TP degree, where it came from, and whether it is only a guess from the
+    job (collective group size, world size: data and model parallelism have those too), which
+    the per-rank shapes must confirm (tracekit.projection.tp.stated_tp)."""
     if run_tp:
-        return run_tp, "--run-tp"
+        return run_tp, "--run-tp", False
     if arch is not None and a.trace is not None:
         from tracekit.model.parallel import infer_parallel
 
         par = infer_parallel(a.trace, arch, None, None)
-        return par.tp, par.source
+        return par.tp, par.source, False
     groups = a.kernels["coll_group_size"].to_numpy() if len(a.kernels) else []
     if len(groups) and groups.max() > 1:
-        return int(groups.max()), "collective group size"
+        return int(groups.max()), "collective group size", True
     world = a.meta.get("world_size")
     if isinstance(world, int) and world > 1:
-        return world, "world size"
-    return 1, "default (no collective, world size 1)"
+        return world, "world size", True
+    return 1, "default (no collective, world size 1)", False

@@ -7,8 +7,12 @@ A denoising step is, in order of trust:
                   (diffusers/xfuser schedulers/*.py: step) ends a denoising step, which began
                   at the first outermost denoiser forward (a diffusers / xfuser transformer or
                   UNet model's forward) after the previous scheduler step ended.
-Per step: host window (start, duration) and the GPU kernels launched inside it (count, busy
-time). A graph-captured or compiled loop with neither leaves the table empty.
+Per step: its time is its GPU window, as for any step (tracekit.trace.step_ownership): the
+first start to the last end of the GPU work launched inside its host window (a CUDA graph
+replayed by a compiled denoiser counts: its launch lies inside the window); a step that
+launched nothing (a CPU profile) keeps its host window. The host window is kept beside it,
+with the kernels' count and busy time. A loop with neither an annotation nor Python frames
+(no with_stack) leaves the table empty.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from tracekit.trace.column_text import as_text
 ANNOTATION = re.compile(r"(?i)^denoise_?step|denoising[ _]step|^xfuser.*\bstep\b")
 SCHEDULER_STEP = re.compile(r"(diffusers|xfuser)/.*schedul\w*/\w+\.py\(\d+\): step$")
 # the model files, not their building blocks (unet_2d_blocks.py also holds the VAE's decoder blocks)
-DENOISER = re.compile(r"(diffusers|xfuser)/models/(transformers|unets)/(transformer|unet)_\w+(?<!_blocks)\.py\(\d+\): forward$")
-DENOISE_COLUMNS = ["index", "start_ns", "duration_ns", "kernels", "busy_ns", "source"]
+# (xDiT wraps diffusers' transformers in xfuser/model_executor/models/transformers/transformer_*.py)
+DENOISER = re.compile(r"(diffusers|xfuser)/(.*/)?models/(transformers|unets)/(transformer|unet)_\w+(?<!_blocks)\.py\(\d+\): forward$")
+DENOISE_COLUMNS = ["index", "start_ns", "duration_ns", "window_source", "host_start_ns", "host_duration_ns", "kernels", "busy_ns", "source"]
 
 
 def _outermost(start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -76,9 +81,14 @@ def denoise_steps(trace, kernels: pd.DataFrame) -> pd.DataFrame:
         has = kernels["launch"].to_numpy() >= 0
         launched[has] = trace.launches["start"].to_numpy(dtype=np.float64)[kernels["launch"].to_numpy()[has]]
     excl = kernels["exclusive_ns"].to_numpy(dtype=np.float64) if len(kernels) else np.zeros(0)
+    k_start = kernels["start"].to_numpy(dtype=np.float64) if len(kernels) else np.zeros(0)
+    k_end = kernels["end"].to_numpy(dtype=np.float64) if len(kernels) else np.zeros(0)
     rows = []
     for i, (s, e) in enumerate(zip(lo, hi)):
         mine = (launched >= s) & (launched <= e)
-        rows.append({"index": i, "start_ns": float(s), "duration_ns": float(e - s), "kernels": int(mine.sum()),
-                     "busy_ns": float(excl[mine].sum()), "source": source})
+        on_gpu = bool(mine.any())
+        g_lo, g_hi = (k_start[mine].min(), k_end[mine].max()) if on_gpu else (s, e)
+        rows.append({"index": i, "start_ns": float(g_lo), "duration_ns": float(g_hi - g_lo),
+                     "window_source": "kernels" if on_gpu else "host range", "host_start_ns": float(s), "host_duration_ns": float(e - s),
+                     "kernels": int(mine.sum()), "busy_ns": float(excl[mine].sum()), "source": source})
     return pd.DataFrame(rows, columns=DENOISE_COLUMNS)

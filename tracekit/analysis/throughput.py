@@ -6,13 +6,24 @@ Per step, the work it did and in what unit:
   frames    diffusion pipelines: frames (or images) per step from an annotation
             (`frames=N`, `num_frames=N`) or --frames-per-step
   samples   training / inference steps with --samples-per-step (--batch)
+  images    a diffusion pipeline call (a step from its `__call__` frame) that decodes image
+            latents: the batch of the 4-D latents its VAE decodes (the first input of the
+            first op inside the VAE's decode frame); video latents (5-D) need --frames-per-step
   steps     otherwise (the work is not known: throughput is steps per second)
-throughput = items / step wall time.
+throughput = items / step time, the step time being its GPU window (the step table's
+duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU work: its host
+range), the same figure every other table uses.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
-forward, backward, ...). Its wall time is the sum, over the runs of consecutive kernels of
-that stage (in start order, per device), of last end - first start: idle inside a run is the
-stage's, idle between runs of different stages is nobody's. share = wall / GPU-active window.
+forward, backward, ...). Its wall time is the time covered by its runs of consecutive kernels
+(in start order, per device; a run spans first start to last end, and the runs' union counts
+time once where streams overlap): idle inside a run is the stage's, idle between runs of
+different stages is nobody's. With steps, the table covers the
+steps: only the kernels a step owns, a run never crosses a step boundary, and share = wall /
+the steps' GPU windows (their union); kernels outside every step are counted apart. Without
+steps: all kernels, share of the GPU-active window. A trace without GPU work (a CPU profile)
+gets the same table from host time: each instant inside the steps goes to the first phase
+rule (default rules, in order) whose frame, range or op pattern matches something open then.
 """
 
 from __future__ import annotations
@@ -23,9 +34,11 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.column_text import as_text
-from tracekit.trace.step_ownership import step_rows
+from tracekit.trace.step_ownership import PIPELINE_CALL, step_rows
+from tracekit.trace.timeline import union
 
 FRAMES = re.compile(r"(?i)\b(?:num_)?(?:frames|images)[=:_ ]?(\d+)\b")
+VAE_DECODE = re.compile(r"(autoencoder|vae)\w*\.py\(\d+\): (decode|_decode|tiled_decode)$")
 THROUGHPUT_STEP_COLUMNS = ["step", "duration_ns", "items", "unit", "source", "throughput", "per_stage"]
 STAGE_COLUMNS = ["stage", "kernels", "busy_ns", "wall_ns", "wall_share", "runs", "wall_per_run_ns"]
 
@@ -39,6 +52,7 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
         name = str(r["step"])
         batch = from_annotation(name)
         frames = FRAMES.search(name[:256])
+        images = decoded_images(trace, r) if PIPELINE_CALL.search(name[:512]) else None
         if batch is not None:
             items, unit, source = float(batch.tokens), "tokens", batch.source
         elif frames is not None:
@@ -47,6 +61,8 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
             items, unit, source = float(frames_per_step), "frames", "--frames-per-step"
         elif samples_per_step:
             items, unit, source = float(samples_per_step), "samples", "--samples-per-step"
+        elif images:
+            items, unit, source = float(images), "images", "batch of the latents the VAE decoded"
         else:
             items, unit, source = 1.0, "steps", "no batch in the trace (pass --samples-per-step or --frames-per-step)"
         duration = float(r["duration_ns"])
@@ -55,31 +71,145 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     return pd.DataFrame(rows, columns=THROUGHPUT_STEP_COLUMNS[:-1])
 
 
-def stage_table(kernels: pd.DataFrame, stage: str = "phase") -> pd.DataFrame:
-    """Per stage: kernels, busy time, wall time (runs of consecutive kernels), share of the active window."""
+def decoded_images(trace, step: dict) -> int | None:
+    """Images a pipeline call decoded: over the outermost VAE decode frames inside the step's
+    host range, the batch (dim 0) of the first 4-D input of the first op inside each."""
+    if trace is None or "host_start_ns" not in step or not len(trace.ranges) or not len(trace.ops):
+        return None
+    lo, hi = int(step["host_start_ns"]), int(step["host_start_ns"]) + int(step["host_duration_ns"])
+    r = trace.ranges
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    inside = np.flatnonzero((start >= lo) & (end <= hi) & (as_text(r["domain"]) == "python"))
+    names = as_text(r["name"])
+    decodes = [i for i in inside[np.argsort(start[inside], kind="stable")] if VAE_DECODE.search(str(names[i]))]
+    o_start, o_tid = trace.ops["start"].to_numpy(), trace.ops["tid"].to_numpy()
+    dims = trace.ops["input_dims"].to_numpy()
+    total, reach = 0, -1
+    for i in decodes:
+        if start[i] < reach:
+            continue  # inside a decode already counted (decode -> _decode)
+        reach = end[i]
+        ops = np.flatnonzero((o_start >= start[i]) & (o_start <= end[i]) & (o_tid == r["tid"].iat[i]))
+        for j in ops[np.argsort(o_start[ops], kind="stable")]:
+            first = dims[j][0] if isinstance(dims[j], (list, tuple)) and dims[j] else None
+            if isinstance(first, (list, tuple)) and first:
+                if len(first) != 4:
+                    return None  # video latents [B, C, T, H, W]: frames are not the batch
+                total += int(first[0])
+                break
+    return total or None
+
+
+def _runs(start: np.ndarray, end: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first row, last row + 1, last end) of each run of consecutive equal keys (rows in start order)."""
+    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+    first, last = np.r_[0, cut], np.r_[cut, len(key)]
+    return first, last, np.maximum.reduceat(end, first)
+
+
+def _length(intervals: np.ndarray) -> float:
+    merged = union(intervals) if len(intervals) else intervals
+    return float((merged[:, 1] - merged[:, 0]).sum()) if len(merged) else 0.0
+
+
+def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray | None = None) -> pd.DataFrame:
+    """Per stage: kernels, busy time, wall time (runs of consecutive kernels), share of the
+    steps' GPU windows (`windows`: (n, 2) start, end of each step; kernels need a `step`
+    column, the owning step) or, without steps, of the GPU-active window."""
     if not len(kernels):
         return pd.DataFrame(columns=STAGE_COLUMNS)
+    in_steps = windows is not None and len(windows) > 0 and "step" in kernels
+    if in_steps:
+        kernels = kernels[kernels["step"].to_numpy() >= 0]
     out: dict[str, dict[str, float]] = {}
     window = 0.0
     for _, k in kernels.groupby("device", sort=False):
         k = k.sort_values("start", kind="stable")
         start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
-        window += float(end.max() - start.min())
+        window += _length(np.asarray(windows, dtype=np.float64)) if in_steps else float(end.max() - start.min())
         labels = k[stage].astype(object).fillna("unknown").astype(str).to_numpy()
-        cut = np.flatnonzero(labels[1:] != labels[:-1]) + 1
-        first, last = np.r_[0, cut], np.r_[cut, len(labels)]
-        run_end = np.maximum.reduceat(end, first)
+        key = pd.factorize(pd.Series(labels) + "\x00" + k["step"].astype(str).to_numpy())[0] if in_steps else labels
+        first, last, run_end = _runs(start, end, key)
+        spans: dict[str, list] = {}
         for a, b, e in zip(first, last, run_end):
             row = out.setdefault(labels[a], {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})
             row["kernels"] += int(b - a)
-            row["wall_ns"] += float(e - start[a])
             row["runs"] += 1
+            spans.setdefault(labels[a], []).append((start[a], e))
+        for name, runs in spans.items():  # runs of one stage on concurrent streams overlap: their union
+            out[name]["wall_ns"] += _length(np.array(runs, dtype=np.float64))
         busy = k.groupby(stage, observed=True, sort=False)["exclusive_ns"].sum()
         for name, value in busy.items():
             out.setdefault(str(name), {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})["busy_ns"] += float(value)
+    return _stage_frame(out, window)
+
+
+def _stage_frame(out: dict, window: float) -> pd.DataFrame:
     rows = [{"stage": name, **v, "wall_share": v["wall_ns"] / window if window > 0 else None,
              "wall_per_run_ns": v["wall_ns"] / v["runs"] if v["runs"] else None} for name, v in out.items()]
     return pd.DataFrame(rows, columns=STAGE_COLUMNS).sort_values("wall_ns", ascending=False).reset_index(drop=True)
+
+
+def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Merged intervals a minus merged intervals b."""
+    out = []
+    for lo, hi in a.tolist():
+        for blo, bhi in b[(b[:, 1] > lo) & (b[:, 0] < hi)].tolist() if len(b) else []:
+            if blo > lo:
+                out.append((lo, blo))
+            lo = max(lo, bhi)
+        if hi > lo:
+            out.append((lo, hi))
+    return np.array(out, dtype=np.float64).reshape(-1, 2)
+
+
+def _clip(a: np.ndarray, windows: np.ndarray) -> np.ndarray:
+    out = [(max(lo, wlo), min(hi, whi)) for wlo, whi in windows.tolist()
+           for lo, hi in a[(a[:, 1] > wlo) & (a[:, 0] < whi)].tolist()]
+    out = np.array([x for x in out if x[1] > x[0]], dtype=np.float64).reshape(-1, 2)
+    return union(out) if len(out) else out
+
+
+def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
+    """A trace without GPU work: per stage, the host time inside `windows` (the steps, else the
+    capture) that the first phase rule (in order) whose frame, range or op pattern matches a
+    frame, range or op open at that instant claims. busy: unknown (no kernels)."""
+    if trace is None or not len(windows):
+        return pd.DataFrame(columns=STAGE_COLUMNS)
+    from tracekit.attribution import default_rules
+
+    rules = rules or default_rules()
+    r, o = trace.ranges, trace.ops
+    domain = np.array(as_text(r["domain"]), dtype=object) if len(r) else np.zeros(0, dtype=object)
+    tables = {"frame": (r, domain == "python"), "range": (r, (domain != "python") & (domain != "gpu")),
+              "op": (o, np.ones(len(o), dtype=bool))}
+    # each distinct name searched once per pattern: (codes per row, distinct names)
+    names = {"range": pd.factorize(pd.Series(as_text(r["name"]) if len(r) else [], dtype=object)),
+             "op": pd.factorize(pd.Series(as_text(o["name"]) if len(o) else [], dtype=object))}
+    names["frame"] = names["range"]
+    windows = union(np.asarray(windows, dtype=np.float64))
+    claimed = np.zeros((0, 2))
+    out: dict[str, dict[str, float]] = {}
+    for rule in rules.phase:
+        spans = []
+        for field, pattern in rule.patterns.items():
+            if field not in tables:
+                continue
+            table, rows = tables[field]
+            codes, distinct = names[field]
+            hit = rows & np.array([bool(pattern.search(str(n)[:1024])) for n in distinct], dtype=bool)[codes] if len(table) else rows
+            if hit.any():
+                spans.append(np.c_[table["start"].to_numpy()[hit], table["end"].to_numpy()[hit]].astype(np.float64))
+        if not spans:
+            continue
+        mine = _subtract(_clip(union(np.concatenate(spans)), windows), claimed)
+        if not len(mine):
+            continue
+        claimed = union(np.concatenate([claimed, mine]))
+        row = out.setdefault(rule.label, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
+        row["wall_ns"] += float((mine[:, 1] - mine[:, 0]).sum())
+        row["runs"] += len(mine)
+    return _stage_frame(out, _length(windows))
 
 
 def step_names(trace) -> list[str]:
@@ -87,17 +217,33 @@ def step_names(trace) -> list[str]:
     return [names[s] for s in step_rows(trace)] if len(names) else []
 
 
+def _step_windows(steps: pd.DataFrame) -> np.ndarray:
+    if not len(steps):
+        return np.zeros((0, 2))
+    lo = steps["start_ns"].to_numpy(dtype=np.float64)
+    return np.c_[lo, lo + steps["duration_ns"].to_numpy(dtype=np.float64)]
+
+
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
                frames_per_step: int | None = None) -> dict:
-    """{"steps": per step items and throughput, "stages": stage table, "total": items / wall time of all steps}."""
+    """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
+    steps (and the kernels outside every step), "denoise_steps": tracekit.analysis.denoise}."""
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
-    stages = stage_table(kernels)
+    windows = _step_windows(steps)
+    if len(kernels):
+        stages = stage_table(kernels, windows=windows)
+    else:  # no GPU work: the host's time, inside the steps or over the capture
+        span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
+        stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]))
     total = None
     if len(per_step):
         wall = float(per_step["duration_ns"].sum())
         units = per_step["unit"].unique()
+        outside = kernels["step"].to_numpy() < 0 if "step" in kernels else np.zeros(len(kernels), dtype=bool)
         total = {"items": float(per_step["items"].sum()), "unit": str(units[0]) if len(units) == 1 else "mixed",
-                 "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None}
+                 "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None,
+                 "outside_steps_kernels": int(outside.sum()),
+                 "outside_steps_busy_ns": float(kernels["exclusive_ns"].to_numpy()[outside].sum()) if outside.any() else 0.0}
     from tracekit.analysis.denoise import denoise_steps
 
     return {"steps": per_step, "stages": stages, "total": total, "denoise_steps": denoise_steps(trace, kernels)}

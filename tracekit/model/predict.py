@@ -8,6 +8,7 @@
 union) and its wall time. Error = predicted / busy - 1, per step and per block group;
 MAPE = mean |error| over the steps with a prediction. At e = 1 the prediction is the
 step's roofline time, and its ratio to the busy time is the step's roofline efficiency.
+The step's wall time is its GPU window (tracekit.trace.step_ownership), as in the step table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
+from tracekit.trace.step_ownership import gpu_windows
 from tracekit.strict_json import records
 
 # lower_bound: the step's flops, bytes and predicted times are lower bounds (its batch, token
@@ -96,11 +98,15 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         ("busy", np.asarray(exclusive, dtype=np.float64)), ("kernel", duration * is_kernel), ("costed", duration * (is_kernel & costed)),
         ("count", np.ones(len(duration))))}
     group_time = np.bincount(run.group_of[run.group_of >= 0], weights=duration[run.group_of >= 0], minlength=len(run.groups))
+    # a step's wall time is its GPU window (its GPU-side annotation or its kernels' span), as in the step table
+    rows = np.array([s.row for s in run.steps], dtype=np.int64)
+    w_lo, w_hi, _ = gpu_windows(trace_ranges, kernels, rows, run.owner)
+    window = {int(row): float(hi - lo) for row, lo, hi in zip(rows, w_lo, w_hi)}
     groups_of_step = run.groups.groupby("step_row").groups if len(run.groups) else {}
     step_rows, block_rows, all_terms, all_costs = [], [], [], []
     for step in run.steps:
         busy, ktime = float(per_row["busy"][step.row]), float(per_row["kernel"][step.row])
-        wall = float(trace_ranges["end"].iat[step.row] - trace_ranges["start"].iat[step.row])
+        wall = window[int(step.row)]
         b, blocks = step.batch, step.blocks
         known = b.batch_known
         row = {"step": step.name, "batch": b.describe(), "batch_source": b.source if known else None, "kind": b.kind if known else None,

@@ -8,7 +8,8 @@ matrix or vector peak for the kernel's dtype, HBM bandwidth, interconnect (colle
 host link (host copies), so a kernel can change roof (memory-bound here, compute-bound
 there). A kernel without a cost, or whose dtype the target has no peak for, gets a range:
 unchanged ... scaled by the bandwidth ratio of its link (point: the middle of the two).
-Step times come from replaying the timeline with the projected durations
+Step times are GPU windows (as in `analyze`: the step's GPU-side annotation or its kernels'
+span) moved with the step's kernels replayed at their projected durations
 (tracekit.projection.replay): host time, launch overhead and host-bound gaps do not move.
 """
 
@@ -25,14 +26,11 @@ from tracekit.hardware.roofline import roofline
 from tracekit.projection.replay import launch_starts, replay
 from tracekit.strict_json import dumps, records
 from tracekit.trace.column_text import as_text
-from tracekit.trace.step_ownership import step_rows
+from tracekit.trace.step_ownership import step_gpu_windows, step_rows
 
 HOST_COPIES = ["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]
-# A step whose host range ends within this of its last kernel waited for the GPU at its end
-# (a synchronisation): its end moves with the GPU. Otherwise the host set it.
-TAIL_NS = 50_000
 PROJECTED_BLOCK_COLUMNS = ["phase", "block", "kernels", "measured_ns", "projected_ns", "low_ns", "high_ns", "ratio", "roof", "costed_share"]
-PROJECTED_STEP_COLUMNS = ["step", "measured_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
+PROJECTED_STEP_COLUMNS = ["step", "measured_ns", "host_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
                 "host_bound", "items", "unit", "throughput", "throughput_projected", "throughput_low", "throughput_high"]
 
 
@@ -60,6 +58,24 @@ class Projection:
 
     def to_json(self) -> str:
         return dumps(self.to_dict())
+
+
+def target_device(to: str, device_file: str | None = None, source: str = "trace") -> Device:
+    """The GPU named by --to (built-in table plus --device-file); an unknown one is a TraceError
+    that names --to and `tracekit devices` (not --device: that flag names the source GPU)."""
+    from tracekit.errors import TraceError
+    from tracekit.hardware import builtin_devices, closest, find_device, load_device_file
+
+    devices = builtin_devices()
+    if device_file:
+        devices.update(load_device_file(device_file))
+    found = find_device(to, devices)
+    if found is None:
+        near = closest(to, devices)
+        hint = f"closest known: {', '.join(near)}" if near else "no known device of the same product line"
+        raise TraceError(source, f"unknown target GPU {to[:80]!r} for --to ({hint}); pass --to with a key or name from "
+                                 "`tracekit devices`, or describe the GPU in --device-file FILE.toml")
+    return found
 
 
 def _ratio_of(a: float | None, b: float | None) -> float:
@@ -117,51 +133,43 @@ def aggregate(kernels: pd.DataFrame, r: pd.DataFrame, by: list[str]) -> pd.DataF
     return out.sort_values("measured_ns", ascending=False).reset_index(drop=True)
 
 
-def _host_calls(trace) -> np.ndarray:
-    """(start, end) of the host's GPU API calls (launches, copies, synchronisations): one
-    still open when the GPU finished was waiting for it (a sync, a blocking copy)."""
-    launches = trace.launches if trace is not None else None
-    if launches is None or not len(launches):
-        return np.zeros((0, 2))
-    return launches[["start", "end"]].to_numpy(dtype=np.float64)
+def _step_times(a, new_start: np.ndarray, new_end: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per step: (name, measured, projected GPU window, host-bound, host range) from the replayed kernels.
 
-
-def _step_times(a, new_end: np.ndarray) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    """Per step: (name, measured, projected wall time, host-bound) from the replayed kernel ends.
-
-    The host waited for the GPU when it sat in a GPU API call (a sync, a blocking copy) until the step's last
-    kernel ended (or its range ended with that kernel): what it did after moves with the GPU,
-    by max(last', entered the wait) - last. Otherwise the host set the step's end, which
-    moves only if the kernels now run past it."""
+    A step's time is its GPU window (tracekit.trace.step_ownership: its GPU-side annotation
+    widened to its kernels, else its kernels' span), the figure `analyze` reports. The
+    projected window keeps its margins around the step's kernels and moves with them:
+        start' = start + (first start' - first start),   end' = end + (last end' - last end)
+    of the kernels the step owns, replayed (tracekit.projection.replay): a kernel never
+    starts before its launch, so a step whose GPU waited for the host barely moves. A step
+    with no kernel keeps its window (its host range). The host range is measured only."""
     trace = a.trace
     rows = step_rows(trace) if trace is not None else np.zeros(0, dtype=np.int64)
     if not len(rows):
-        return [], np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool)
+        return [], np.zeros(0), np.zeros(0), np.zeros(0, dtype=bool), np.zeros(0)
     r = trace.ranges
     names = as_text(r["name"])
-    calls = _host_calls(trace)
-    owner = a.kernels["step"].to_numpy()
-    end = a.kernels["end"].to_numpy(dtype=np.float64)
+    k = a.kernels
+    owner = k["step"].to_numpy()
+    lo, hi, _ = step_gpu_windows(trace, k, rows, owner)
+    start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
+    excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
     measured, projected, host_bound = [], [], []
-    for s in rows:
-        lo, hi = float(r["start"].iat[s]), float(r["end"].iat[s])
+    for i, s in enumerate(rows):
         mine = owner == s
+        wall = float(hi[i] - lo[i])
+        measured.append(wall)
         if not mine.any():
-            measured.append(hi - lo), projected.append(hi - lo), host_bound.append(True)
+            projected.append(wall), host_bound.append(True)
             continue
-        last, last_new = end[mine].max(), new_end[mine].max()
-        waits = calls[(calls[:, 0] <= last) & (calls[:, 1] >= last) & (calls[:, 1] <= hi + TAIL_NS)]
-        if len(waits):
-            new_hi = hi + max(last_new, float(waits[:, 0].min())) - last
-        elif hi - last <= TAIL_NS:
-            new_hi = hi + last_new - last
-        else:
-            new_hi = max(hi, last_new)
+        first, last = start[mine].min(), end[mine].max()
+        new_lo = lo[i] + new_start[mine].min() - first
+        new_hi = hi[i] + new_end[mine].max() - last
+        projected.append(float(new_hi - new_lo))
         # host-bound: the GPU was idle, waiting for launches, most of its kernels' window
-        busy = float(a.kernels["exclusive_ns"].to_numpy()[mine].sum())
-        first = float(a.kernels["start"].to_numpy()[mine].min())
-        measured.append(hi - lo), projected.append(new_hi - lo), host_bound.append(busy < 0.5 * (last - first))
-    return [names[s] for s in rows], np.array(measured), np.array(projected), np.array(host_bound)
+        host_bound.append(bool(excl[mine].sum() < 0.5 * (last - first)))
+    host = (r["end"].to_numpy()[rows] - r["start"].to_numpy()[rows]).astype(np.float64)
+    return [names[s] for s in rows], np.array(measured), np.array(projected), np.array(host_bound), host
 
 
 def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Projection:
@@ -172,9 +180,7 @@ def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Proj
     r = kernel_ratios(k, source, target)
     launched = launch_starts(k, a.trace.launches if a.trace is not None else None)
     duration = k["duration_ns"].to_numpy(dtype=np.float64)
-    ends = {}
-    for col in ("ratio", "low", "high"):
-        _, ends[col] = replay(k, launched, duration * r[col].to_numpy())
+    ends = {col: replay(k, launched, duration * r[col].to_numpy()) for col in ("ratio", "low", "high")}
     steps = steps_frame(a, r, ends, items)
     blocks = aggregate(k, r, ["phase", "block"])[PROJECTED_BLOCK_COLUMNS]
     stage_col = "stage" if "stage" in k.columns else "phase"
@@ -188,7 +194,7 @@ def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Proj
         "busy_projected_ns": float((excl * r["ratio"]).sum()),
         "busy_low_ns": float((excl * r["low"]).sum()), "busy_high_ns": float((excl * r["high"]).sum()),
         "active_ns": float(k["end"].max() - start.min()) if len(k) else 0.0,
-        "active_projected_ns": float(ends["ratio"].max() - start.min()) if len(k) else 0.0,
+        "active_projected_ns": float(ends["ratio"][1].max() - start.min()) if len(k) else 0.0,
         "costed_share": costed / busy if busy > 0 else None,
         "steps": len(steps),
         "step_measured_ns": float(steps["measured_ns"].sum()) if len(steps) else None,
@@ -204,11 +210,12 @@ def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Proj
 
 
 def steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
-    names, measured, projected, host_bound = _step_times(a, ends["ratio"])
+    """`ends`: per "ratio" / "low" / "high", the replayed (start', end') of every kernel."""
+    names, measured, projected, host_bound, host = _step_times(a, *ends["ratio"])
     if not names:
         return pd.DataFrame(columns=PROJECTED_STEP_COLUMNS)
-    _, _, low, _ = _step_times(a, ends["low"])
-    _, _, high, _ = _step_times(a, ends["high"])
+    low = _step_times(a, *ends["low"])[2]
+    high = _step_times(a, *ends["high"])[2]
     owner = a.kernels["step"].to_numpy()
     rows = step_rows(a.trace)
     excl = a.kernels["exclusive_ns"].to_numpy(dtype=np.float64)
@@ -222,7 +229,7 @@ def steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> p
         n_items = float(n_items) if n_items is not None and n_items == n_items else 1.0
         unit = got.get("unit") or "steps"
         lo, hi = min(low[i], high[i]), max(low[i], high[i])
-        out.append({"step": name, "measured_ns": measured[i], "projected_ns": projected[i], "low_ns": lo, "high_ns": hi,
+        out.append({"step": name, "measured_ns": measured[i], "host_ns": float(host[i]), "projected_ns": projected[i], "low_ns": lo, "high_ns": hi,
                     "busy_ns": busy, "busy_projected_ns": float((excl[mine] * r["ratio"].to_numpy()[mine]).sum()),
                     "ratio": projected[i] / measured[i] if measured[i] > 0 else None, "host_bound": bool(host_bound[i]),
                     "items": n_items, "unit": unit,
@@ -231,6 +238,33 @@ def steps_frame(a, r: pd.DataFrame, ends: dict, items: pd.DataFrame | None) -> p
                     "throughput_low": n_items / hi * 1e9 if hi > 0 else None,
                     "throughput_high": n_items / lo * 1e9 if lo > 0 else None})
     return pd.DataFrame(out, columns=PROJECTED_STEP_COLUMNS)
+
+
+# A kernel below this fraction of its binding roof is not limited by that roof (see far_from_roof).
+FAR_FROM_ROOF = 0.05
+
+
+def far_from_roof(a) -> dict[str, Any] | None:
+    """The costed kernels below FAR_FROM_ROOF of their roof on the source, when they hold at
+    least FAR_FROM_ROOF of the busy time: their share, and the (op, shapes) group with the
+    most of their time (its kernels, time, and time-weighted efficiency), else None."""
+    k = a.kernels
+    eff = k["efficiency"].to_numpy(dtype=np.float64)
+    excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    busy = float(excl.sum())
+    slow = eff < FAR_FROM_ROOF  # NaN (no cost) is not slow
+    if busy <= 0 or excl[slow].sum() < FAR_FROM_ROOF * busy:
+        return None
+    ops = a.trace.ops if a.trace is not None else None
+    op = k["op"].to_numpy()
+    dims = ops["input_dims"].to_numpy() if ops is not None and len(ops) else np.zeros(0, dtype=object)
+    shapes = np.array([str(dims[o]) if 0 <= o < len(dims) else "" for o in op], dtype=object)
+    frame = pd.DataFrame({"op": k["op_name"].astype(object).fillna(k["name"].astype(object)).to_numpy(), "shapes": shapes,
+                          "t": excl, "t_min": eff * k["duration_ns"].to_numpy(dtype=np.float64), "d": k["duration_ns"].to_numpy(dtype=np.float64)})[slow]
+    g = frame.groupby(["op", "shapes"], sort=False).agg(kernels=("t", "size"), time_ns=("t", "sum"), t_min=("t_min", "sum"), d=("d", "sum"))
+    top = g.sort_values("time_ns", ascending=False).iloc[0]
+    return {"share": float(excl[slow].sum() / busy), "op": str(top.name[0]), "shapes": str(top.name[1]), "kernels": int(top["kernels"]),
+            "time_ns": float(top["time_ns"]), "efficiency": float(top["t_min"] / top["d"]) if top["d"] > 0 else float("nan")}
 
 
 def _assumptions(a, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:
@@ -244,12 +278,19 @@ def _assumptions(a, source: Device, target: Device, totals: dict, steps: pd.Data
         "bandwidth ratio of their link; the point figure is the middle",
         "host time, launch overhead and host-bound gaps are as measured; each stream is replayed alone (kernels wait "
         "for their launch and their predecessor), dependencies across streams are not modelled",
-        "a step whose host sat in a GPU API call (a sync, a blocking copy; or whose range ended) until its last kernel ended waited for the GPU: "
-        "its end moves with the GPU; any other step ends when its host range ended, or later if its kernels now run past it; "
-        "host time on another machine (CPU, driver) is not projected",
+        "a step's time is its GPU window (its GPU-side annotation or its kernels' span, as `tracekit analyze` reports it); "
+        "the projected window keeps its margins around the step's kernels and moves with them; the host range is shown "
+        "as measured; host time on another machine (CPU, driver) is not projected",
         "same software: kernels, libraries and their tuning on the target behave like those measured (a different "
         "attention or GEMM library, or another precision, is not projected)",
     ]
+    slow = far_from_roof(a)
+    if slow is not None:
+        out.append(f"{slow['share']:.0%} of busy time is in costed kernels below {FAR_FROM_ROOF:.0%} of their roof on "
+                   f"{source.key} (largest: {slow['op']} {slow['shapes']}, {slow['kernels']} kernels, {slow['time_ns'] / 1e6:,.2f} ms "
+                   f"at {slow['efficiency']:.1%}): a roof does not set their time (a library's kernel choice, latency, "
+                   "occupancy do), so scaling them by the roof ratio is the least certain part of this projection; "
+                   "the target's library may choose a faster or slower kernel for the same shapes")
     if len(steps) and steps["host_bound"].any():
         out.append(f"{int(steps['host_bound'].sum())} of {len(steps)} steps are host-bound (their GPU was idle, waiting for "
                    "launches, most of its kernels' window): their time barely moves with the GPU")

@@ -223,7 +223,23 @@ def _message_bytes(k: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, items: pd.DataFrame | None = None) -> TPProjection:
+def stated_tp(current_tp: int, tp_source: str, guessed: bool, sharded: bool, basis: dict, arch=None) -> tuple[int | None, str]:
+    """The run's TP degree as reported. A degree guessed from the job (collective group size,
+    world size) stands only if some kernel's shapes are sharded at it: data and model
+    parallelism have collectives and ranks too. Else the run has no TP (TP 1) where shapes
+    could have shown it (hidden size or model config known), or its degree is unknown (None)."""
+    if not guessed or current_tp <= 1 or sharded:
+        return current_tp, tp_source
+    if basis.get("hidden") is not None or arch is not None:
+        return 1, (f"no TP: no kernel has per-rank shapes at TP {current_tp}, so the {tp_source} ({current_tp}) "
+                   "is data / model parallelism")
+    return None, f"unknown: the {tp_source} ({current_tp}) is not a TP degree, and {basis.get('source')}"
+
+
+def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, items: pd.DataFrame | None = None,
+               guessed: bool = False) -> TPProjection:
+    """`guessed`: current_tp comes from the job (collective group size, world size), not from
+    --run-tp or the model config: it is a hypothesis the shapes must confirm (stated_tp)."""
     k = a.kernels
     role, reason, basis = kernel_roles(a, current_tp, arch)
     scale = current_tp / target_tp
@@ -248,7 +264,7 @@ def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, it
 
     launched = launch_starts(k, a.trace.launches if a.trace is not None else None)
     duration = k["duration_ns"].to_numpy(dtype=np.float64)
-    ends = {col: replay(k, launched, duration * r[col].to_numpy())[1] for col in ("ratio", "low", "high")}
+    ends = {col: replay(k, launched, duration * r[col].to_numpy()) for col in ("ratio", "low", "high")}
     steps = steps_frame(a, r, ends, items) if a.trace is not None else pd.DataFrame()
     blocks = _blocks(k, r)
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
@@ -275,7 +291,8 @@ def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, it
     totals["busy_ratio"] = totals["busy_projected_ns"] / busy if busy > 0 else None
     totals["step_ratio"] = totals["step_projected_ns"] / step_wall if step_wall else None
     sig = _signatures(k, r, excl, _dims_of(a))
-    p = TPProjection(a.meta.get("path"), a.device, current_tp, tp_source, target_tp, r, blocks, collectives, sig, steps, totals)
+    stated, stated_source = stated_tp(current_tp, tp_source, guessed, bool(by_role[SHARDED] > 0), basis, arch)
+    p = TPProjection(a.meta.get("path"), a.device, stated, stated_source, target_tp, r, blocks, collectives, sig, steps, totals)
     p.assumptions = _assumptions(p)
     p.warnings = list(a.warnings)
     return p
@@ -324,10 +341,10 @@ def _signatures(k: pd.DataFrame, r: pd.DataFrame, excl: np.ndarray, dims: list) 
 def _assumptions(p: TPProjection) -> list[str]:
     t = p.totals
     c, n = p.current_tp, p.target_tp
-    out = [f"the run's TP degree is {c} ({p.tp_source})"]
+    out = [f"the run's TP degree is {c} ({p.tp_source})" if c is not None else f"the run's TP degree is {p.tp_source}"]
     if not t["sharded_found"]:
-        out.append(f"no TP-sharded kernel found ({t['basis'] or 'TP 1'}): every kernel is replicated or unknown, the "
-                   "collectives are taken as data/model parallelism, and the step does not change with the TP degree")
+        out.append(f"no TP-sharded kernel found ({t['basis'] or 'TP 1'}): every kernel is taken as replicated or unknown, the "
+                   "collectives as data/model parallelism, and the step as unchanged by the TP degree")
     else:
         out.append(f"sharded kernels ({t['basis']}) take {c}/{n} of their time: compute and weight bytes split {n} ways; "
                    "the activations a sharded GEMM reads whole, and kernels too small to fill the GPU, do not shrink "

@@ -34,7 +34,7 @@ def summary_line(a) -> str:
 
 
 def step_rows(a) -> tuple[list[str], list[list[str]]]:
-    head = ["step", "batch", "GPU busy", "wall", "predicted", "error", "bytes (weights + KV + activations)", "TB/s", "of peak BW",
+    head = ["step", "batch", "GPU busy", "GPU window", "predicted", "error", "bytes (weights + KV + activations)", "TB/s", "of peak BW",
             "roofline eff.", "coverage"]
     rows = []
     for r in a.model.steps.to_dict(orient="records"):

@@ -18,7 +18,7 @@ def summary_lines(p) -> list[str]:
              f"(range {_range(t['busy_low_ns'], t['busy_high_ns'])}, ×{number(t.get('busy_ratio'), '{:.3f}')}; "
              f"{percent(t['costed_share'])} of it costed)"]
     if t.get("steps"):
-        lines.append(f"steps ({t['steps']}): {duration(t['step_measured_ns'])} measured → {duration(t['step_projected_ns'])} "
+        lines.append(f"steps ({t['steps']}, GPU window): {duration(t['step_measured_ns'])} measured → {duration(t['step_projected_ns'])} "
                      f"projected (range {_range(t['step_low_ns'], t['step_high_ns'])}, ×{number(t.get('step_ratio'), '{:.3f}')})")
     else:
         lines.append(f"no step annotations: GPU-active window {duration(t['active_ns'])} → {duration(t['active_projected_ns'])}")
@@ -26,15 +26,18 @@ def summary_lines(p) -> list[str]:
 
 
 def sections(p) -> list[Section]:
-    head = ["step", "measured", "projected", "range", "×", "busy → projected", "host-bound", "throughput", "projected throughput"]
+    head = ["step", "GPU window", "projected", "range", "×", "host range", "busy → projected", "host-bound", "throughput",
+            "projected throughput"]
     rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
-             number(r["ratio"], "{:.3f}"), f"{duration(r['busy_ns'])} → {duration(r['busy_projected_ns'])}",
+             number(r["ratio"], "{:.3f}"), duration(r["host_ns"]),
+             f"{duration(r['busy_ns'])} → {duration(r['busy_projected_ns'])}",
              "yes" if r["host_bound"] else "no", f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s",
              f"{number(r['throughput_projected'], '{:,.2f}')} ({number(r['throughput_low'], '{:,.2f}')}…"
              f"{number(r['throughput_high'], '{:,.2f}')}) {r['unit']}/s"]
             for r in p.steps.to_dict(orient="records")]
-    out = [Section("Steps projected (host timeline as measured; kernels replayed per stream)", head, rows,
-                   [0, 0, 0, 1, 1, 2, 2, 1, 0], flex=0, empty="(no step annotations)")]
+    out = [Section("Steps projected (GPU window: the step's GPU-side annotation or its kernels' span, moved with its kernels "
+                   "replayed per stream; host timeline as measured)", head, rows,
+                   [0, 0, 0, 1, 1, 1, 2, 2, 1, 0], flex=0, empty="(no step annotations)")]
 
     def group(title: str, frame, keys: list[str]) -> Section:
         head = [*keys, "kernels", "measured", "projected", "range", "×", "roof on target", "costed"]
@@ -78,11 +81,17 @@ def render_markdown(p) -> str:
 def tp_summary_lines(p) -> list[str]:
     t = p.totals
     dev = f" on {p.device.name} (link {p.device.interconnect_gbps:,.0f} GB/s)" if p.device is not None else ""
-    lines = [f"TP {p.current_tp} ({p.tp_source}) → TP {p.target_tp}{dev}"]
+    lines = [f"TP {p.current_tp if p.current_tp is not None else '?'} ({p.tp_source}) → TP {p.target_tp}{dev}"]
     if t["sharded_found"]:
         lines.append(f"sharded blocks: {', '.join(t['sharded_blocks']) or '—'}")
+    elif p.current_tp is None:
+        lines.append("no TP sharding found (the TP degree is unknown): no kernel is known to shrink with TP, so the projection "
+                     "changes nothing; pass --model config.json or --run-tp N")
+    elif p.current_tp == 1:
+        lines.append(f"no TP sharding found: the run has no TP (TP 1; {t['basis'] or 'no per-rank shapes'}): nothing is "
+                     "projected to change with the TP degree")
     else:
-        lines.append(f"no TP sharding found ({t['basis'] or 'TP 1'}): nothing changes with the TP degree")
+        lines.append(f"no TP sharding found at TP {p.current_tp} ({t['basis']}): nothing is projected to change with the TP degree")
     lines.append(f"replicated blocks: {', '.join(t['replicated_blocks']) or '—'}")
     lines.append(f"GPU busy {duration(t['busy_ns'])}: sharded {duration(t['sharded_ns'])}, replicated {duration(t['replicated_ns'])} "
                  f"({percent(t['replicated_share_busy'])} of busy, {percent(t['replicated_share_step'])} of the step), "
@@ -107,7 +116,7 @@ def tp_sections(p) -> list[Section]:
             for r in p.blocks.to_dict(orient="records")]
     out = [Section(f"Blocks at TP {p.target_tp} (GPU busy time by role)", head, rows, [0, 0, 0, 2] + [0] * 7 + [1], flex=1,
                    left=(0, 1, 2))]
-    head = ["collective", "kernels", "measured", "message", f"ring factor TP {p.current_tp}", f"TP {p.target_tp}",
+    head = ["collective", "kernels", "measured", "message", f"ring factor TP {p.current_tp if p.current_tp is not None else '?'}", f"TP {p.target_tp}",
             "ring time at link now", "at TP N", "projected"]
     rows = [[r["collective"], f"{r['kernels']:,}", duration(r["measured_ns"]), number(r["message_bytes"] / 1e6, "{:,.1f} MB"),
              number(r["factor_now"], "{:.3f}"), number(r["factor_target"], "{:.3f}"), duration(r["ring_now_ns"]),
@@ -122,10 +131,10 @@ def tp_sections(p) -> list[Section]:
         rows = [[str(r["phase"]), str(r["block"]), duration(r["alike_ns"]), duration(r["differs_ns"]), r["verdict"]]
                 for r in p.rank_blocks.to_dict(orient="records")]
         out.append(Section("Across ranks: same op shapes on every rank?", head, rows, [0, 0, 0, 1, 2], flex=1, left=(0, 1, 4)))
-    head = ["step", "measured", "at TP N", "range", "×", "host-bound"]
+    head = ["step", "GPU window", "at TP N", "range", "×", "host-bound"]
     rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
              number(r["ratio"], "{:.3f}"), "yes" if r["host_bound"] else "no"] for r in p.steps.to_dict(orient="records")]
-    out.append(Section("Steps (host timeline as measured; kernels replayed per stream)", head, rows, [0, 0, 0, 1, 1, 2], flex=0,
+    out.append(Section("Steps (GPU window, moved with its kernels replayed per stream; host timeline as measured)", head, rows, [0, 0, 0, 1, 1, 2], flex=0,
                        empty="(no step annotations)"))
     return out
 

@@ -217,8 +217,8 @@ def sections(a: Analysis, top: int) -> list[Section]:
     from tracekit.reports.prediction import sections as prediction_sections
     from tracekit.reports.throughput import sections as throughput_sections
 
-    if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time
-        return [op_rows(a, top)]
+    if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time; steps and stages on the host
+        return [op_rows(a, top), *throughput_sections(a)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
     return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),

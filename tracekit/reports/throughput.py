@@ -21,21 +21,33 @@ def sections(a: Analysis) -> list[Section]:
     total = t["total"]
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
-    out = [Section("Throughput per step (tokens: serving batch from the step annotation; frames: diffusion; samples: "
-                   "--samples-per-step; else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
+    out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation; "
+                   "frames: diffusion; images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
+                   "else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
                    empty="(no step annotations)")]
-    head = ["stage", "kernels", "runs", "wall", "share of GPU-active window", "wall per run", "busy"]
+    in_steps = total is not None
+    host = len(a.kernels) == 0
+    head = ["stage", "kernels", "runs", "wall", "share of the steps' GPU windows" if in_steps else "share of GPU-active window",
+            "wall per run", "busy"]
+    if host:
+        head[4] = "share of the steps' host time" if in_steps else "share of the capture"
     rows = [[r["stage"], f"{r['kernels']:,}", f"{r['runs']:,}", duration(r["wall_ns"]), percent(r["wall_share"]),
              duration(r["wall_per_run_ns"]), duration(r["busy_ns"])] for r in t["stages"].to_dict(orient="records")]
-    out.append(Section("Stages: share of wall time (a run: consecutive kernels of one stage, first start to last end)",
-                       head, rows, [0, 2, 2, 0, 0, 1, 1]))
+    outside = (total or {}).get("outside_steps_kernels") or 0
+    note = (f"{outside:,} GPU activities outside every step ({duration(total['outside_steps_busy_ns'])} busy) are not in "
+            "this table" if outside else "")
+    title = ("Stages: share of wall time (a run: consecutive kernels of one stage within one step, first start to last end)"
+             if not host else "Stages: share of host time (no GPU work: each instant goes to the first phase rule whose "
+             "frame, range or op is open then)")
+    out.append(Section(title, head, rows, [0, 2, 2, 0, 0, 1, 1], note=note))
     d = t.get("denoise_steps")
     if d is not None and len(d):
         mean = float(d["duration_ns"].mean())
-        head = ["denoising step", "start", "wall", "kernels", "GPU busy", "from"]
-        rows = [[f"{r['index']}", duration(r["start_ns"]), duration(r["duration_ns"]), f"{r['kernels']:,}", duration(r["busy_ns"]),
-                 r["source"]] for r in d.to_dict(orient="records")]
-        out.append(Section("Denoising steps (diffusion: the UNet / transformer forward to the end of scheduler.step)", head, rows,
-                           [0, 1, 0, 1, 1, 2], left=(5,), note=f"{len(d)} denoising steps, mean {duration(mean)} = "
+        head = ["denoising step", "start", "wall", "host range", "kernels", "GPU busy", "from"]
+        rows = [[f"{r['index']}", duration(r["start_ns"]), duration(r["duration_ns"]), duration(r["host_duration_ns"]),
+                 f"{r['kernels']:,}", duration(r["busy_ns"]), r["source"]] for r in d.to_dict(orient="records")]
+        out.append(Section("Denoising steps (diffusion: the UNet / transformer forward to the end of scheduler.step; wall: "
+                           "its GPU window, the span of the GPU work it launched, or its host range where it launched none)", head, rows,
+                           [0, 1, 0, 1, 1, 1, 2], left=(6,), note=f"{len(d)} denoising steps, mean {duration(mean)} = "
                            f"{number(1e9 / mean if mean > 0 else None, '{:,.2f}')} steps/s"))
     return out

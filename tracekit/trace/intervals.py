@@ -15,7 +15,7 @@ NO_ROW = -1
 SLACK_NS = 2
 
 
-def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray, calls: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Parent row and depth of each interval among the intervals of its group.
 
     Vectorised: in (start, -end) order an interval's depth is the number of intervals of
@@ -24,6 +24,13 @@ def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     some overlap only partly (clock jitter) is redone with an exact stack sweep, which
     treats such rows as siblings. An empty interval contains nothing: it belongs to the
     innermost non-empty interval holding its instant.
+
+    `calls` (per row, True for the rows of groups that are call stacks: Python frames): a
+    call cannot outlive its caller, so one that starts inside an open call but ends after
+    it (the profiler missed its return: torch.profiler closes such a frame at the end of
+    the capture) is its callee, and it closes with its caller: it holds nothing that
+    starts after the caller ended. Without this, one unclosed frame swallows every later
+    frame of its thread.
     """
     n = len(start)
     parent = np.full(n, NO_ROW, dtype=np.int64)
@@ -31,7 +38,7 @@ def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     if n == 0:
         return parent, depth
     full = np.flatnonzero(end > start)
-    sub_parent, sub_depth = _nest_nonempty(group[full], start[full], end[full])
+    sub_parent, sub_depth = _nest_nonempty(group[full], start[full], end[full], None if calls is None else calls[full])
     parent[full] = np.where(sub_parent >= 0, full[np.maximum(sub_parent, 0)], NO_ROW)
     depth[full] = sub_depth
     empty = np.flatnonzero(end <= start)
@@ -42,7 +49,7 @@ def nest(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndar
     return parent, depth
 
 
-def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray, calls: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     n = len(start)
     parent = np.full(n, NO_ROW, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int32)
@@ -55,7 +62,7 @@ def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tup
     first_of_group = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
     span = 2 * int(e.max()) + 4
     if span * (int(group_index[-1]) + 1) >= 2**62:
-        return _nest_by_stack(group, start, end)
+        return _nest_by_stack(group, start, end, calls)
     # Opens at 2s+1 and closes at 2e: an interval ending where the next starts is closed.
     open_key = group_index * span + 2 * s + 1
     close_key = np.sort(group_index * span + 2 * e)
@@ -80,19 +87,22 @@ def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tup
     depth[order] = level
     for bad_group in np.unique(g[~proper]):
         rows = order[g == bad_group]
-        sub_parent, sub_depth = _nest_by_stack(group[rows], start[rows], end[rows])
+        sub_parent, sub_depth = _nest_by_stack(group[rows], start[rows], end[rows], None if calls is None else calls[rows])
         parent[rows] = np.where(sub_parent >= 0, rows[np.maximum(sub_parent, 0)], NO_ROW)
         depth[rows] = sub_depth
     return parent, depth
 
 
-def _nest_by_stack(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The exact sweep over non-empty intervals: a stack of open intervals per group."""
+def _nest_by_stack(group: np.ndarray, start: np.ndarray, end: np.ndarray, calls: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact sweep over non-empty intervals: a stack of open intervals per group. In a
+    call stack (`calls`, see nest) a row that outlives the open row it starts in is clipped
+    to it instead of closing it."""
     n = len(start)
     parent = np.full(n, NO_ROW, dtype=np.int64)
     depth = np.zeros(n, dtype=np.int32)
     order = np.lexsort((-end, start, group))
     g_sorted, s_sorted, e_sorted = group[order].tolist(), start[order].tolist(), end[order].tolist()
+    is_call = [False] * n if calls is None else calls[order].tolist()
     rows = order.tolist()
     stack: list[int] = []
     stack_end: list[int] = []
@@ -103,9 +113,11 @@ def _nest_by_stack(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> tup
             stack.clear()
             stack_end.clear()
             current_group = g
-        while stack_end and (stack_end[-1] <= s or stack_end[-1] + SLACK_NS < e):
+        while stack_end and (stack_end[-1] <= s or (stack_end[-1] + SLACK_NS < e and not is_call[pos])):
             stack.pop()
             stack_end.pop()
+        if stack_end and is_call[pos]:
+            e = min(e, stack_end[-1])
         if stack:
             parent[rows[pos]] = rows[stack[-1]]
             depth[rows[pos]] = len(stack)

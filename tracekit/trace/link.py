@@ -68,7 +68,8 @@ def link_columns(kernels, launches, ops, ranges) -> tuple[dict[str, np.ndarray],
     range_pid, range_tid = column(ranges, "pid"), column(ranges, "tid")
     # Ranges nest per thread and per domain kind: Python frames, user ranges, GPU ranges.
     kind = np.where(python, 1, np.where(gpu, 2, 0))
-    range_parent, range_depth = nest(_pair_code(_pair_code(range_pid, range_tid), kind), column(ranges, "start"), column(ranges, "end"))
+    range_parent, range_depth = nest(_pair_code(_pair_code(range_pid, range_tid), kind), column(ranges, "start"), column(ranges, "end"),
+                                     calls=python)
 
     op_rows = _Intervals(op_pid, op_tid, column(ops, "start"), column(ops, "end"), op_parent)
     range_rows = _Intervals(range_pid, range_tid, column(ranges, "start"), column(ranges, "end"), range_parent)

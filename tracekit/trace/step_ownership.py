@@ -37,14 +37,23 @@ STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)
 #   f"execute_new_{num_new}_cached_{num_cached}"                       (PR #22496)
 #   "execute_context_N(T)_generation_M(T)", "execute_T_context_N(..)_generation_M(..)" (PR #31193, #37524)
 SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(|^execute_new_\d+_cached_\d+$")
+# A diffusion pipeline's call (torch.profiler with_stack: the Python frame of a diffusers or
+# xDiT pipeline's `__call__`, diffusers/pipelines/<family>/pipeline_*.py or
+# xfuser/model_executor/pipelines/pipeline_*.py): one generation (prompt -> images or a
+# video), a step of its own where no step range overlaps it. The outermost call only (an
+# xDiT pipeline calls into diffusers').
+PIPELINE_CALL = re.compile(r"(diffusers|xfuser)/(.*/)?pipelines?/.*\.py\(\d+\): __call__$")
 
 def step_rows(trace: Trace) -> np.ndarray:
-    """Rows of trace.ranges that are steps on the host (not GPU-side copies, not Python frames)."""
+    """Rows of trace.ranges that are steps on the host: step ranges (not GPU-side copies), and
+    where no step range overlaps them, serving batch ranges and diffusion pipeline calls
+    (Python frames: PIPELINE_CALL)."""
     r = trace.ranges
     if r.empty:
         return np.zeros(0, dtype=np.int64)
     names = r["name"].astype("category")
-    host = ~np.isin(as_text(r["domain"]), ["python", "gpu"])
+    domain = as_text(r["domain"])
+    host = ~np.isin(domain, ["python", "gpu"])
     # One regex search per distinct name, not per range.
     def matching(pattern: re.Pattern) -> np.ndarray:
         by_code = np.array([bool(pattern.search(str(n)[:256])) for n in names.cat.categories] + [False])
@@ -53,10 +62,21 @@ def step_rows(trace: Trace) -> np.ndarray:
     primary = matching(STEP) & host
     serving = matching(SERVING_STEP) & host & ~primary
     steps = np.flatnonzero(primary)
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
     if serving.any():
-        start, end = r["start"].to_numpy(), r["end"].to_numpy()
         alone = [i for i in np.flatnonzero(serving) if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
         steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
+    python = domain == "python"
+    if python.any():
+        calls = np.flatnonzero(matching(PIPELINE_CALL) & python)
+        calls = calls[np.argsort(start[calls], kind="stable")]
+        outer, reach = [], -np.inf
+        for i in calls:
+            if start[i] >= reach and not ((start[steps] < end[i]) & (end[steps] > start[i])).any():
+                outer.append(i)
+            reach = max(reach, end[i])
+        if outer:
+            steps = np.sort(np.r_[steps, np.array(outer, dtype=np.int64)])
     return steps
 
 
@@ -115,7 +135,11 @@ def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray
     ("gpu annotation + kernels" where they reach past it)
     (`owner`, as kernel_steps), else the first start to the last end of those kernels, else
     (a step that owns nothing on the GPU) its host range."""
-    r = trace.ranges
+    return gpu_windows(trace.ranges, kernels, steps, owner)
+
+
+def gpu_windows(r, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """step_gpu_windows from the ranges table `r` alone (what the model stage is given)."""
     steps = np.asarray(steps, dtype=np.int64)
     lo = r["start"].to_numpy()[steps].astype(np.int64).copy()
     hi = r["end"].to_numpy()[steps].astype(np.int64).copy()
@@ -132,7 +156,7 @@ def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray
         np.minimum.at(k_lo, slot[owned], kernels["start"].to_numpy(np.int64)[owned])
         np.maximum.at(k_hi, slot[owned], kernels["end"].to_numpy(np.int64)[owned])
     has_kernels = k_hi > np.iinfo(np.int64).min
-    a_lo, a_hi = gpu_annotation_windows(trace, steps)
+    a_lo, a_hi = annotation_windows(r, steps)
     annotated = a_hi >= 0
     lo = np.where(annotated, a_lo, np.where(has_kernels, k_lo, lo))
     hi = np.where(annotated, a_hi, np.where(has_kernels, k_hi, hi))
@@ -152,7 +176,11 @@ def gpu_annotation_windows(trace: Trace, steps: np.ndarray) -> tuple[np.ndarray,
     host range onto the GPU under the same name; a name that repeats (vLLM's
     `execute_new_0_cached_4`) is paired in order of occurrence, per device, and only where
     the device holds as many copies as the host has ranges of that name."""
-    r = trace.ranges
+    return annotation_windows(trace.ranges, steps)
+
+
+def annotation_windows(r, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """gpu_annotation_windows from the ranges table `r` alone."""
     lo = np.full(len(steps), -1, dtype=np.int64)
     hi = np.full(len(steps), -1, dtype=np.int64)
     pairs = paired_annotations(r, steps)
