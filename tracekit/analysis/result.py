@@ -99,6 +99,7 @@ class Analysis(Measured):
             "listed_of": {"top_kernels": len(self.kernel_summary), "top_copies": len(self.copy_summary), "top_ops": len(self.ops)},
             "what_to_fix_first": self.findings.to_dict(top),
             "warnings": self.warnings,
+            **({"capture": self.meta["capture"]} if self.meta.get("capture") is not None else {}),
             **({"model": self.model.to_dict()} if self.model is not None else {}),
             **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
                                "total": self.throughput["total"],

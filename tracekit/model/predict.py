@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
+from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
 from tracekit.strict_json import records
 
 # lower_bound: the step's flops, bytes and predicted times are lower bounds (its batch, token
@@ -37,9 +38,11 @@ class Prediction:
     terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
     costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
     summary: dict[str, Any] = field(default_factory=dict)
+    # AGREEMENT_COLUMNS: per phase x block group, the trace's own costs against the model's (model/agreement.py)
+    agreement: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=AGREEMENT_COLUMNS))
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks)}
+        return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks), "agreement": records(self.agreement)}
 
 
 TERM_COLUMNS = ("block", "layer", "comm", "t_compute_ns", "t_memory_ns")
@@ -140,7 +143,8 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
     costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
-    return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary)
+    return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary,
+                      agreement=agreement(run.groups, run.group_of, kernels))
 
 
 def _sum(values: np.ndarray) -> float | None:
