@@ -26,17 +26,19 @@ AGREEMENT_COLUMNS = ["phase", "group", "blocks", "kernels", "kernel_time_ns", "t
                      "flops_difference", "trace_bytes", "model_bytes", "bytes_difference"]
 
 
-def agreement(groups: pd.DataFrame, group_of: np.ndarray, kernels: pd.DataFrame) -> pd.DataFrame:
+def agreement(groups: pd.DataFrame, group_of: np.ndarray, kernels: pd.DataFrame, costs: pd.DataFrame,
+              labels: pd.DataFrame) -> pd.DataFrame:
     """One row per phase x block group whose kernels the trace costed, in part or whole
-    (`groups`, `group_of`: tracekit.model.ModelRun's; `kernels`: costed and labelled)."""
+    (`groups`, `group_of`: tracekit.model.fill.spread's; `costs` after it filled them;
+    `labels`: tracekit.attribution's, for the phase)."""
     if not len(groups) or not len(kernels):
         return pd.DataFrame(columns=AGREEMENT_COLUMNS)
     time = (kernels["end"] - kernels["start"]).to_numpy(dtype=np.float64)
-    source = kernels["cost_source"].astype(object).to_numpy()
-    by_trace = kernels["flops"].notna().to_numpy() & (source != SOURCE) & (group_of >= 0)
-    nbytes = (kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64)
-    flops = kernels["flops"].to_numpy(dtype=np.float64)
-    phase = kernels["phase"].astype(object).to_numpy()
+    source = costs["cost_source"].astype(object).to_numpy()
+    by_trace = costs["flops"].notna().to_numpy() & (source != SOURCE) & (group_of >= 0)
+    nbytes = (costs["bytes_read"] + costs["bytes_written"]).to_numpy(dtype=np.float64)
+    flops = costs["flops"].to_numpy(dtype=np.float64)
+    phase = labels["phase"].astype(object).to_numpy()
     members = group_of >= 0
     n = len(groups)
     group_time = np.bincount(group_of[members], weights=time[members], minlength=n)

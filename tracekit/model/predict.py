@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
-from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
 from tracekit.strict_json import records
 
 # lower_bound: the step's flops, bytes and predicted times are lower bounds (its batch, token
@@ -38,8 +37,8 @@ class Prediction:
     terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
     costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
     summary: dict[str, Any] = field(default_factory=dict)
-    # AGREEMENT_COLUMNS: per phase x block group, the trace's own costs against the model's (model/agreement.py)
-    agreement: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=AGREEMENT_COLUMNS))
+    # per phase x block group, the trace's own costs against the model's (model/agreement.py, AGREEMENT_COLUMNS)
+    agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks), "agreement": records(self.agreement)}
@@ -144,7 +143,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
     }
     costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
     return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary,
-                      agreement=agreement(run.groups, run.group_of, kernels))
+                      agreement=run.agreement)
 
 
 def _sum(values: np.ndarray) -> float | None:
