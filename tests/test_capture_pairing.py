@@ -276,7 +276,7 @@ def test_a_mismatch_is_left_unmatched_and_counted(tmp_path):
     assert (c["graph_launches"], c["graph_launches_matched"], c["kernels"], c["kernels_matched"], c["kernels_unmatched"]) == (2, 1, 5, 2, 3)
     assert c["matched_by"] == {"partial": 1}
     reasons = {r["reason"]: (r["kernels"], r["time_ns"]) for r in c["unmatched"]}
-    assert reasons == {"no captured graph of its batch size runs these kernels": (2, 20_000.0),
+    assert reasons == {"no captured graph of its batch size (64 tokens) runs these kernels": (2, 20_000.0),
                        "not in the captured graph (the replay ran kernels its capture did not record)": (1, 10_000.0)}
     k = a.kernels.set_index(a.kernels["name"].astype(str))
     assert k.at["gemm_a", "flops"] == 2 * 64 * 128 * 256
@@ -332,3 +332,19 @@ def test_a_capture_with_no_graph_pairs_nothing(tmp_path):
     c = a.meta["capture"]
     assert (c["graphs_captured"], c["kernels_matched"], c["kernels_unmatched"]) == (0, 0, 1)
     assert c["unmatched"][0]["reason"].startswith("the capture trace holds no captured graph")
+
+
+def test_one_trace_that_records_and_replays_its_graph():
+    """torch.compile's CUDA-graph trees record a graph (CUDAGraphNode.record: one
+    hipStreamBeginCapture, 994 launches) and replay it in the same trace: the trace is its own
+    capture. The replay ran 993 kernels, the captured ones in order but the last, an addmm
+    ([256, 3072] x [3072, 64]) the trace holds no replayed kernel for: 993 of 993 pair ("partial")."""
+    import tracekit
+    from conftest import shared
+
+    path = shared("torch", "mi300x_xdit_flux1_capture_rank0.json.gz")
+    a = tracekit.analyze(path, capture=path)
+    c = a.meta["capture"]
+    assert (c["graphs_captured"], c["graph_launches"], c["kernels"], c["kernels_matched"]) == (1, 1, 993, 993)
+    assert c["matched_by"] == {"partial": 1} and c["graphs"][0]["nodes"] == 994
+    assert a.coverage["modeled_share_from_capture"] == pytest.approx(0.517, abs=2e-3)

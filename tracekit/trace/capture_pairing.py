@@ -203,7 +203,7 @@ class _Match:
 def _match(replay: _Replay, graphs: list[_Graph]) -> _Match:
     n = len(replay.labels)
     none = np.full(n, -1, dtype=np.int64)
-    pool, why = _pool(replay, graphs)
+    pool, why, size = _pool(replay, graphs)
     if not pool:
         return _Match(None, none, None, why)
     for how, test in (("sequence", _same_sequence), ("reordered", _same_kernels)):
@@ -213,24 +213,26 @@ def _match(replay: _Replay, graphs: list[_Graph]) -> _Match:
     scored = [(g, _longest_common(replay.labels, g.labels)) for g in pool[:_MAX_PARTIAL] if not _unnamed(g)]
     best = max((int((p >= 0).sum()) for _, p in scored), default=0)
     if best * 2 < n or best == 0:
-        return _Match(None, none, None, "no captured graph of its batch size runs these kernels")
+        of_size = f" of its batch size ({size:,} tokens)" if size is not None else ""
+        return _Match(None, none, None, f"no captured graph{of_size} runs these kernels")
     match = _choose(replay, [(g, p) for g, p in scored if int((p >= 0).sum()) == best], "partial")
     if match.graph is not None:
         match.why = "not in the captured graph (the replay ran kernels its capture did not record)"
     return match
 
 
-def _pool(replay: _Replay, graphs: list[_Graph]) -> tuple[list[_Graph], str | None]:
-    """The captured graphs a replay may be, by batch size (see the module doc)."""
+def _pool(replay: _Replay, graphs: list[_Graph]) -> tuple[list[_Graph], str | None, int | None]:
+    """The captured graphs a replay may be, why none, and the batch size that chose them
+    (None: not chosen by size; see the module doc)."""
     if not graphs:
-        return [], "the capture trace holds no captured graph (no StreamBeginCapture / StreamEndCapture with launches between)"
+        return [], "the capture trace holds no captured graph (no StreamBeginCapture / StreamEndCapture with launches between)", None
     sizes = sorted({g.batch for g in graphs if g.batch is not None})
     if replay.tokens is None or not sizes:
-        return graphs, None
+        return graphs, None, None
     fitting = [s for s in sizes if s >= replay.tokens]
     if not fitting:
-        return [], f"its step ran {replay.tokens:,} tokens, more than any captured size (largest {sizes[-1]:,})"
-    return [g for g in graphs if g.batch == fitting[0]], None
+        return [], f"its step ran {replay.tokens:,} tokens, more than any captured size (largest {sizes[-1]:,})", None
+    return [g for g in graphs if g.batch == fitting[0]], None, fitting[0]
 
 
 def _unnamed(g: _Graph) -> bool:
@@ -292,9 +294,8 @@ def _append_ops(trace: Trace, capture: Trace, graphs: list[_Graph], replays: lis
     from_capture = np.zeros(len(k), dtype=bool)
     cap_parent = capture.ops["parent"].to_numpy()
     closures: dict[int, np.ndarray] = {}
-    pieces, offset = [], len(trace.ops)
-    launch_pid = trace.launches["pid"].to_numpy()
-    launch_start, launch_end = trace.launches["start"].to_numpy(), trace.launches["end"].to_numpy()
+    taken, parents, launches = [], [], []  # per appended row: capture op row, parent (new row), graph launch
+    offset = len(trace.ops)
     for replay, match in zip(replays, matches):
         if match.graph is None:
             continue
@@ -304,23 +305,27 @@ def _append_ops(trace: Trace, capture: Trace, graphs: list[_Graph], replays: lis
         closure = closures[g.index]
         if not len(closure):
             continue
-        position = np.full(len(capture.ops), -1, dtype=np.int64)
+        position = np.full(len(capture.ops), NO_ROW, dtype=np.int64)
         position[closure] = np.arange(len(closure)) + offset
         matched = match.pairs >= 0
-        node_op = np.full(len(replay.rows), -1, dtype=np.int64)
+        node_op = np.full(len(replay.rows), NO_ROW, dtype=np.int64)
         node_op[matched] = g.ops[match.pairs[matched]]
         has_op = node_op >= 0
         op_of[replay.rows[has_op]] = position[node_op[has_op]]
         from_capture[replay.rows[has_op]] = True
-        piece = capture.ops.iloc[closure].reset_index(drop=True)
-        parent = piece["parent"].to_numpy()
-        piece = piece.assign(parent=np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW),
-                             pid=launch_pid[replay.launch], tid=-1, start=launch_start[replay.launch], end=launch_end[replay.launch])
-        pieces.append(piece)
+        parent = cap_parent[closure]
+        taken.append(closure)
+        parents.append(np.where(parent >= 0, position[np.maximum(parent, 0)], NO_ROW))
+        launches.append(np.full(len(closure), replay.launch, dtype=np.int64))
         offset += len(closure)
-    if not pieces:
+    if not taken:
         return trace.ops, op_of, from_capture
-    return _concat(trace.ops, pieces), op_of, from_capture
+    launch = np.concatenate(launches)
+    l = trace.launches
+    appended = capture.ops.iloc[np.concatenate(taken)].reset_index(drop=True).assign(
+        parent=np.concatenate(parents), pid=l["pid"].to_numpy()[launch], tid=-1,
+        start=l["start"].to_numpy()[launch], end=l["end"].to_numpy()[launch])
+    return _concat(trace.ops, appended), op_of, from_capture
 
 
 def _with_ancestors(rows: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -332,15 +337,15 @@ def _with_ancestors(rows: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return np.array(sorted(seen), dtype=np.int64)
 
 
-def _concat(ops: pd.DataFrame, pieces: list[pd.DataFrame]) -> pd.DataFrame:
+def _concat(ops: pd.DataFrame, appended: pd.DataFrame) -> pd.DataFrame:
     """Row-wise, categories kept as object labels in order of first sight (existing first)."""
-    frames = [ops, *pieces]
-    out = pd.concat([f.astype({c: object for c in f.columns if isinstance(f[c].dtype, pd.CategoricalDtype)}) for f in frames],
-                    ignore_index=True)
+    categorical = [c for c in ops.columns if isinstance(ops[c].dtype, pd.CategoricalDtype)]
+    out = pd.concat([f.astype({c: object for c in categorical if c in f}) for f in (ops, appended)], ignore_index=True)
     for c in ops.columns:
-        if isinstance(ops[c].dtype, pd.CategoricalDtype):
-            labels = pd.Index(pd.unique(out[c].dropna().to_numpy(dtype=object)), dtype=object)
-            out[c] = pd.Categorical(out[c].to_numpy(dtype=object), categories=labels)
+        if c in categorical:
+            values = out[c].to_numpy(dtype=object)
+            labels = pd.Index(pd.unique(values[pd.notna(values)]), dtype=object)
+            out[c] = pd.Categorical(values, categories=labels)
         else:
             out[c] = out[c].astype(ops[c].dtype)
     return out
