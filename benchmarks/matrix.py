@@ -4,7 +4,8 @@
 
 Commands: info, analyze, export, diff, check, calibrate. Fixtures: the shared traces
 (../shared/fixtures: torch/, nsys/) and the project's own (fixtures/). Option sets: --device,
---device-file, --rules, --out, formats, --model where it applies, check's --junit and
+--device-file, --rules, --out, formats, --model where it applies, --capture (graph-capture
+pairing against the piecewise capture fixture), check's --junit and
 --baseline, diff against a stored summary. Each case must exit 0 or 2 (check: 3 too),
 never 1; print strict JSON when asked for JSON; and show no traceback. The whole product by
 default; tests/test_matrix.py runs a seeded sample of it in CI. Prints one JSON object.
@@ -28,6 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "fixtures")
 CONFIG = os.path.join(REPO, "fixtures", "cpu_tiny_dense.config.json")
 SUMMARY = os.path.join(REPO, "tests", "golden", "torch__h100_bert_small_hf_inference.json.gz.summary.json")
+CAPTURE = os.path.join(SHARED, "torch", "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz")
 
 RULES = """[[phase]]
 name = "decode"
@@ -64,7 +66,7 @@ def option_sets(files: dict[str, str]) -> dict[str, list[list[str]]]:
                     ["--device-file", files["device"], "--format", "json"], ["--rules", files["rules"], "--format", "json"],
                     ["--out", "OUT", "--format", "json"], ["--out", "OUT", "--device", "A100", "--rules", files["rules"]],
                     ["--model", CONFIG, "--format", "json"], ["--model", CONFIG, "--device", "H100", "--batch", "4", "--context", "128", "--format", "json"],
-                    ["--format", "table", "--top", "3"]],
+                    ["--format", "table", "--top", "3"], ["--capture", CAPTURE, "--format", "json"]],
         "export": [["--perfetto", "OUT"], ["--perfetto", "OUT", "--device", "H100", "--rules", files["rules"]]],
         "diff": [["OTHER", "--format", "json"], ["OTHER", "--format", "markdown", "--rules", files["rules"]],
                  [SUMMARY, "--format", "json", "--out", "OUT"]],

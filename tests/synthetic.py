@@ -45,6 +45,23 @@ class KinetoBuilder:
                             "args": {"correlation": self.corr, "device": 0, "stream": stream,
                                      "grid": [132, 1, 1], "block": [128, 1, 1], **extra}})
 
+    def call(self, name: str, ts: float, dur: float = 1.0, tid: int = 1, **args) -> int:
+        """A runtime call with no GPU activity of its own (a launch into a graph capture,
+        cudaStreamBeginCapture, ...); `kernel=` names the kernel as ROCm's roctracer does."""
+        self.corr += 1
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                            "args": {"correlation": self.corr, **args}})
+        return self.corr
+
+    def graph_replay(self, names: list[str], launch_ts: float, gpu_ts: float, dur: float, tid: int = 1, stream: int = 7,
+                     launch: str = "cudaGraphLaunch") -> None:
+        """One graph launch and the kernels it runs, back to back, each `dur` long: they share
+        the launch's correlation id and carry no grid (as a ROCm graph replay records them)."""
+        corr = self.call(launch, launch_ts, 2.0, tid)
+        for i, name in enumerate(names):
+            self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": gpu_ts + i * dur,
+                                "dur": dur, "args": {"correlation": corr, "device": 0, "stream": stream}})
+
     def write(self, path) -> str:
         doc = {"traceEvents": self.events,
                "deviceProperties": [{"id": 0, "name": self.device_name, "totalGlobalMem": 85899345920}], **self.header}

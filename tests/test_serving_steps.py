@@ -252,7 +252,10 @@ SERVING = {  # fixture -> the model it serves
     "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz": "gpt-oss-20b.config.json",
 }
 OPTION_SETS = {"none": [], "model": ["M"], "model+device": ["M", "--device", "h100"], "model+batch": ["M", "--batch", "4"],
-               "model+context": ["M", "--context", "1000"]}  # --capture: not built yet (issue 20 item 3)
+               "model+context": ["M", "--context", "1000"],
+               # graph-capture pairing (issue 20 item 3): the piecewise capture against every serving trace
+               "capture": ["C"], "capture+model": ["C", "M"]}
+CAPTURE = "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz"
 
 
 @pytest.mark.parametrize("options", list(OPTION_SETS))
@@ -260,13 +263,16 @@ OPTION_SETS = {"none": [], "model": ["M"], "model+device": ["M", "--device", "h1
 def test_serving_matrix_never_exit_1(fixture, options):
     from conftest import shared
 
-    args = [a if a != "M" else f"--model={MODELS / SERVING[fixture]}" for a in OPTION_SETS[options]]
+    flags = {"M": f"--model={MODELS / SERVING[fixture]}", "C": f"--capture={shared('torch', CAPTURE)}"}
+    args = [flags.get(a, a) for a in OPTION_SETS[options]]
     run = cli("analyze", shared("torch", fixture), "--format", "json", *args)
     assert run.returncode in (0, 2), run.stderr[-2000:]
     assert "Traceback" not in run.stderr
     if run.returncode == 0:
         doc = strict(run.stdout)
-        if args:
+        if "C" in OPTION_SETS[options]:
+            assert doc["capture"]["kernels"] == doc["capture"]["kernels_matched"] + doc["capture"]["kernels_unmatched"]
+        if "M" in OPTION_SETS[options]:
             # every step of some tokens is costed (bytes; a time too where the device is known), or a note says why not
             costed = [st for st in doc["model"]["steps"] if st["bytes"] is not None]
             assert costed or doc["model"]["notes"]

@@ -69,11 +69,14 @@ def device_name(trace: Trace) -> str | None:
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
             workers: int | None = None, meanwhile=None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None) -> Analysis:
+            frames_per_step: int | None = None, capture: str | os.PathLike | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
-    what the op shapes cannot and predicts each step. `workers`: processes that decode a
+    what the op shapes cannot and predicts each step. `capture`: a trace of the graph capture
+    of the same run (vLLM's profiled CUDA/HIP graph capture): the graph-replayed kernels take
+    the ops and shapes of the kernels captured into their graphs (tracekit.trace.capture_pairing;
+    what was paired is in `analysis.meta["capture"]`). `workers`: processes that decode a
     large JSON trace (default: the cores available; 1: this process only). `meanwhile()`:
     as for `load`, after the analysis stages have been imported in that time."""
     from tracekit.attribution import load_rules
@@ -96,7 +99,12 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             meanwhile()
 
     with _gc_paused():  # from the parse to the last table: no cycles worth a rescan of the heap
+        captured = load(capture, workers=workers) if capture is not None else None  # a bad file fails first
         trace = load(path, progress, workers, meanwhile=import_stages)
+        if captured is not None:
+            from tracekit.trace.capture_pairing import pair_capture
+
+            trace = pair_capture(trace, captured, os.fspath(capture))
         from tracekit.analysis import build
 
         gpu_work = len(trace.kernels) > 0

@@ -36,6 +36,7 @@ def coverage(k: pd.DataFrame) -> dict[str, Any]:
     with_tmin = is_kernel & k["t_min_ns"].notna().to_numpy()
     over = with_tmin & (k["efficiency"].to_numpy() > OVER_PEAK)
     known = total > 0 and modeled_time / total >= MIN_COVERAGE
+    captured = _from_capture(k, time, is_kernel & modeled, total)
     return {
         "kernel_time_ns": total,
         "modeled_time_ns": modeled_time,
@@ -51,7 +52,17 @@ def coverage(k: pd.DataFrame) -> dict[str, Any]:
         "efficiency_sustained": group_efficiency(k["t_min_sustained_ns"][is_kernel], k["duration_ns"][is_kernel]) if known else None,
         "min_coverage": MIN_COVERAGE,
         "top_unmodeled": records(top_unmodeled),
+        **captured,
     }
+
+
+def _from_capture(k: pd.DataFrame, time: np.ndarray, costed: np.ndarray, total: float) -> dict[str, Any]:
+    """With graph-capture pairing: the share of kernel time costed through a captured op
+    (from its shapes or its kernel arguments, not the model)."""
+    if "capture_op" not in k or not k["capture_op"].any() or not total:
+        return {}
+    mine = costed & k["capture_op"].to_numpy(dtype=bool) & (k["cost_source"].astype(object) != "model").to_numpy()
+    return {"modeled_share_from_capture": float(time[mine].sum()) / total}
 
 
 def _summed_by(key: Key, values: np.ndarray, mask: np.ndarray) -> dict[str, float]:

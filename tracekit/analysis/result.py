@@ -102,6 +102,7 @@ class Analysis(Measured):
             "what_to_fix_first": self.findings.to_dict(top),
             "warnings": self.warnings,
             "flags": [f.to_dict() for f in self.flags],
+            **({"capture": self.meta["capture"]} if self.meta.get("capture") is not None else {}),
             **({"model": self.model.to_dict()} if self.model is not None else {}),
             **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
                                "total": self.throughput["total"],

@@ -25,11 +25,13 @@ from tracekit.errors import TraceError
 @click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
 @click.option("--samples-per-step", type=click.IntRange(1, None), help="Samples per step (training throughput) where the trace does not say.")
 @click.option("--frames-per-step", type=click.IntRange(1, None), help="Frames or images per step (diffusion throughput) where the annotations do not say.")
+@click.option("--capture", type=click.Path(dir_okay=False), help="A trace of the same run's CUDA/HIP graph capture (vLLM's profiled "
+              "capture): graph-replayed kernels take the ops and shapes of the kernels captured into their graphs.")
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, **model) -> None:
+            frames_per_step: int | None = None, capture: str | None = None, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -41,13 +43,13 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         from tracekit.reports.bundle import BUNDLE_FILES, check_out_dir
 
         # before the work: a bad --out should not cost a whole analysis, nor replace an input
-        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config")), names=BUNDLE_FILES)
+        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config"), capture), names=BUNDLE_FILES)
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
     if len(paths) > 1 or os.path.isdir(paths[0]):
-        if options is not None:
-            raise click.UsageError("--model works on one trace at a time")
+        if options is not None or capture is not None:
+            raise click.UsageError(f"{'--model' if options is not None else '--capture'} works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
     path = paths[0]
@@ -57,7 +59,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
                        model=options, workers=workers, meanwhile=importer(*renderers),
-                       samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture)
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 

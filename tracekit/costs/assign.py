@@ -7,6 +7,8 @@
   op's FLOPs and bytes go to its compute kernels, not to the layout transposes and
   workspace fills around them (cuDNN nchwToNhwc, MIOpen batched_transpose): those stay
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
+- graph-replayed kernels: no cost from the op around the graph launch; the op they had at
+  capture time where graph-capture pairing found it (tracekit.trace.capture_pairing).
 - kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
   of kernels with the same name and launch grid, but only when every such kernel that has
   a cost has the very same cost ("inferred"); a kernel whose grid the trace did not record
@@ -117,8 +119,10 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     k, ops = trace.kernels, trace.ops
     op = k["op"].to_numpy()
     # A graph replay's kernels are not the work of the op around the graph launch
-    # (CompiledFunctionBackward, Torch-Compiled Region): they keep the graph's reason.
-    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"]) & ~k["graph_launch"].to_numpy(dtype=bool)
+    # (CompiledFunctionBackward, Torch-Compiled Region): they keep the graph's reason, unless
+    # graph-capture pairing gave them the op that launched them at capture time.
+    captured = k["capture_op"].to_numpy(dtype=bool) if "capture_op" in k else np.zeros(len(k), dtype=bool)
+    todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"]) & (~k["graph_launch"].to_numpy(dtype=bool) | captured)
     if not todo.any():
         return
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to

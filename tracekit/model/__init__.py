@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
+from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
 from tracekit.model.batch import BatchReader, StepBatch, kv_write_tokens, with_tokens
 from tracekit.model.blocks import Parallel, StepCosts, step_blocks
 from tracekit.model.config import Architecture, load_config
@@ -54,6 +55,8 @@ class ModelRun:
     groups: pd.DataFrame  # tracekit.model.fill.GROUP_COLUMNS
     group_of: np.ndarray  # per kernel: row in groups, -1 none
     notes: list[str] = field(default_factory=list)
+    # per phase x block group: the trace's own costs against the model's (model/agreement.py)
+    agreement: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=AGREEMENT_COLUMNS))
 
 
 def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: np.ndarray, options: ModelOptions,
@@ -83,7 +86,7 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     # small a cost on them. A step whose KV alone is unknown fills all but the KV-dependent blocks.
     fill = {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None and s.batch.tokens_known}
     groups, group_of = spread(costs, labels, trace.kernels, owner, fill)
-    return ModelRun(arch, par, steps, owner, groups, group_of, notes)
+    return ModelRun(arch, par, steps, owner, groups, group_of, notes, agreement(groups, group_of, trace.kernels, costs, labels))
 
 
 def _partial_notes(steps: list[ModelStep]) -> list[str]:

@@ -121,5 +121,7 @@ def _peak_blocks(a) -> pd.DataFrame:
         return b.assign(peak_ns=[])
     terms = a.model.terms
     by_step = {row: t for row, t in terms.groupby("step_row")}
-    peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) for row, names in zip(b["step_row"], b["blocks"])]
+    # a step predicted only as a lower bound (batch, prompt or KV lengths unknown) has no exact terms: no peak to fit
+    peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) if row in by_step else float("nan")
+             for row, names in zip(b["step_row"], b["blocks"])]
     return b.assign(peak_ns=peaks)

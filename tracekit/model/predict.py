@@ -39,9 +39,11 @@ class Prediction:
     terms: pd.DataFrame  # per step x block x layer: compute and memory time at peak (for calibrate)
     costs: pd.DataFrame = field(default_factory=pd.DataFrame)  # per step x model block: FLOPs, bytes, weights, KV
     summary: dict[str, Any] = field(default_factory=dict)
+    # per phase x block group, the trace's own costs against the model's (model/agreement.py, AGREEMENT_COLUMNS)
+    agreement: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks)}
+        return {**self.summary, "steps": records(self.steps), "blocks": records(self.blocks), "agreement": records(self.agreement)}
 
 
 TERM_COLUMNS = ("block", "layer", "comm", "t_compute_ns", "t_memory_ns")
@@ -146,7 +148,8 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
         "mape": float(errors.mean()) if len(errors) else None, "notes": list(run.notes),
     }
     costs = pd.DataFrame(all_costs, columns=["step", "step_row", "block", "kind", "flops", "bytes", "weight_bytes", "kv_bytes"])
-    return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary)
+    return Prediction(steps, pd.DataFrame(block_rows, columns=PREDICTED_BLOCK_COLUMNS), terms, costs=costs, summary=summary,
+                      agreement=run.agreement)
 
 
 def _sum(values: np.ndarray) -> float | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.parsers.kineto_decode import Document, Event, json_array
-from tracekit.parsers.launch_api import LAUNCH_API
+from tracekit.parsers.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.source import Source
 from tracekit.trace.tables import Coded, ColumnTable, ColumnTrace, Interner
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS
@@ -70,6 +70,7 @@ class _KernelArgs(msgspec.Struct):
 
 class _LaunchArgs(msgspec.Struct):
     correlation: int = -1
+    kernel: Any = None  # ROCm names the launched kernel (a graph capture's nodes); any JSON value: a non-string is None
 
 
 class _OpArgs(msgspec.Struct):
@@ -170,6 +171,7 @@ class KinetoTables:
         self.names = {t: Interner() for t in ("gpu", "launch", "op", "range")}
         self.strings = {c: Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
         self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
+        self.launch_kernels = Interner()  # the kernel names launch calls record
         self.thread_names = Interner()  # pids / tids that are names, one code each across tables
         self.windows: list[tuple[float, float]] = []
         self.legacy = False
@@ -220,7 +222,8 @@ class KinetoTables:
         other._renumber_thread_names(np.array([_name_code(self.thread_names.code(v)) for v in other.thread_names.values], dtype=np.int64))
         for mine, theirs, interners in (
             (self.gpu, other.gpu, {"name": (self.names["gpu"], other.names["gpu"]), **{c: (self.strings[c], other.strings[c]) for c in self.strings}}),
-            (self.launch, other.launch, {"name": (self.names["launch"], other.names["launch"])}),
+            (self.launch, other.launch, {"name": (self.names["launch"], other.names["launch"]),
+                                         "kernel": (self.launch_kernels, other.launch_kernels)}),
             (self.op, other.op, {"name": (self.names["op"], other.names["op"]), **{c: (self.inputs[c], other.inputs[c]) for c in self.inputs}}),
             (self.range, other.range, {"name": (self.names["range"], other.names["range"])}),
         ):
@@ -282,7 +285,9 @@ class KinetoTables:
 
     def _add_launches(self, events: list[Event], times) -> None:
         args: list[_LaunchArgs] = self._decode_args("runtime", events, _LaunchArgs)
-        self.launch.add(**self._common("launch", events, times), correlation=self._column(args, "correlation"))
+        kernels = [a.kernel if isinstance(a.kernel, str) else None for a in args]
+        self.launch.add(**self._common("launch", events, times), correlation=self._column(args, "correlation"),
+                        kernel=self.launch_kernels.codes(kernels))
 
     def _add_ops(self, events: list[Event], times) -> None:
         args: list[_OpArgs] = self._decode_args("CPU op", events, _OpArgs)
@@ -375,11 +380,14 @@ class KinetoTables:
         start, end = clock.start_end(c)
         names = self.names["launch"].coded(c.array("name", np.int32))
         correlation = c.array("correlation")
-        # Keep calls that launched captured work, or that launch work by their name.
-        keep = _isin(correlation, gpu_correlations) | names.where(LAUNCH_API.search)
-        data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation}
+        # Keep calls that launched captured work, that launch work by their name, or that begin
+        # or end a graph capture.
+        keep = _isin(correlation, gpu_correlations) | names.where(lambda n: bool(LAUNCH_API.search(n) or CAPTURE_API.search(n)))
+        data = {"name": names, "pid": c.array("pid"), "tid": c.array("tid"), "start": start, "end": end, "correlation": correlation,
+                "kernel": self.launch_kernels.coded(c.array("kernel", np.int32))}
         table = ColumnTable(LAUNCH_COLUMNS, data).take(np.flatnonzero(keep))
-        table.columns["name"] = table.columns["name"].without_unused()
+        for col in ("name", "kernel"):
+            table.columns[col] = table.columns[col].without_unused()
         return table.take(np.argsort(table["start"], kind="stable"))
 
     def _op_table(self, clock: "_Clock") -> ColumnTable:

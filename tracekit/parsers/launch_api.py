@@ -13,3 +13,7 @@ LAUNCH_API = re.compile(r"LaunchKernel|LaunchCooperativeKernel|GraphLaunch|Memcp
 # cuMemcpy, cuMemcpyDtoH_v2, ...
 SYNC_API = re.compile(r"Synchronize|^(?:cuda|hip)Memcpy(?:2D|3D)?(?:ToSymbol|FromSymbol|Peer)?(?:WithStream)?(?:_v\d+)?$"
                       r"|^hipMemcpy[DH]to[DH](?:_v\d+)?$|^cuMemcpy(?:[DH]to[DH]|2D|3D|Peer)?(?:_v\d+)?$")
+# cudaStreamBeginCapture / hipStreamEndCapture, ...: where a CUDA/HIP graph's capture starts and
+# ends on its thread. Not GPU work, but the launches between them are that graph's nodes
+# (tracekit.trace.capture_pairing reads them).
+CAPTURE_API = re.compile(r"StreamBeginCapture|StreamEndCapture")

@@ -19,7 +19,7 @@ import pandas as pd
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
-from tracekit.parsers.launch_api import LAUNCH_API
+from tracekit.parsers.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.nsys_nvtx import parse_op_text
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
 
@@ -234,7 +234,8 @@ class _Reader:
         rows = self._query(f"SELECT start, end, globalTid, correlationId, {name_id} FROM {t} {where}")
         rows = self._checked(rows, "runtime calls", {"globalTid": np.int64, "correlationId": np.int64})
         names = self._names(rows["nameId"], strings)
-        launches_work = pd.Series(names.categories, dtype=object).str.contains(LAUNCH_API).to_numpy(dtype=bool)
+        categories = pd.Series(names.categories, dtype=object)
+        launches_work = (categories.str.contains(LAUNCH_API) | categories.str.contains(CAPTURE_API)).to_numpy(dtype=bool)
         codes = names.codes
         by_name = launches_work[np.maximum(codes, 0)] if len(launches_work) else np.zeros(len(codes), dtype=bool)
         keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | ((codes >= 0) & by_name)

@@ -27,6 +27,24 @@ def coverage_line(analysis: Analysis) -> str:
             f"above 105% of peak: {percent(c['over_peak_share'])} of modeled time")
 
 
+def capture_line(analysis: Analysis) -> str | None:
+    """Graph-capture pairing (--capture): what was paired, what was not and why; None without it."""
+    c = analysis.meta.get("capture")
+    if c is None:
+        return None
+    how = ", ".join(f"{n} {h}" for h, n in c["matched_by"].items())
+    costed = analysis.coverage.get("modeled_share_from_capture")
+    line = (f"{c['graph_launches_matched']:,} of {c['graph_launches']:,} graph launches paired with "
+            f"{c['graphs_captured']:,} captured graphs{' (' + how + ')' if how else ''}: {c['kernels_matched']:,} of "
+            f"{c['kernels']:,} graph kernels took a captured op ({percent(c['matched_share_of_kernel_time'])} of kernel time"
+            f"{', ' + percent(costed) + ' costed from it' if costed is not None else ''})")
+    if c["unmatched"]:
+        top = c["unmatched"][0]
+        more = f"; {len(c['unmatched']) - 1} other reasons" if len(c["unmatched"]) > 1 else ""
+        line += f"; {c['kernels_unmatched']:,} unmatched: {top['kernels']:,} {top['reason']}{more}"
+    return line
+
+
 def device_label(analysis: Analysis) -> str:
     """The device's name, or why there is none."""
     if analysis.device is not None:
@@ -68,6 +86,8 @@ def render_console(analysis: Analysis, console: Console, top: int, warnings: boo
     console.print(terminal(f"device      {device_line(analysis)}"))
     if len(analysis.kernels):
         console.print(terminal(f"coverage    {coverage_line(analysis)}"))
+    if capture_line(analysis) is not None:
+        console.print(terminal(f"capture     {capture_line(analysis)}"))
     if analysis.device is not None:
         console.print(terminal(f"roofline    {roofline_line(analysis)}"))
     for w in analysis.warnings if warnings else []:

@@ -11,7 +11,7 @@ import base64
 from jinja2 import Environment, select_autoescape
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line, device_line, roofline_line
+from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
 from tracekit.reports.tables import headline, sections
 from tracekit.reports.text import html as h
@@ -35,6 +35,7 @@ th { background: #f3f3f3; } td:first-child, td:nth-child(2), th:first-child, th:
 <li>trace: <code>{{ path }}</code> ({{ fmt }}, span {{ span }})</li>
 <li>{{ device }}</li>
 <li>{{ coverage }}</li>
+{% if capture %}<li>{{ capture }}</li>{% endif %}
 <li>{{ roofline }}</li>
 {% for w in warnings %}<li class="warn">warning: {{ w }}</li>{% endfor %}
 </ul>
@@ -62,6 +63,7 @@ def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
         path=h(a.meta.get("path")), fmt=h(a.meta.get("format")), span=duration(a.meta.get("span_ns")),
         headline=[h(x) for x in headline(a)], device=h("device: " + device_line(a)),
         coverage=h("coverage: " + coverage_line(a)) if len(a.kernels) else "",
+        capture=h("capture: " + capture_line(a)) if capture_line(a) is not None else "",
         roofline=h("roofline: " + roofline_line(a)) if a.device else "",
         warnings=[h(w) for w in a.warnings],
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],

@@ -4,7 +4,7 @@ Every trace string passes through text.markdown."""
 from __future__ import annotations
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import coverage_line, device_line, roofline_line
+from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
 from tracekit.reports.tables import headline, sections
 from tracekit.reports.text import markdown as md, markdown_table
@@ -18,6 +18,8 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     lines.append(f"- device: {md(device_line(a))}")
     if len(a.kernels):
         lines.append(f"- coverage: {md(coverage_line(a))}")
+    if capture_line(a) is not None:
+        lines.append(f"- capture: {md(capture_line(a))}")
     if a.device is not None:
         lines.append(f"- roofline: {md(roofline_line(a))}")
     for w in a.warnings:

@@ -60,6 +60,16 @@ def block_rows(a) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
+def agreement_rows(a) -> tuple[list[str], list[list[str]]]:
+    head = ["phase", "kernels", "model blocks", "count", "costed by the trace", "FLOP: trace", "model", "difference",
+            "bytes: trace", "model", "difference"]
+    rows = [[r["phase"] or "", r["group"], r["blocks"], f"{r['kernels']:,}", percent(r["trace_share"]), si(r["trace_flops"]),
+             si(r["model_flops"]), signed_percent(r["flops_difference"]), si(r["trace_bytes"], "B"), si(r["model_bytes"], "B"),
+             signed_percent(r["bytes_difference"])]
+            for r in a.model.agreement.to_dict(orient="records")]
+    return head, rows
+
+
 def sections(a) -> list:
     """The model's sections (tables.Section) for every renderer; none without --model."""
     from tracekit.reports.section import Section
@@ -68,12 +78,19 @@ def sections(a) -> list:
         return []
     step_head, step_body = step_rows(a)
     block_head, block_body = block_rows(a)
+    agree_head, agree_body = agreement_rows(a)
     return [
         # step, batch, busy, wall, predicted, error, bytes, TB/s, of peak, roofline eff., coverage
         Section("Model: predicted vs measured steps", step_head, step_body, [0, 1, 0, 2, 0, 0, 1, 1, 2, 2, 1], flex=0,
                 note=summary_line(a), left=(0, 1)),
         # step, kernels, model blocks, count, measured, predicted, error, FLOP, bytes, note
         Section("Model: blocks per step", block_head, block_body, [0, 0, 2, 3, 0, 0, 0, 2, 2, 1], flex=9, left=(0, 1, 2, 9)),
+        # phase, kernels, model blocks, count, costed by the trace, FLOP x3, bytes x3
+        Section("Model vs the trace's own costs (op shapes, captured shapes), per block", agree_head, agree_body,
+                [1, 0, 2, 3, 1, 1, 1, 0, 1, 1, 0], flex=2, left=(0, 1, 2),
+                empty="(no kernel of a model block has a cost from the trace)",
+                note="the model's figure for the kernels the trace costed: its block cost times their share of the "
+                     "block's kernel time; difference = trace / model - 1, shown where the trace costs at least half of that time"),
     ]
 
 

@@ -85,8 +85,27 @@ def link_columns(kernels, launches, ops, ranges) -> tuple[dict[str, np.ndarray],
         "gpu_range": _gpu_enclosing(range_rows, gpu, kernels),
         "graph_launch": graph,
         "launched_before_capture": _before_capture(kernels, launches, has_launch),
+        "capture_op": np.zeros(len(kernels), dtype=bool),  # set by graph-capture pairing (capture_pairing.py)
     }
     return kernel_columns, {"parent": op_parent, "depth": op_depth}, {"parent": range_parent, "depth": range_depth}
+
+
+def launch_context(trace: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per launch row of a linked trace: the innermost op and the innermost user range (not a
+    Python frame, not a GPU annotation) enclosing the call on its thread, -1 for none. What
+    linking gives each kernel through its launch, for launches that ran no kernel in the
+    trace (a graph capture's launches record the graph's nodes; they run at replay)."""
+    launches, ops, ranges = trace.launches, trace.ops, trace.ranges
+    n = len(launches)
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    query = (np.ones(n, dtype=bool), column(launches, "pid"), column(launches, "tid"), column(launches, "start"))
+    op_rows = _Intervals(column(ops, "pid"), column(ops, "tid"), column(ops, "start"), column(ops, "end"), column(ops, "parent"))
+    domain = coded(ranges, "domain")
+    user = ~domain.equals("python") & ~domain.equals("gpu")
+    range_rows = _Intervals(column(ranges, "pid"), column(ranges, "tid"), column(ranges, "start"), column(ranges, "end"),
+                            column(ranges, "parent"))
+    return op_rows.enclosing(*query), range_rows.enclosing(*query, rows_mask=user)
 
 
 def _gather(values: np.ndarray, rows: np.ndarray, fill) -> np.ndarray:

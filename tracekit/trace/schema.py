@@ -45,6 +45,9 @@ LAUNCH_COLUMNS: dict[str, str] = {
     "start": "int64",
     "end": "int64",
     "correlation": "int64",
+    # the kernel a launch call names, where the runtime records it (ROCm's roctracer does, CUDA's
+    # runtime events do not): a graph capture's launches name the kernels the graph will run
+    "kernel": "category",
 }
 
 OP_COLUMNS: dict[str, str] = {
@@ -82,4 +85,7 @@ LINK_COLUMNS: dict[str, str] = {
     "gpu_range": "int64",  # innermost GPU-side annotation enclosing the kernel on its device
     "graph_launch": "bool",  # launched by cudaGraphLaunch / hipGraphLaunch
     "launched_before_capture": "bool",  # no launch row: it was issued before the window opened
+    # `op` is a captured op: graph-capture pairing (capture_pairing.py) gave this graph-replayed
+    # kernel the op its launch had when the graph was captured
+    "capture_op": "bool",
 }
