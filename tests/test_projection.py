@@ -181,3 +181,28 @@ def test_nsys_exports_project(name, capsys):
 
     main(["project", str(SHARED / "nsys" / name), "--to", "H200", "--device", "H100", "--format", "markdown"])
     assert "tracekit projection" in capsys.readouterr().out
+
+
+def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path):
+    """Seen on an outside trace (an RTX 4060 Laptop GPU, not in the device table): `project
+    --to b200 --device-file mine.toml` refused with "the trace does not name its GPU" although
+    the trace names it and the file's device matches it. Now the file serves both ends where it
+    matches; the busy time projected is the trace's own: the source is the file's GPU."""
+    from synthetic import KinetoBuilder
+
+    import tracekit
+
+    b = KinetoBuilder(device_name="NVIDIA GeForce RTX 4060 Laptop GPU")
+    b.range("ProfilerStep#1", 0.0, 500.0)
+    n = 16 * 1024 * 1024
+    b.op("aten::add", 1.0, 5.0, dims=[[n], [n], []], types=["float", "float", "Scalar"])
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 2.0, 10.0, 400.0)
+    trace = b.write(tmp_path / "laptop.json")
+    spec = tmp_path / "mine.toml"
+    spec.write_text('[RTX-4060-LAPTOP]\nname = "NVIDIA GeForce RTX 4060 Laptop GPU"\nmatch = ["RTX 4060 Laptop"]\n'
+                    'matrix_tflops = { bf16 = 60.0, fp16 = 60.0 }\nvector_tflops = { fp32 = 15.0 }\nmemory_gbps = 256\n')
+    with pytest.raises(tracekit.TraceError, match="ran on 'NVIDIA GeForce RTX 4060 Laptop GPU', which is not in the device table"):
+        tracekit.api.project(trace, "B200")
+    p = tracekit.api.project(trace, "B200", device_file=str(spec))
+    assert p.source.key == "RTX-4060-LAPTOP" and p.target.key == "B200"
+    assert not any("not in the device table" in w for w in p.warnings)

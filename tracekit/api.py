@@ -144,9 +144,24 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
     if not len(a.kernels):
         raise TraceError(source, "the trace holds no GPU work (no kernel, copy or memset: a CPU-only profile): "
                                  "there is nothing to project onto a GPU")
+    ran_on = device_name(a.trace) if a.trace is not None else None
+    if a.device is None and ran_on and device_file and analysis is None:
+        # --device-file alone: the target's file, and the source's too where one of its
+        # devices matches the GPU the trace names (a GPU the built-in table lacks)
+        from tracekit.analysis import build
+        from tracekit.attribution import load_rules
+        from tracekit.hardware import find_device, load_device_file
+
+        spec = find_device(ran_on, load_device_file(device_file))
+        if spec is not None:
+            a.trace.warnings[:] = [w for w in a.trace.warnings if "--device" not in w]  # settled now
+            a = build(a.trace, spec, rules=load_rules(rules), samples_per_step=samples_per_step, frames_per_step=frames_per_step)
     if a.device is None:
-        raise TraceError(source, "the trace does not name its GPU (or it is not in the device table): "
-                                 "pass --device NAME for the GPU it ran on (see `tracekit devices`)")
+        if ran_on:
+            raise TraceError(source, f"the trace ran on {ran_on[:80]!r}, which is not in the device table: pass --device NAME "
+                                     "(see `tracekit devices`), or --device-file F.toml with a device that matches it")
+        raise TraceError(source, "the trace does not name its GPU: pass --device NAME for the GPU it ran on "
+                                 "(see `tracekit devices`)")
     from tracekit.analysis.throughput import step_items
 
     items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
