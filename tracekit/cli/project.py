@@ -39,21 +39,7 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
 
     p = run(path, target, device=device, device_file=device_file, rules=rules, workers=workers, samples_per_step=samples,
             frames_per_step=frames_per_step)
-    freeze_heap()
-    for w in p.warnings:
-        warn(path, w)
-
-    def table() -> None:
-        from tracekit.reports.projection import render_console
-
-        render_console(p, console())
-
-    def markdown() -> str:
-        from tracekit.reports.projection import render_markdown
-
-        return render_markdown(p)
-
-    emit(fmt, json=p.to_json, table=table, markdown=markdown)
+    _show(path, p, fmt, "render_console", "render_markdown")
 
 
 def _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers) -> None:
@@ -64,18 +50,20 @@ def _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, fr
 
     p = (project_tp_job if os.path.isdir(path) else project_tp)(path, tp, run_tp=run_tp, model=model, device=device, device_file=device_file, rules=rules, workers=workers,
                    samples_per_step=samples, frames_per_step=frames_per_step)
+    _show(path, p, fmt, "render_tp_console", "render_tp_markdown")
+
+
+def _show(path: str, p, fmt: str, console_renderer: str, markdown_renderer: str) -> None:
+    """A projection's warnings on stderr, then the projection in the chosen format through
+    the named renderers of tracekit.reports.projection (imported only when used)."""
     freeze_heap()
     for w in p.warnings:
         warn(path, w)
 
-    def table() -> None:
-        from tracekit.reports.projection import render_tp_console
+    def renderer(name: str):
+        from tracekit.reports import projection
 
-        render_tp_console(p, console())
+        return getattr(projection, name)
 
-    def markdown() -> str:
-        from tracekit.reports.projection import render_tp_markdown
-
-        return render_tp_markdown(p)
-
-    emit(fmt, json=p.to_json, table=table, markdown=markdown)
+    emit(fmt, json=p.to_json, table=lambda: renderer(console_renderer)(p, console()),
+         markdown=lambda: renderer(markdown_renderer)(p))

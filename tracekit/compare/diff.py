@@ -31,6 +31,7 @@ from tracekit.compare.summary import (as_summary, coverage_share, exposed_comm_s
                                       records, step_time_ns)
 from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.reports.format import kernel_label
+from tracekit.reports.format import UNKNOWN
 
 PER_CALL = "per call"
 
@@ -366,7 +367,7 @@ def diff_ranks(base: list[str], new: list[str], device: str | None = None, rules
         summaries = [{i: summaries[0][r] for i, r, _ in pairs if r in summaries[0]}, {i: summaries[1][r] for i, _, r in pairs if r in summaries[1]}]
     for rank in sorted(set(by_rank[0]) | set(by_rank[1]), key=lambda r: (r is None, r)):
         b, n = by_rank[0].get(rank), by_rank[1].get(rank)
-        entry: dict[str, Any] = {"rank": rank if matching == "rank number" else f"{b.rank if b else '—'} → {n.rank if n else '—'}", "base_path": b.path if b else None, "new_path": n.path if n else None,
+        entry: dict[str, Any] = {"rank": rank if matching == "rank number" else f"{b.rank if b else UNKNOWN} → {n.rank if n else UNKNOWN}", "base_path": b.path if b else None, "new_path": n.path if n else None,
                                  "only": None if b and n else ("base" if b else "new"), "diff": None}
         if b and n:
             entry["diff"] = diff_summaries(summaries[0][rank], summaries[1][rank], min_change)

@@ -27,6 +27,7 @@ from tracekit.projection.replay import launch_starts, replay
 from tracekit.strict_json import dumps, records
 from tracekit.trace.column_text import as_text
 from tracekit.trace.step_ownership import step_gpu_windows, step_rows
+from tracekit.reports.format import UNKNOWN  # a kernel without a phase or block label
 
 HOST_COPIES = ["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]
 PROJECTED_BLOCK_COLUMNS = ["phase", "block", "kernels", "measured_ns", "projected_ns", "low_ns", "high_ns", "ratio", "roof", "costed_share"]
@@ -115,7 +116,7 @@ def kernel_ratios(kernels: pd.DataFrame, source: Device, target: Device) -> pd.D
 
 def aggregate(kernels: pd.DataFrame, r: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     excl = kernels["exclusive_ns"].to_numpy(dtype=np.float64)
-    frame = pd.DataFrame({**{c: kernels[c].astype(object).fillna("—").to_numpy() for c in by},
+    frame = pd.DataFrame({**{c: kernels[c].astype(object).fillna(UNKNOWN).to_numpy() for c in by},
                           "measured_ns": excl, "projected_ns": excl * r["ratio"].to_numpy(),
                           "low_ns": excl * r["low"].to_numpy(), "high_ns": excl * r["high"].to_numpy(),
                           "costed_ns": np.where(r["costed"].to_numpy(), excl, 0.0), "roof": r["roof"].to_numpy()})

@@ -40,6 +40,7 @@ from tracekit.costs.comm import bus_factor
 from tracekit.projection.device import aggregate, steps_frame
 from tracekit.projection.replay import launch_starts, replay
 from tracekit.strict_json import dumps, records
+from tracekit.reports.format import UNKNOWN as NO_LABEL  # a kernel without a phase or block label
 
 SHARDED, REPLICATED, COLLECTIVE, UNKNOWN = "sharded", "replicated", "collective", "unknown"
 OTHER_COLLECTIVE = "other_collective"  # a collective not of TP: data / model parallelism: unchanged by the TP degree
@@ -301,7 +302,7 @@ def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, it
 def _blocks(k: pd.DataFrame, r: pd.DataFrame) -> pd.DataFrame:
     base = aggregate(k, r, ["phase", "block"])
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
-    frame = pd.DataFrame({"phase": k["phase"].astype(object).fillna("—").to_numpy(), "block": k["block"].astype(object).fillna("—").to_numpy(),
+    frame = pd.DataFrame({"phase": k["phase"].astype(object).fillna(NO_LABEL).to_numpy(), "block": k["block"].astype(object).fillna(NO_LABEL).to_numpy(),
                           "role": r["role"].to_numpy(), "t": excl})
     split = frame.pivot_table(index=["phase", "block"], columns="role", values="t", aggfunc="sum", fill_value=0.0)
     for x in ROLES:
@@ -331,7 +332,7 @@ def _collectives(k: pd.DataFrame, r: pd.DataFrame, excl: np.ndarray, device, c: 
 def _signatures(k: pd.DataFrame, r: pd.DataFrame, excl: np.ndarray, dims: list) -> pd.DataFrame:
     frame = pd.DataFrame({"role": r["role"].to_numpy(), "reason": r["reason"].to_numpy(),
                           "op": k["op_name"].astype(object).fillna("(no op)").to_numpy(),
-                          "shapes": [str(_shapes(d)) for d in dims], "block": k["block"].astype(object).fillna("—").to_numpy(),
+                          "shapes": [str(_shapes(d)) for d in dims], "block": k["block"].astype(object).fillna(NO_LABEL).to_numpy(),
                           "measured_ns": excl})
     out = frame.groupby(["role", "op", "shapes"], sort=False).agg(block=("block", "first"), reason=("reason", "first"),
                                                                     kernels=("measured_ns", "size"), measured_ns=("measured_ns", "sum"))
@@ -368,8 +369,8 @@ def compare_ranks(per_rank: list[tuple[int, Any]]) -> pd.DataFrame:
     for rank, a in per_rank:
         k = a.kernels
         dims = _dims_of(a)
-        rows.append(pd.DataFrame({"rank": rank, "phase": k["phase"].astype(object).fillna("—").to_numpy(),
-                                  "block": k["block"].astype(object).fillna("—").to_numpy(),
+        rows.append(pd.DataFrame({"rank": rank, "phase": k["phase"].astype(object).fillna(NO_LABEL).to_numpy(),
+                                  "block": k["block"].astype(object).fillna(NO_LABEL).to_numpy(),
                                   "op": k["op_name"].astype(object).fillna("(no op)").to_numpy(),
                                   "shapes": [str(_shapes(d)) for d in dims], "t": k["exclusive_ns"].to_numpy(dtype=np.float64)}))
     if not rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tracekit.reports.format import duration, number, percent
 from tracekit.reports.section import Section
 from tracekit.reports.text import markdown as md, markdown_table
+from tracekit.reports.format import UNKNOWN
 
 
 def _range(lo, hi) -> str:
@@ -52,28 +53,36 @@ def sections(p) -> list[Section]:
     return out
 
 
-def render_console(p, con) -> None:
+def _console(lines: list[str], secs: list[Section], assumptions: list[str], con) -> None:
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 
-    for line in summary_lines(p):
+    for line in lines:
         con.print(terminal(line))
-    for s in sections(p):
+    for s in secs:
         con.print()
         print_section(s, con)
     con.print()
     con.print(terminal("Assumptions:"))
-    for a in p.assumptions:
+    for a in assumptions:
         con.print(terminal(f"- {a}"))
 
 
+def _markdown(title: str, lines: list[str], secs: list[Section], assumptions: list[str]) -> str:
+    out = [f"# {title}", ""] + [f"- {md(s)}" for s in lines]
+    for s in secs:
+        out += ["", f"## {md(s.title)}", ""]
+        out += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
+    out += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in assumptions]
+    return "\n".join(out) + "\n"
+
+
+def render_console(p, con) -> None:
+    _console(summary_lines(p), sections(p), p.assumptions, con)
+
+
 def render_markdown(p) -> str:
-    lines = [f"# tracekit projection: {md(p.path)}", ""] + [f"- {md(s)}" for s in summary_lines(p)]
-    for s in sections(p):
-        lines += ["", f"## {md(s.title)}", ""]
-        lines += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
-    lines += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in p.assumptions]
-    return "\n".join(lines) + "\n"
+    return _markdown(f"tracekit projection: {md(p.path)}", summary_lines(p), sections(p), p.assumptions)
 
 
 # -- tracekit project --tp: the same run at another tensor-parallel degree (tracekit.projection.tp)
@@ -83,7 +92,7 @@ def tp_summary_lines(p) -> list[str]:
     dev = f" on {p.device.name} (link {p.device.interconnect_gbps:,.0f} GB/s)" if p.device is not None else ""
     lines = [f"TP {p.current_tp if p.current_tp is not None else '?'} ({p.tp_source}) → TP {p.target_tp}{dev}"]
     if t["sharded_found"]:
-        lines.append(f"sharded blocks: {', '.join(t['sharded_blocks']) or '—'}")
+        lines.append(f"sharded blocks: {', '.join(t['sharded_blocks']) or UNKNOWN}")
     elif p.current_tp is None:
         lines.append("no TP sharding found (the TP degree is unknown): no kernel is known to shrink with TP, so the projection "
                      "changes nothing; pass --model config.json or --run-tp N")
@@ -92,7 +101,7 @@ def tp_summary_lines(p) -> list[str]:
                      "projected to change with the TP degree")
     else:
         lines.append(f"no TP sharding found at TP {p.current_tp} ({t['basis']}): nothing is projected to change with the TP degree")
-    lines.append(f"replicated blocks: {', '.join(t['replicated_blocks']) or '—'}")
+    lines.append(f"replicated blocks: {', '.join(t['replicated_blocks']) or UNKNOWN}")
     lines.append(f"GPU busy {duration(t['busy_ns'])}: sharded {duration(t['sharded_ns'])}, replicated {duration(t['replicated_ns'])} "
                  f"({percent(t['replicated_share_busy'])} of busy, {percent(t['replicated_share_step'])} of the step), "
                  f"TP collectives {duration(t['collective_ns'])}, other collectives {duration(t['other_collective_ns'])}, "
@@ -140,24 +149,8 @@ def tp_sections(p) -> list[Section]:
 
 
 def render_tp_console(p, con) -> None:
-    from tracekit.reports.terminal import print_section
-    from tracekit.reports.text import terminal
-
-    for line in tp_summary_lines(p):
-        con.print(terminal(line))
-    for s in tp_sections(p):
-        con.print()
-        print_section(s, con)
-    con.print()
-    con.print(terminal("Assumptions:"))
-    for a in p.assumptions:
-        con.print(terminal(f"- {a}"))
+    _console(tp_summary_lines(p), tp_sections(p), p.assumptions, con)
 
 
 def render_tp_markdown(p) -> str:
-    lines = [f"# tracekit TP projection: {md(p.path)}", ""] + [f"- {md(s)}" for s in tp_summary_lines(p)]
-    for s in tp_sections(p):
-        lines += ["", f"## {md(s.title)}", ""]
-        lines += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
-    lines += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in p.assumptions]
-    return "\n".join(lines) + "\n"
+    return _markdown(f"tracekit TP projection: {md(p.path)}", tp_summary_lines(p), tp_sections(p), p.assumptions)
