@@ -3,6 +3,7 @@ DeepEP token exchange, torch.compile regions, kernels launched before the captur
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 import tracekit
@@ -187,3 +188,35 @@ def test_gpt_oss_execution_moe_kernels_are_ffn():
     k = tracekit.analyze(shared("torch", "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_execution.json.gz")).kernels
     moe = k[k["name"].astype(str).str.startswith("_matmul_ogs_")]
     assert len(moe) == 48 and (moe["block"] == "ffn").all()
+
+
+def test_work_on_the_autograd_thread_outside_backward_ops_is_backward():
+    """DDP's reducer copies buckets into gradients from autograd hooks on the autograd
+    thread, under `aten::copy_` but outside any `autograd::engine::evaluate_function` op: no
+    backward rule matches, and they defaulted to forward (483 copies on the A100 DDP rank).
+    Read from the raw trace: the memcpy / memset activities whose launch runs on the thread
+    that runs evaluate_function ops are now backward; the main thread's stay forward."""
+    import gzip
+    import json
+
+    import tracekit
+    from conftest import shared
+
+    path = shared("torch", "a100_ddp_nccl_rank0.json.gz")
+    events = json.load(gzip.open(path))["traceEvents"]
+    engine = {e["tid"] for e in events if e.get("cat") == "cpu_op" and e["name"].startswith("autograd::engine::evaluate_function")}
+    launch_tid = {e["args"]["correlation"]: e["tid"] for e in events
+                  if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    copies = [e for e in events if e.get("cat") in ("gpu_memcpy", "gpu_memset")]
+    on_engine = sum(launch_tid.get(e["args"].get("correlation")) in engine for e in copies)
+    assert len(engine) == 1 and on_engine > 400
+
+    a = tracekit.analyze(path)
+    k = a.kernels
+    memory = (k["kind"] != "kernel").to_numpy()
+    tids = a.trace.launches["tid"].to_numpy()
+    launched_on_engine = (k["launch"].to_numpy() >= 0) & np.isin(tids[np.maximum(k["launch"].to_numpy(), 0)], list(engine))
+    assert (k["phase"].astype(str).to_numpy()[memory & launched_on_engine] == "backward").all()
+    assert int((memory & launched_on_engine).sum()) == on_engine
+    main = memory & (k["launch"].to_numpy() >= 0) & ~launched_on_engine
+    assert (k["phase"].astype(str).to_numpy()[main] != "backward").all()

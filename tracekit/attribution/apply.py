@@ -79,6 +79,38 @@ def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> tu
     return labels, ~unset
 
 
+BACKWARD_THREAD_SHARE, BACKWARD_THREAD_MIN = 0.9, 10
+
+
+def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """Kernels no rule placed, launched on a thread that does backward work: backward.
+
+    PyTorch runs a CUDA/HIP backward pass on its own autograd thread. Work launched there
+    outside an `evaluate_function` op (DDP's reducer copying buckets into gradients, a
+    gradient hook) matches no backward rule and would default to forward. A thread whose
+    placed kernels are at least BACKWARD_THREAD_SHARE backward (of BACKWARD_THREAD_MIN or
+    more; recomputation counts, it runs there too) is such a thread; the main thread, which
+    launches the forward, never is."""
+    k = trace.kernels
+    launch = k["launch"].to_numpy()
+    has = launch >= 0
+    if not has.any() or not len(trace.launches):
+        return phase
+    rows = launch[has]
+    thread = np.full(len(k), -1, dtype=np.int64)
+    pid, tid = trace.launches["pid"].to_numpy()[rows], trace.launches["tid"].to_numpy()[rows]
+    codes, _ = pd.factorize(pd.Series(list(zip(pid.tolist(), tid.tolist()))))
+    thread[has] = codes
+    n = int(thread.max()) + 1
+    placed = has & matched
+    # recomputation under activation checkpointing runs on the autograd thread too
+    backward = np.bincount(thread[placed & np.isin(phase, ["backward", "recompute"])], minlength=n)
+    total = np.bincount(thread[placed], minlength=n)
+    on_backward_thread = (total >= BACKWARD_THREAD_MIN) & (backward >= BACKWARD_THREAD_SHARE * np.maximum(total, 1))
+    move = has & ~matched & on_backward_thread[np.maximum(thread, 0)]
+    return np.where(move, "backward", phase)
+
+
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
     """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
     rules = rules or default_rules()
@@ -93,6 +125,7 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
     blind = no_context.to_numpy() & ~matched
     phase = np.where(blind, UNKNOWN_PHASE, phase)
+    phase = _backward_threads(trace, phase, matched)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
     phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)
