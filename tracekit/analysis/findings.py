@@ -439,32 +439,43 @@ def headline(a, f: Findings) -> list[str]:
             where += f"; the GPU was idle {rounded_percent(idle / f.idle_window_ns)} of the time {f.idle_window}"
         sentences.append(where + ".")
     k = a.kernels
-    # kernels only: a costed memcpy says nothing of what bounds the kernels
-    modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
+    # kernels only: a costed memcpy says nothing of what bounds the kernels; communication
+    # apart: a collective that spins while it waits for its peers is not interconnect-bound,
+    # and its loss is its exposed time (a cause below), not a roofline gap
+    kernel = (k["kind"] == "kernel").to_numpy()
+    comm = kernel & (k["block"] == "collective").to_numpy()
+    work = kernel & ~comm
+    modeled = k["t_min_ns"].notna().to_numpy() & work
+    t_all = k["duration_ns"].to_numpy(dtype=float)
     covered = float(c.get("modeled_share") or 0.0)
-    if modeled.any() and covered >= HEADLINE_MIN_SHARE:  # the bound of 0.3% of the time says nothing of the run
-        t = k["duration_ns"].to_numpy(dtype=float)[modeled]
+    work_covered = float(t_all[modeled].sum() / t_all[work].sum()) if t_all[work].sum() else 0.0
+    apart = " (communication apart)" if comm.any() else ""
+    if modeled.any() and work_covered >= HEADLINE_MIN_SHARE:  # the bound of 0.3% of the time says nothing of the run
+        t = t_all[modeled]
         bound = key_of(k["bound"], missing="nan")
         time_by_bound = np.bincount(bound[0][modeled] + 1, weights=t, minlength=len(bound[1]))  # code -1 (missing) first
         present = np.bincount(bound[0][modeled] + 1, minlength=len(bound[1])) > 0
         labels = np.r_[bound[1][-1:], bound[1][:-1]]
         by_bound = pd.Series(time_by_bound[present], index=labels[present]).sort_index().sort_values(ascending=False) / t.sum()
-        names = {"comm": "interconnect"}
-        parts = [f"{rounded_percent(v)} {names.get(b, b)}-bound" for b, v in by_bound.items() if v >= 0.005]
+        parts = [f"{rounded_percent(v)} {b}-bound" for b, v in by_bound.items() if v >= 0.005]
         if parts:
-            of = "the kernel time with a cost" if covered >= MIN_COVERAGE else f"the {rounded_percent(covered)} of kernel time with a cost"
+            of = (f"the kernel time with a cost{apart}" if work_covered >= MIN_COVERAGE
+                  else f"the {rounded_percent(work_covered)} of kernel time with a cost{apart}")
             sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
                              f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
-    if covered >= MIN_COVERAGE and c.get("efficiency_sustained") is not None and c.get("efficiency_sustained") == c.get("efficiency_sustained"):
-        sentences.append(f"Those kernels run at {rounded_percent(c['efficiency_sustained'])} of the sustained roofline "
-                         f"({rounded_percent(c.get('efficiency'))} of peak), over {rounded_percent(covered)} of GPU kernel time.")
+    t_min_sustained, t_min = k["t_min_sustained_ns"].to_numpy(dtype=float), k["t_min_ns"].to_numpy(dtype=float)
+    measured = t_all[modeled].sum()
+    if a.device is not None and work_covered >= MIN_COVERAGE and measured > 0:
+        sentences.append(f"Those kernels run at {rounded_percent(t_min_sustained[modeled].sum() / measured)} of the sustained roofline "
+                         f"({rounded_percent(t_min[modeled].sum() / measured)} of peak), over {rounded_percent(work_covered)} of GPU "
+                         f"kernel time{apart}.")
     elif a.device is None and (share := _costed_share(k)) >= MIN_COVERAGE:
         # costs without a device: FLOPs and bytes are known, no roofline to hold them against
         sentences.append(f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
                          "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
     else:
-        sentences.append(f"Only {rounded_percent(covered)} of GPU kernel time has a cost, too little to state an efficiency; "
-                         f"{_how_to_cost(a)}.")
+        sentences.append(f"Only {rounded_percent(work_covered if comm.any() else covered)} of GPU kernel time{apart} has a cost, "
+                         f"too little to state an efficiency; {_how_to_cost(a)}.")
     # What to fix first, ranked by time across the kinds of loss a user can act on: the
     # largest recoverable item at the roofline, communication no compute hides, and GPU idle
     # by cause. Lines under HEADLINE_MIN_SHARE of the basis are not headline material.
