@@ -104,15 +104,39 @@ class Groups:
         return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.n)
 
 
+def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """(np.unique(values, return_inverse=True)'s inverse as int64, the number of distinct
+    values). Integers spanning a range not much wider than their count are ranked through a
+    table of the values present (no sort); anything else goes through np.unique."""
+    values = np.asarray(values).reshape(-1)
+    if not len(values):
+        return np.zeros(0, dtype=np.int64), 0
+    if values.dtype.kind in "iub":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < max(2 * len(values), 1 << 16) and -(1 << 62) < lo and hi < 1 << 62:
+            shifted = values.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            return rank[shifted], int(rank[-1]) + 1
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64, copy=False), len(distinct)
+
+
 def combine(columns: list[np.ndarray]) -> np.ndarray:
     """Per row, a code for its combination of values in `columns` (integer arrays of one
     length): equal combinations, equal codes; codes are 0..m-1 in sorted order."""
     combined = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    span = 1  # combined < span
     for column in columns:
-        values = np.unique(column, return_inverse=True)[1].reshape(-1)
-        # mixed radix, renumbered after each column so the code never overflows
-        combined = np.unique(combined * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
-    return combined
+        values, m = _dense(column)
+        m = max(m, 1)
+        if span * m >= 1 << 62:  # mixed radix; renumbered only when the next digit could overflow
+            combined, span = _dense(combined)
+            span = max(span, 1)
+        combined = combined * m + values
+        span *= m
+    return _dense(combined)[0]
 
 
 def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
@@ -126,8 +150,10 @@ def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
     group = np.full(n_rows, -1, dtype=np.int64)
     if not len(rows):
         return Groups(group, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    # return_index is the first occurrence (np.unique sorts stably when asked for it)
-    _, first, inverse = np.unique(combined[rows], return_index=True, return_inverse=True)
+    # each distinct combination (in sorted order) and the row of its first occurrence
+    inverse, n = _dense(combined[rows])
+    first = np.full(n, len(rows), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(rows), dtype=np.int64))
     order = np.argsort(first, kind="stable")
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
