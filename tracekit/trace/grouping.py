@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit.trace.tables import dense_ranks
+
 # A key: per row an int64 code (-1: missing), and the label of each code.
 Key = tuple[np.ndarray, np.ndarray]
 
@@ -104,39 +106,20 @@ class Groups:
         return np.bincount(pairs // (int(codes.max(initial=0)) + 1), minlength=self.n)
 
 
-def _dense(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """(np.unique(values, return_inverse=True)'s inverse as int64, the number of distinct
-    values). Integers spanning a range not much wider than their count are ranked through a
-    table of the values present (no sort); anything else goes through np.unique."""
-    values = np.asarray(values).reshape(-1)
-    if not len(values):
-        return np.zeros(0, dtype=np.int64), 0
-    if values.dtype.kind in "iub":
-        lo, hi = int(values.min()), int(values.max())
-        if hi - lo < max(2 * len(values), 1 << 16) and -(1 << 62) < lo and hi < 1 << 62:
-            shifted = values.astype(np.int64) - lo
-            present = np.zeros(hi - lo + 1, dtype=bool)
-            present[shifted] = True
-            rank = np.cumsum(present, dtype=np.int64) - 1
-            return rank[shifted], int(rank[-1]) + 1
-    distinct, inverse = np.unique(values, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64, copy=False), len(distinct)
-
-
 def combine(columns: list[np.ndarray]) -> np.ndarray:
     """Per row, a code for its combination of values in `columns` (integer arrays of one
     length): equal combinations, equal codes; codes are 0..m-1 in sorted order."""
     combined = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
     span = 1  # combined < span
     for column in columns:
-        values, m = _dense(column)
+        values, m = dense_ranks(column)
         m = max(m, 1)
         if span * m >= 1 << 62:  # mixed radix; renumbered only when the next digit could overflow
-            combined, span = _dense(combined)
+            combined, span = dense_ranks(combined)
             span = max(span, 1)
         combined = combined * m + values
         span *= m
-    return _dense(combined)[0]
+    return dense_ranks(combined)[0]
 
 
 def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
@@ -151,7 +134,7 @@ def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
     if not len(rows):
         return Groups(group, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     # each distinct combination (in sorted order) and the row of its first occurrence
-    inverse, n = _dense(combined[rows])
+    inverse, n = dense_ranks(combined[rows])
     first = np.full(n, len(rows), dtype=np.int64)
     np.minimum.at(first, inverse, np.arange(len(rows), dtype=np.int64))
     order = np.argsort(first, kind="stable")
