@@ -90,6 +90,21 @@ print(json.dumps({"load_s": wall, "main_cpu_s": cpu, "workers_cpu_s": kids, "cri
 """
 
 
+PYCACHE = "/tmp/tracekit_pycache"
+
+
+def tracekit_env() -> dict:
+    """The environment tracekit is timed in: this checkout first on the path, with its
+    bytecode compiled once beforehand, as an installed package has it (pip compiles at
+    install). Under PYTHONDONTWRITEBYTECODE every run would compile tracekit's ~90 modules
+    from source (~0.4 s of CPU a run), which no installed tracekit does; the bytecode goes
+    to PYCACHE, not into the checkout."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=PYCACHE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "tracekit")], env=env, check=True)
+    return env
+
+
 def _tree_memory(pid: int, with_pss: bool) -> tuple[int, int]:
     """(the tree's memory, its largest single RSS), bytes. A single process: its RSS (cheap
     to read). Several (workers forked from it share its pages): the sum of their
@@ -155,7 +170,7 @@ def run(cmd: list[str], env: dict | None = None) -> dict:
     out.seek(0)
     lines = out.read().decode(errors="replace").strip().splitlines()
     result = {"wall_s": wall, "peak_pss_mb": peaks["pss"] / 1e6, "peak_rss_mb": max(peaks["rss"], usage.ru_maxrss * 1024) / 1e6,
-              "load_avg": load}
+              "load_avg": load, "cpu_s": usage.ru_utime + usage.ru_stime}
     if lines and lines[-1].startswith("{"):
         result.update(json.loads(lines[-1]))
     return result
@@ -273,7 +288,7 @@ def main() -> None:
 
     out = HERE / "out"
     out.mkdir(exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = tracekit_env()
     hta_env = None
     if not args.no_hta and os.path.exists(args.hta_python):
         hta_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -18,7 +18,9 @@ import msgspec
 _ID_ARGS = ("correlation", "External id", "external id", "Python id", "Python parent id", "Record function id", "Ev Idx")
 
 
-def tile(source: str, out: str, min_bytes: float, compress: bool) -> int:
+def tile(source: str, out: str, min_bytes: float, compress: bool, nearest: bool = False) -> int:
+    """Write copies until `min_bytes` of events are written; with `nearest`, stop at the copy
+    count whose size is closest to `min_bytes` (one copy at least)."""
     with gzip.open(source, "rb") if source.endswith(".gz") else open(source, "rb") as f:
         doc = msgspec.json.decode(f.read())
     events = doc.pop("traceEvents")
@@ -53,6 +55,8 @@ def tile(source: str, out: str, min_bytes: float, compress: bool) -> int:
                     e["args"] = args
                 chunk.append(e)
             body = b",\n".join(msgspec.json.encode(e) for e in chunk)
+            if nearest and copies and written + len(body) / 2 > min_bytes:
+                break
             if copies:
                 f.write(b",\n")
             f.write(body)
@@ -68,6 +72,7 @@ if __name__ == "__main__":
     parser.add_argument("out")
     parser.add_argument("--min-bytes", type=float, default=1.1e9)
     parser.add_argument("--gzip", action="store_true")
+    parser.add_argument("--nearest", action="store_true", help="the copy count closest to --min-bytes, not the first above it")
     args = parser.parse_args()
-    n = tile(args.source, args.out, args.min_bytes, args.gzip)
+    n = tile(args.source, args.out, args.min_bytes, args.gzip, args.nearest)
     print(f"{args.out}: {n} copies, {os.path.getsize(args.out):,} bytes on disk")

@@ -139,6 +139,15 @@ def _bucket(events: list[Event]) -> dict[str, Any]:
     return buckets
 
 
+def _range_domains(kinds: np.ndarray) -> np.ndarray:
+    """Range kinds ("range:python", ...) -> their domains ("python", ...): one comparison per
+    domain, not a string slice per event."""
+    domains = np.empty(len(kinds), dtype=object)
+    for d in _RANGE_DOMAINS:
+        domains[kinds == f"range:{d}"] = d
+    return domains
+
+
 def _take(events: list[Event], rows: np.ndarray) -> list[Event]:
     return [events[rows[0]]] if len(rows) == 1 else list(itemgetter(*rows.tolist())(events))
 
@@ -210,7 +219,7 @@ class KinetoTables:
         if "op" in buckets:
             self._add_ops(buckets["op"][0], times("op"))
         if "range" in buckets:
-            domains = np.array([k[len("range:"):] for k in buckets["range"][2]], dtype=object)
+            domains = _range_domains(buckets["range"][2])
             self._add_ranges(buckets["range"][0], times("range"), domains)
         if "window" in buckets:
             self.windows += [(float(a), float(a + b)) for a, b in zip(*times("window"))]

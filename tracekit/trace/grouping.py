@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit.trace.tables import dense_ranks
+
 # A key: per row an int64 code (-1: missing), and the label of each code.
 Key = tuple[np.ndarray, np.ndarray]
 
@@ -108,11 +110,16 @@ def combine(columns: list[np.ndarray]) -> np.ndarray:
     """Per row, a code for its combination of values in `columns` (integer arrays of one
     length): equal combinations, equal codes; codes are 0..m-1 in sorted order."""
     combined = np.zeros(len(columns[0]) if columns else 0, dtype=np.int64)
+    span = 1  # combined < span
     for column in columns:
-        values = np.unique(column, return_inverse=True)[1].reshape(-1)
-        # mixed radix, renumbered after each column so the code never overflows
-        combined = np.unique(combined * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
-    return combined
+        values, m = dense_ranks(column)
+        m = max(m, 1)
+        if span * m >= 1 << 62:  # mixed radix; renumbered only when the next digit could overflow
+            combined, span = dense_ranks(combined)
+            span = max(span, 1)
+        combined = combined * m + values
+        span *= m
+    return dense_ranks(combined)[0]
 
 
 def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
@@ -126,8 +133,10 @@ def group_rows(keys: list[Key], n_rows: int, dropna: bool = True) -> Groups:
     group = np.full(n_rows, -1, dtype=np.int64)
     if not len(rows):
         return Groups(group, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    # return_index is the first occurrence (np.unique sorts stably when asked for it)
-    _, first, inverse = np.unique(combined[rows], return_index=True, return_inverse=True)
+    # each distinct combination (in sorted order) and the row of its first occurrence
+    inverse, n = dense_ranks(combined[rows])
+    first = np.full(n, len(rows), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(rows), dtype=np.int64))
     order = np.argsort(first, kind="stable")
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

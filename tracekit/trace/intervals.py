@@ -58,20 +58,27 @@ def _nest_nonempty(group: np.ndarray, start: np.ndarray, end: np.ndarray, calls:
     order = np.lexsort((-end, start, group))
     origin = start.min()
     g, s, e = group[order], start[order] - origin, end[order] - origin
-    group_index = np.cumsum(np.r_[0, (np.diff(g) != 0).astype(np.int64)])
-    first_of_group = np.r_[0, np.flatnonzero(np.diff(g)) + 1]
+    new_group = np.flatnonzero(g[1:] != g[:-1]) + 1  # where each group after the first begins
+    group_index = np.zeros(n, dtype=np.int64)
+    group_index[new_group] = 1
+    np.cumsum(group_index, out=group_index)
+    first_of_group = np.r_[0, new_group]
     span = 2 * int(e.max()) + 4
     if span * (int(group_index[-1]) + 1) >= 2**62:
         return _nest_by_stack(group, start, end, calls)
     # Opens at 2s+1 and closes at 2e: an interval ending where the next starts is closed.
-    open_key = group_index * span + 2 * s + 1
-    close_key = np.sort(group_index * span + 2 * e)
-    closed_before = np.searchsorted(close_key, open_key) - np.searchsorted(close_key, group_index * span)
+    base = group_index * span
+    open_key = base + 2 * s + 1
+    close_key = np.sort(base + 2 * e)
+    # closes before each group's first key: one search per group, not per row
+    closed_before = np.searchsorted(close_key, open_key) - np.searchsorted(close_key, np.arange(len(first_of_group)) * span)[group_index]
     opened_before = np.arange(n) - first_of_group[group_index]
     level = (opened_before - closed_before).astype(np.int64)
 
     parent_pos = np.full(n, NO_ROW, dtype=np.int64)
-    by_level = np.argsort(level, kind="stable")
+    # a stable sort of small integers: numpy radix-sorts 16-bit ones (same order, no comparisons)
+    small = -(1 << 15) <= int(level.min()) and int(level.max()) < 1 << 15
+    by_level = np.argsort(level.astype(np.int16) if small else level, kind="stable")
     bounds = np.searchsorted(level[by_level], np.arange(level.max() + 2))
     for d in range(1, int(level.max()) + 1):
         children = by_level[bounds[d] : bounds[d + 1]]

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tracekit.trace.intervals import NO_ROW, innermost_enclosing, nest
-from tracekit.trace.tables import ColumnTrace, coded, column
+from tracekit.trace.tables import ColumnTrace, coded, column, dense_ranks
 
 _GRAPH_LAUNCH = "GraphLaunch"
 
@@ -143,12 +143,12 @@ def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
     key = np.zeros(n_left + len(right[0]), dtype=np.int64)
     span = 1  # the keys so far lie in [0, span)
     for a, b in zip(left, right):
-        uniques, rank = np.unique(np.concatenate((a, b)), return_inverse=True)
-        if span * max(len(uniques), 1) >= 2**62:  # re-rank what is there first: never overflows
-            key = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        rank, distinct = dense_ranks(np.concatenate((a, b)))
+        if span * max(distinct, 1) >= 2**62:  # re-rank what is there first: never overflows
+            key = dense_ranks(key)[0]
             span = int(key.max()) + 1 if len(key) else 1
-        key = key * len(uniques) + rank.reshape(-1)
-        span *= max(len(uniques), 1)
+        key = key * distinct + rank
+        span *= max(distinct, 1)
     return key[:n_left], key[n_left:]
 
 

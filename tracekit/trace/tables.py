@@ -19,6 +19,25 @@ from typing import Any
 import numpy as np
 
 
+def dense_ranks(values: np.ndarray) -> tuple[np.ndarray, int]:
+    """(np.unique(values, return_inverse=True)'s inverse as int64, the number of distinct
+    values). Integers spanning a range not much wider than their count are ranked through a
+    table of the values present (no sort); anything else goes through np.unique."""
+    values = np.asarray(values).reshape(-1)
+    if not len(values):
+        return np.zeros(0, dtype=np.int64), 0
+    if values.dtype.kind in "iub":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo < max(2 * len(values), 1 << 16) and -(1 << 62) < lo and hi < 1 << 62:
+            shifted = values.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[shifted] = True
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            return rank[shifted], int(rank[-1]) + 1
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return inverse.reshape(-1).astype(np.int64, copy=False), len(distinct)
+
+
 @dataclass(frozen=True)
 class Coded:
     """A categorical column: `labels[codes[i]]` is row i's value; code -1 is missing.
