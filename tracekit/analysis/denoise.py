@@ -22,7 +22,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text
+from tracekit.trace.column_text import as_text, rows_where
 
 ANNOTATION = re.compile(r"(?i)^denoise_?step|denoising[ _]step|^xfuser.*\bstep\b")
 SCHEDULER_STEP = re.compile(r"(diffusers|xfuser)/.*schedul\w*/\w+\.py\(\d+\): step$")
@@ -47,19 +47,18 @@ def denoise_windows(trace) -> tuple[np.ndarray, np.ndarray, str]:
     r = trace.ranges if trace is not None else None
     if r is None or not len(r):
         return np.zeros(0), np.zeros(0), ""
-    names = np.array(as_text(r["name"]), dtype=object)
     domain = np.array(as_text(r["domain"]), dtype=object)
     start, end = r["start"].to_numpy(dtype=np.float64), r["end"].to_numpy(dtype=np.float64)
-    marked = np.array([d not in ("python", "gpu") and bool(ANNOTATION.search(str(n)[:256])) for n, d in zip(names, domain)], dtype=bool)
+    marked = ~np.isin(domain, ["python", "gpu"]) & rows_where(r["name"], lambda n: ANNOTATION.search(n[:256]))
     if marked.any():
         rows = np.flatnonzero(marked)
         rows = rows[_outermost(start[rows], end[rows])]
         return start[rows], end[rows], "step annotation"
     python = domain == "python"
-    sched = np.flatnonzero(python & np.array([bool(SCHEDULER_STEP.search(str(n))) for n in names], dtype=bool))
+    sched = np.flatnonzero(python & rows_where(r["name"], SCHEDULER_STEP.search))
     if not len(sched):
         return np.zeros(0), np.zeros(0), ""
-    fwd = np.flatnonzero(python & np.array([bool(DENOISER.search(str(n))) for n in names], dtype=bool))
+    fwd = np.flatnonzero(python & rows_where(r["name"], DENOISER.search))
     fwd = fwd[_outermost(start[fwd], end[fwd])] if len(fwd) else fwd
     sched = sched[_outermost(start[sched], end[sched])]
     f_start = np.sort(start[fwd])

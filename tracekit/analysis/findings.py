@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, top_by_cause
+from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, host_records, top_by_cause
 from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
@@ -88,10 +88,11 @@ def compute(a) -> Findings:
                  fix_blocks=_ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
                  short_kernels=_short_kernels(a))
-    charged = idle_charges(a, gaps)
+    records = host_records(a.trace) if a.trace is not None else None
+    charged = idle_charges(a, gaps, records)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
     f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged, idle_by_cause)
-    f.outside = _idle_outside_gpu_windows(a, windows)
+    f.outside = _idle_outside_gpu_windows(a, windows, records)
     f.causes = ranked_causes(a, f)
     f.headline = headline(a, f)
     return f
@@ -161,7 +162,7 @@ def _ranked(work: dict[str, np.ndarray], keys: dict[str, Key], basis_ns: float, 
     return g[FIX_COLUMNS]
 
 
-def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray]) -> dict[str, Any]:
+def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], records=None) -> dict[str, Any]:
     """Steps measure their time on the GPU; where a step's host range reaches past its GPU
     window (before its first kernel, after its last), GPU idle time there is invisible to
     the step figures. Measured here: that idle time, by cause, with the host record behind
@@ -180,7 +181,7 @@ def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray]) -> dict[str, An
     if not len(gaps):
         return {"wall_ns": wall_ns, "idle_ns": 0.0}
     by_cause = gaps.groupby("category")["idle_ns"].sum()
-    host = top_by_cause(idle_charges(a, gaps), by_cause.to_dict())
+    host = top_by_cause(idle_charges(a, gaps, records), by_cause.to_dict())
     cause = str(by_cause.idxmax())
     return {"wall_ns": wall_ns, "idle_ns": float(gaps["idle_ns"].sum()), "gaps": int(len(gaps)),
             "by_cause": {str(c): float(v) for c, v in by_cause.items()}, "main_cause": cause, "host": host.get(cause)}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text
+from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import SERVING_STEP, STEP, step_rows
 
 MAX_GAPS = 20_000  # the longest gaps are charged (all of them in every trace we have); see charges
@@ -29,12 +29,15 @@ CAUSE_COLUMNS = ["category", "kind", "name", "gaps", "idle_ns"]
 
 
 @dataclass
-class _Records:
+class HostRecords:
+    """One kind of host record (frames, ops or ranges) on their way to being charged."""
     kind: str
-    names: np.ndarray  # object array of text
+    codes: np.ndarray  # per record: its name's position in `labels`
+    labels: np.ndarray  # object array of names (at most 200 characters)
     start: np.ndarray
     end: np.ndarray
-    thread: list[tuple[int, int]]
+    pid: np.ndarray
+    tid: np.ndarray
     ancestor: np.ndarray  # index (in these records) of the nearest enclosing record of the same kind, -1 for none
 
 
@@ -50,7 +53,9 @@ def _same_kind_ancestors(parent: np.ndarray, keep: np.ndarray) -> np.ndarray:
     return anc
 
 
-def _records(trace) -> list[_Records]:
+def host_records(trace) -> list[HostRecords]:
+    """The frames, ops and user ranges of a trace that idle time can be charged to, each
+    kind with its records' nearest same-kind ancestors (made once per analysis)."""
     out = []
     tables = []
     if len(trace.ops):
@@ -61,9 +66,7 @@ def _records(trace) -> list[_Records]:
         is_step = np.zeros(len(r), dtype=bool)
         is_step[step_rows(trace)] = True
         # a serving engine's step annotation beside another step marker is a step too
-        names = r["name"].astype("category")
-        marker = np.array([bool(STEP.search(str(n)[:256]) or SERVING_STEP.search(str(n)[:256])) for n in names.cat.categories] + [False])
-        is_step |= marker[names.cat.codes.to_numpy()]
+        is_step |= rows_where(r["name"], lambda n: STEP.search(n[:256]) or SERVING_STEP.search(n[:256]))
         tables += [("frame", r, domain == "python"), ("range", r, (domain != "python") & (domain != "gpu") & ~is_step)]
     for kind, table, keep in tables:
         if not keep.any():
@@ -73,28 +76,31 @@ def _records(trace) -> list[_Records]:
         rows = np.flatnonzero(keep)
         position = np.full(len(table) + 1, -1, dtype=np.int64)
         position[rows] = np.arange(len(rows))
-        out.append(_Records(
-            kind=kind, names=as_text(table["name"])[rows],
+        names = table["name"] if isinstance(table["name"].dtype, pd.CategoricalDtype) else table["name"].astype("category")
+        out.append(HostRecords(
+            kind=kind, codes=names.cat.codes.to_numpy()[rows].astype(np.int64),
+            labels=np.array([str(c)[:200] for c in names.cat.categories] + [""], dtype=object),
             start=table["start"].to_numpy(np.int64)[rows], end=table["end"].to_numpy(np.int64)[rows],
-            thread=list(zip(table["pid"].to_numpy()[rows].tolist(), table["tid"].to_numpy()[rows].tolist())),
+            pid=table["pid"].to_numpy()[rows], tid=table["tid"].to_numpy()[rows],
             ancestor=position[np.where(anc[rows] >= 0, anc[rows], len(table))]))
     return out
 
 
-def _launching_threads(a) -> dict[int, set]:
+def _launching_threads(a) -> dict[int, pd.MultiIndex]:
+    """Per device: the (pid, tid) pairs of the threads that launched work on it."""
     k = a.kernels
     launch = k["launch"].to_numpy()
     lt = a.trace.launches
     out = {}
     for dev in np.unique(k["device"].to_numpy()):
         rows = launch[(k["device"].to_numpy() == dev) & (launch >= 0)]
-        out[int(dev)] = set(zip(lt["pid"].to_numpy()[rows].tolist(), lt["tid"].to_numpy()[rows].tolist()))
+        out[int(dev)] = pd.MultiIndex.from_arrays([lt["pid"].to_numpy()[rows], lt["tid"].to_numpy()[rows]]).unique()
     return out
 
 
-def charges(a, gaps: pd.DataFrame) -> pd.DataFrame:
+def charges(a, gaps: pd.DataFrame, records: list[HostRecords] | None = None) -> pd.DataFrame:
     """One row per (gap category, kind, name): the gaps it was charged in and the idle time
-    charged to it (CAUSE_COLUMNS)."""
+    charged to it (CAUSE_COLUMNS). `records`: host_records(a.trace), when already made."""
     trace = a.trace
     if trace is None or not len(gaps) or not len(trace.launches) or not len(a.kernels):
         return pd.DataFrame(columns=CAUSE_COLUMNS)
@@ -104,25 +110,25 @@ def charges(a, gaps: pd.DataFrame) -> pd.DataFrame:
     g = gaps.sort_values(["idle_ns", "device", "start"], ascending=[False, True, True], kind="stable").head(MAX_GAPS)
     categories = pd.Categorical(g["category"].astype(str))
     parts = []
-    for rec in _records(trace):
-        codes, labels = pd.factorize(pd.Series(rec.names, dtype=object).astype(str).str.slice(0, 200), sort=True)
+    for rec in host_records(trace) if records is None else records:
         for dev, threads in threads_by_device.items():
             on = (g["device"] == dev).to_numpy()
-            mine = np.array([t in threads for t in rec.thread], dtype=bool)
+            mine = pd.MultiIndex.from_arrays([rec.pid, rec.tid]).isin(threads)
             if not on.any() or not mine.any():
                 continue
             part = _charged(rec, mine, g[on], categories.codes[on])
             if part is not None:
                 cat, name, n, t = part
-                parts.append(pd.DataFrame({"category": np.asarray(categories.categories)[cat], "kind": rec.kind,
-                                           "name": labels[codes[np.flatnonzero(mine)][name]], "gaps": n, "idle_ns": t}))
+                parts.append((np.asarray(categories.categories, dtype=object)[cat], np.full(len(cat), rec.kind, dtype=object),
+                              rec.labels[rec.codes[np.flatnonzero(mine)][name]], n, t))
     if not parts:
         return pd.DataFrame(columns=CAUSE_COLUMNS)
-    out = pd.concat(parts, ignore_index=True)
+    columns = [np.concatenate(c) for c in zip(*parts)]
+    out = pd.DataFrame({name: pd.Series(values, dtype=object if i < 3 else None) for i, (name, values) in enumerate(zip(CAUSE_COLUMNS, columns))})
     return out.groupby(["category", "kind", "name"], sort=True).agg(gaps=("gaps", "sum"), idle_ns=("idle_ns", "sum")).reset_index()[CAUSE_COLUMNS]
 
 
-def _charged(rec: _Records, mine: np.ndarray, g: pd.DataFrame, category: np.ndarray):
+def _charged(rec: HostRecords, mine: np.ndarray, g: pd.DataFrame, category: np.ndarray):
     """Per (gap category, record) of one device's gaps `g` and the records on its launching
     threads (`mine`): (category code, record index in mine, gaps, idle ns charged), or None.
 

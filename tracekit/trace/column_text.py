@@ -17,3 +17,11 @@ def as_text(column: pd.Series) -> np.ndarray:
     cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
     text = np.array([str(c) for c in cat.cat.categories] + [None], dtype=object)
     return text[cat.cat.codes.to_numpy()]
+
+
+def rows_where(column: pd.Series, predicate) -> np.ndarray:
+    """Rows whose text satisfies `predicate` (a regex's search, ...): called once per distinct
+    value, not once per row (a trace holds millions of Python frames and few names)."""
+    cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
+    by_code = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], dtype=bool)
+    return by_code[cat.cat.codes.to_numpy()]
