@@ -116,10 +116,13 @@ def _peak_blocks(a) -> pd.DataFrame:
     """Block groups of one analysis with their roofline time at peak (prediction at e = 1)."""
     from tracekit.model.predict import predicted_ns
 
-    b = a.model.blocks
-    if b.empty:
-        return b.assign(peak_ns=[])
+    # Only the steps whose batch is complete have terms (the fit's steps); a step whose batch is
+    # partly unknown (a lower bound) has block groups but no terms, and no exact peak time.
     terms = a.model.terms
     by_step = {row: t for row, t in terms.groupby("step_row")}
+    b = a.model.blocks
+    b = b[b["step_row"].isin(list(by_step))]
+    if b.empty:
+        return b.assign(peak_ns=[])
     peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) for row, names in zip(b["step_row"], b["blocks"])]
     return b.assign(peak_ns=peaks)
