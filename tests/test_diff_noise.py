@@ -167,3 +167,19 @@ def test_diff_of_two_rank_directories(tmp_path):
     cross = {r["metric"]: r for r in d["cross_rank"]}
     assert cross["step_time_ns"]["base"] == sum(p[0]["base"]["time_ns"] for p in per_rank) / 2
     assert cross["step_time_ns"]["ratio"] == 1.0
+
+
+def test_noise_of_a_mean_over_more_calls_than_numpy_can_draw():
+    """A sketch standing for 10**30 calls (a summary.json validates counts, but noise.py is
+    reached from the API too): numpy's multinomial took it as a 64-bit count (OverflowError,
+    exit 1). Past 2**40 calls the interval is the mean itself to a millionth."""
+    from tracekit.compare.noise import Samples, compare, interval
+
+    points = [float(v) for v in range(90, 110)]
+    for n in (10 ** 30, 2 ** 63, 2 ** 53):
+        base, new = Samples.sketched(points, n), Samples.sketched([p * 1.1 for p in points], n)
+        lo, hi = interval(base, new)
+        assert lo == pytest.approx(1.1, rel=1e-5) and hi == pytest.approx(1.1, rel=1e-5)
+        assert compare(base, new, 1.1)["verdict"] == "slower"
+        merged = Samples.merged([base, Samples.sketched(points, 5)])
+        assert interval(merged, merged) is not None
