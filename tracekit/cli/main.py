@@ -11,7 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.common import reader_gone, safe
-from tracekit.errors import TraceError
+from tracekit.errors import TraceError, memory_ran_out
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,16 +37,21 @@ def run() -> None:
     (~50 ms after `analyze` of a 55 MB trace, 6% of the run). main() stays an ordinary
     function for callers that run the CLI inside their own process."""
     import atexit
-
-    _interrupts_raise()
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        if exc.code is not None and not isinstance(exc.code, int):
-            raise
-        code = exc.code or 0
     import threading
+
+    try:
+        _interrupts_raise()
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            if exc.code is not None and not isinstance(exc.code, int):
+                raise
+            code = exc.code or 0
+        _interrupts_end()
+    except KeyboardInterrupt:  # outside main()'s handlers: between the handler's install and main's `try`, or after it
+        _say_aborted()  # (later interrupts are ignored: the handler did that before raising)
+        code = _aborted_code()
 
     if code in (130, 143):  # interrupted: every `finally` has run; do not wait on threads the interrupt cut short
         for stream in (sys.stdout, sys.stderr):
@@ -83,6 +88,28 @@ def _interrupts_raise() -> None:
         signal.signal(signum, interrupted)
 
 
+def _say_aborted() -> None:
+    with contextlib.suppress(Exception):
+        os.write(2, b"tracekit: aborted\n")
+
+
+def _interrupts_end() -> None:
+    """The run is over (its outputs complete, or removed): an interrupt from here on, while
+    exit handlers run and streams are flushed, ends the process at once with the abort line
+    and 130 / 143, instead of a KeyboardInterrupt inside an exit handler (a traceback)."""
+    import signal
+
+    def ended(signum, frame):
+        INTERRUPTS.append(signum)
+        _say_aborted()
+        os._exit(_aborted_code())
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # after an interrupt, later ones stay ignored
+                signal.signal(signum, ended)
+
+
 def _aborted_code() -> int:
     import signal
 
@@ -99,7 +126,8 @@ def _out_of_memory(argv: list[str] | None) -> str:
                 size = os.path.getsize(arg)
                 sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
     need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {6 * max(sizes) / 1e9:,.1f} GB of memory" if sizes else ""
-    return f"tracekit: error: out of memory{need}: raise the memory limit, or pass --workers 1 to read it in one process"
+    # (a parallel parse that runs out falls back to one process by itself: no option to suggest)
+    return f"tracekit: error: out of memory{need}: raise the memory limit"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -136,19 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
-        if _memory_ran_out(exc):  # an import or allocation refused under a memory limit
+        if memory_ran_out(exc):  # an import or allocation refused under a memory limit
             click.echo(_out_of_memory(argv), err=True)
             sys.exit(2)
         if debug:
             raise
         click.echo(f"tracekit: internal error: {type(exc).__name__}: {exc} (set TRACEKIT_DEBUG=1 for a traceback)", err=True)
         sys.exit(1)
-
-
-def _memory_ran_out(exc: BaseException) -> bool:
-    """Errors that say the process could not get memory (under `ulimit -v`): a shared library
-    that cannot be mapped, numpy's allocation failures."""
-    text = str(exc)
-    return isinstance(exc, (ImportError, SystemError, OSError)) and any(
-        words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError")) \
-        or type(exc).__name__ == "_ArrayMemoryError"
