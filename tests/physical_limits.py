@@ -50,6 +50,9 @@ def violations(summary: dict[str, Any]) -> Iterator[tuple[str, int, str, float, 
     idle = (fix.get("idle") or {}).get("categories") or []
     if sum(_num(r.get("share_of_window")) or 0 for r in idle) > SHARE:
         yield "what_to_fix_first.idle", -1, "share_of_window", sum(_num(r.get("share_of_window")) or 0 for r in idle), 1.0
+    over = _num((summary.get("coverage") or {}).get("over_peak_kernels"))
+    if over:  # single kernels above their roofline (each one's figure is in kernels.parquet)
+        yield "activities", -1, "efficiency", over, 0.0
     coverage = _num((summary.get("coverage") or {}).get("modeled_share"))
     if coverage is not None and coverage > SHARE:
         yield "coverage", 0, "modeled_share", coverage, 1.0
@@ -65,7 +68,7 @@ def violations(summary: dict[str, Any]) -> Iterator[tuple[str, int, str, float, 
         share = _num(r.get("bandwidth_share_peak"))
         if share is not None and share > RATE:
             yield "steps", i, "bandwidth_share_peak", share, 1.0
-    for table, key in (("blocks", "blocks"), ("ops", "top_ops"), ("kernels", "top_kernels")):
+    for table, key in (("blocks", "blocks"), ("ops", "top_ops"), ("kernels", "top_kernels"), ("copies", "top_copies")):
         for i, r in _rows(summary, key):
             eff = _num(r.get("efficiency"))
             if eff is not None and eff > RATE:

@@ -169,6 +169,7 @@ def test_diff_of_two_rank_directories(tmp_path):
     assert cross["step_time_ns"]["ratio"] == 1.0
 
 
+<<<<<<< HEAD
 def test_noise_of_a_mean_over_more_calls_than_numpy_can_draw():
     """A sketch standing for 10**30 calls (a summary.json validates counts, but noise.py is
     reached from the API too): numpy's multinomial took it as a 64-bit count (OverflowError,
@@ -183,3 +184,89 @@ def test_noise_of_a_mean_over_more_calls_than_numpy_can_draw():
         assert compare(base, new, 1.1)["verdict"] == "slower"
         merged = Samples.merged([base, Samples.sketched(points, 5)])
         assert interval(merged, merged) is not None
+=======
+def _readme_story() -> str:
+    """The test file of README "A regression story, end to end", as the README prints it."""
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    story = text[text.index("### A regression story, end to end"):]
+    return story[story.index("```python\n") + len("```python\n"):story.index("\n```", story.index("```python\n"))] + "\n"
+
+
+def test_the_readme_regression_story_runs_as_written(tmp_path):
+    """README's story, verbatim, through pytest and tracekit's plugin: record the baseline,
+    pass on 1% jitter, fail on a GEMM 10% slower per call with the printed verdict."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO, _plugin_installed
+
+    (tmp_path / "test_perf.py").write_text(_readme_story())
+    plugin = [] if _plugin_installed() else ["-p", "tracekit.integrations.pytest_plugin"]
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+    def pytest_run(*args):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, *args, "test_perf.py"],
+                              capture_output=True, text=True, cwd=tmp_path, env=env)
+
+    def train(**kw):
+        os.replace(capture(tmp_path, "capture", 20, **kw), tmp_path / "train.json")
+
+    train(jitter=0.01, seed=1)
+    recorded = pytest_run("--tracekit-update-goldens")  # step 1: the baseline
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert (tmp_path / "baseline" / "train.summary.json").is_file()
+    train(jitter=0.01, seed=3)  # step 2: run-to-run jitter only
+    jitter = pytest_run()
+    assert jitter.returncode == 0, jitter.stdout
+    train(gemm_scale=1.10, jitter=0.01, seed=2)  # step 3: the GEMM 10% slower on every call
+    slow = pytest_run()
+    assert slow.returncode == 1
+    assert "2 of 2 tracekit expectations failed" in slow.stdout
+    line = next(x for x in slow.stdout.splitlines() if x.startswith(f"{GEMM} time_per_call regression"))
+    assert "| <= 0.05 |" in line and "| FAIL |" in line and "slower beyond noise" in line
+    measured = float(line.split("|")[2])
+    assert measured == pytest.approx(0.10, abs=0.005)
+    # the step's GPU window: 3 x (100 + 20) us of kernels, 0.5 us apart = 362.5 us; the GEMMs 30 us longer
+    step = next(x for x in slow.stdout.splitlines() if x.startswith("run step_time regression"))
+    assert float(step.split("|")[2]) == pytest.approx(30 / 362.5, abs=0.005) and "| FAIL |" in step
+
+
+def test_diff_device_file_and_model_options_apply_to_both_sides(tmp_path):
+    """diff takes --device-file and --model as analyze does. A lab GPU of 1,000 GB/s from a
+    file: every costed kernel's roofline minimum is bytes / 1e12 s per byte (or FLOPs / peak).
+    --model on the SGLang decode trace: the graph-replayed kernels get the model's costs, so
+    coverage goes from under 1% to most of the kernel time, on both sides alike."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO, shared
+
+    spec = tmp_path / "lab.toml"
+    spec.write_text('[LAB-GPU]\nname = "Lab GPU"\nmatrix_tflops = { bf16 = 100.0 }\nvector_tflops = { fp32 = 10.0, bf16 = 10.0 }\n'
+                    'memory_gbps = 1000\ninterconnect_gbps = 100\n')
+    bert = shared("torch", "h100_bert_small_hf_inference.json.gz")
+
+    def diff_json(*args):
+        run = subprocess.run([sys.executable, "-m", "tracekit", "diff", *args, "--format", "json"], capture_output=True, text=True, cwd=REPO)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    d = diff_json(str(bert), str(bert), "--device-file", str(spec), "--device", "LAB-GPU")
+    assert d["base"]["device_key"] == d["new"]["device_key"] == "LAB-GPU"
+    import tracekit
+
+    a = tracekit.analyze(bert, device="LAB-GPU", device_file=str(spec))
+    k = a.kernels[a.kernels["t_min_ns"].notna() & (a.kernels["cost_kind"] == "vector")].iloc[0]
+    assert k["t_min_ns"] == pytest.approx(max(k["flops"] / 10e12, (k["bytes_read"] + k["bytes_written"]) / 1000e9) * 1e9)
+
+    sglang = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
+    config = REPO.parent / "shared" / "models" / "qwen3-8b.config.json"
+    plain, modelled = diff_json(str(sglang), str(sglang)), diff_json(str(sglang), str(sglang), "--model", str(config))
+    coverage = {r["metric"]: r for r in modelled["totals"]}["coverage"]
+    plain_coverage = {r["metric"]: r for r in plain["totals"]}["coverage"]
+    assert plain_coverage["base"] < 0.01 and coverage["base"] == coverage["new"] > 0.9
+>>>>>>> main

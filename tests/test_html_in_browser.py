@@ -60,7 +60,7 @@ def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
     # the headline comes first, then what to fix first, collectives and overlap
     body = dom[dom.index("<body>"):]
     assert body.index('class="headline"') < body.index("<table>")
-    assert "GPU time went to" in body and "What to fix first: ops" in body
+    assert "GPU time inside the steps went to" in body and "What to fix first: ops" in body
     assert "Collectives" in body and "Compute / communication overlap" in body
     assert "Overhead no roofline shows" in body
     assert "<script" not in dom.lower()  # no script element was created from the kernel name

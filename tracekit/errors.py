@@ -6,7 +6,9 @@ reason; the CLI prints it as one line and exits 2. Anything else is a bug (exit 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 
 class TraceError(Exception):
@@ -31,6 +33,25 @@ INTERRUPTS: list[int] = []
 def raise_if_interrupted() -> None:
     if INTERRUPTS:
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """SIGINT / SIGTERM held back (blocked, not lost) for a few system calls and delivered
+    right after: around a fork (an interrupt inside os.fork runs its handler in an at-fork
+    hook, where Python can only print it as "Exception ignored"), or a temporary directory
+    made and recorded, or renames that must not be torn apart halfway. Main thread only."""
+    import signal
+    import threading
+
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def memory_ran_out(exc: BaseException) -> bool:

@@ -65,15 +65,16 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
         prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
         measured.warnings += [f"model: {note}" for note in run.notes]
-    summary, per_collective, overlap = kernel_summary(kernels), collective_summary(collectives), overlap_table(kernels)
+    summary, copies = kernel_summary(kernels), kernel_summary(kernels, copies=True)
+    per_collective, overlap = collective_summary(collectives), overlap_table(kernels)
     # The last stage: every stated ratio against its physical limit (analysis.plausibility).
-    flags = plausibility.check(device=device, steps=steps, blocks=measured.blocks, ops=ops, kernel_summary=summary,
+    flags = plausibility.check(device=device, steps=steps, blocks=measured.blocks, ops=ops, kernel_summary=summary, copy_summary=copies, kernels=kernels,
                                collective_summary=per_collective, devices=devices, overlap=overlap,
                                fix_tables={"ops": findings.fix_ops, "kernels": findings.fix_kernels, "blocks": findings.fix_blocks},
                                coverage=measured.coverage, causes=findings.causes, idle=findings.idle)
     measured.warnings += plausibility.warnings(flags)
     return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
-                    kernel_summary=summary, copy_summary=kernel_summary(kernels, copies=True), collectives=collectives,
+                    kernel_summary=summary, copy_summary=copies, collectives=collectives,
                     collective_summary=per_collective, overlap=overlap,
                     findings=findings, model=prediction, flags=flags,
                     throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step))

@@ -29,7 +29,7 @@ from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
 from tracekit.parsers.launch_api import SYNC_API
-from tracekit.trace.timeline import IDLE_CATEGORIES, idle_gaps, union
+from tracekit.trace.timeline import IDLE_CATEGORIES, difference, idle_gaps, union
 from tracekit.costs.unknown import MIN_COVERAGE
 from tracekit.reports.format import duration, middle, rounded_percent
 
@@ -53,6 +53,9 @@ class Findings:
     idle_host: pd.DataFrame = field(default_factory=pd.DataFrame)  # host code behind GPU idle (analysis.idle_host)
     idle_host_by_cause: dict[str, dict] = field(default_factory=dict)  # per idle category: the host record most behind it
     causes: list[dict[str, Any]] = field(default_factory=list)  # ranked_causes: what to act on, by time, with evidence
+    # GPU idle inside the steps' host ranges but outside their GPU windows (a step's host
+    # range that outlasts its kernels: a blocking copy, a stalled scheduler)
+    outside: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class Findings:
             "idle_host": records(self.idle_host.head(top)),
             "idle_host_by_cause": self.idle_host_by_cause,
             "causes": self.causes,
+            "idle_outside_gpu_windows": self.outside,
         }
 
 
@@ -85,7 +89,9 @@ def compute(a) -> Findings:
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
                  short_kernels=_short_kernels(a))
     charged = idle_charges(a, gaps)
-    f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged)
+    idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
+    f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged, idle_by_cause)
+    f.outside = _idle_outside_gpu_windows(a, windows)
     f.causes = ranked_causes(a, f)
     f.headline = headline(a, f)
     return f
@@ -155,6 +161,31 @@ def _ranked(work: dict[str, np.ndarray], keys: dict[str, Key], basis_ns: float, 
     return g[FIX_COLUMNS]
 
 
+def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray]) -> dict[str, Any]:
+    """Steps measure their time on the GPU; where a step's host range reaches past its GPU
+    window (before its first kernel, after its last), GPU idle time there is invisible to
+    the step figures. Measured here: that idle time, by cause, with the host record behind
+    it, and the steps' wall time (host range and GPU window together)."""
+    s = a.steps
+    if not len(s) or "host_start_ns" not in s:
+        return {}
+    gpu_lo, gpu_hi = s["start_ns"].to_numpy(np.int64), (s["start_ns"] + s["duration_ns"]).to_numpy(np.int64)
+    host_lo, host_hi = s["host_start_ns"].to_numpy(np.int64), (s["host_start_ns"] + s["host_duration_ns"]).to_numpy(np.int64)
+    wall = union(np.column_stack([np.minimum(gpu_lo, host_lo), np.maximum(gpu_hi, host_hi)]))
+    wall_ns = float((wall[:, 1] - wall[:, 0]).sum())
+    outside = {d: difference(wall, w) for d, w in windows.items()}
+    if not any(len(o) for o in outside.values()):
+        return {"wall_ns": wall_ns, "idle_ns": 0.0}
+    gaps = gaps_of(a, outside)
+    if not len(gaps):
+        return {"wall_ns": wall_ns, "idle_ns": 0.0}
+    by_cause = gaps.groupby("category")["idle_ns"].sum()
+    host = top_by_cause(idle_charges(a, gaps), by_cause.to_dict())
+    cause = str(by_cause.idxmax())
+    return {"wall_ns": wall_ns, "idle_ns": float(gaps["idle_ns"].sum()), "gaps": int(len(gaps)),
+            "by_cause": {str(c): float(v) for c, v in by_cause.items()}, "main_cause": cause, "host": host.get(cause)}
+
+
 def _idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
     """Where idle time counts: inside the steps (the same windows on every device), or,
     in a trace without steps, from each device's first activity to its last."""
@@ -175,15 +206,17 @@ def gaps_of(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
     """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps)."""
     k = a.kernels
     launch_start = np.full(len(k), -1, dtype=np.int64)
+    launch_end = launch_start
     sync_calls = np.zeros((0, 3), dtype=np.int64)
     if a.trace is not None and len(a.trace.launches):
         launches = a.trace.launches
         row = k["launch"].to_numpy()
         launch_start = np.where(row >= 0, launches["start"].to_numpy()[np.maximum(row, 0)], -1)
+        launch_end = np.where(row >= 0, launches["end"].to_numpy()[np.maximum(row, 0)], -1)
         name = key_of(launches["name"], missing="nan")  # one search per distinct call name
         is_sync = np.array([bool(SYNC_API.search(str(n))) for n in name[1]], dtype=bool)[name[0]]
         sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
-    return idle_gaps(k, launch_start, sync_calls, windows)
+    return idle_gaps(k, launch_start, sync_calls, windows, launch_end)
 
 
 def _idle_table(gaps: pd.DataFrame, window_ns: float) -> pd.DataFrame:
@@ -353,11 +386,42 @@ def _idle_causes(f: Findings) -> list[dict[str, Any]]:
     return out
 
 
+def _outside_cause(f: Findings) -> dict[str, Any] | None:
+    o = f.outside
+    if not o or not o.get("idle_ns"):
+        return None
+    cause = _IDLE_CAUSE.get(o["main_cause"], "nothing recorded")
+    h = o.get("host")
+    where = f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it" if h else ""
+    return _cause("idle_outside_gpu_windows", o["idle_ns"], o["wall_ns"], {k: v for k, v in o.items() if k != "host"} | {"host": h},
+                  f"The steps' host ranges outlast their kernels: {duration(o['idle_ns'])} more GPU idle time "
+                  f"({rounded_percent(o['idle_ns'] / o['wall_ns'])} of the steps' wall time, {duration(o['wall_ns'])}) lies outside "
+                  f"their GPU windows, mostly {cause}{where}.")
+
+
 def ranked_causes(a, f: Findings) -> list[dict[str, Any]]:
     """What the user can act on, ranked by time: the largest recoverable item at the
-    roofline, communication no compute hides, and GPU idle by cause."""
-    found = [c for c in (_recoverable_cause(f), _exposed_comm_cause(a, f), *_idle_causes(f)) if c is not None]
+    roofline, communication no compute hides, GPU idle by cause, and GPU idle the steps'
+    host ranges hold outside their GPU windows."""
+    found = [c for c in (_recoverable_cause(f), _exposed_comm_cause(a, f), *_idle_causes(f), _outside_cause(f)) if c is not None]
     return sorted(found, key=lambda c: -c["time_ns"])
+
+
+def _block_shares(a) -> tuple[list[tuple[tuple[str, str], float]], str]:
+    """Phase x block shares of GPU time for the headline's first line, in the same scope as
+    the idle share beside it: inside the steps where the trace has steps (kernels launched
+    before the capture or between steps are not the steps' time), else the whole capture."""
+    k = a.kernels
+    if not len(a.steps):
+        return [((r["phase"], r["block"]), r["share"]) for r in a.blocks.to_dict(orient="records")], ""
+    inside = k["step"].to_numpy() >= 0
+    time = pd.Series(k["exclusive_ns"].to_numpy(dtype=np.float64)[inside])
+    by = time.groupby([k["phase"].astype(str).to_numpy()[inside], k["block"].astype(str).to_numpy()[inside]]).sum()
+    total = by.sum()
+    if not total:
+        return [], "inside the steps "
+    by = by.sort_values(ascending=False, kind="stable") / total
+    return [(key, float(v)) for key, v in by.items()], "inside the steps "
 
 
 def headline(a, f: Findings) -> list[str]:
@@ -367,9 +431,10 @@ def headline(a, f: Findings) -> list[str]:
     b = a.blocks
     sentences = []
     if len(b):
-        parts = [f"{r['phase']} / {r['block']} {rounded_percent(r['share'])}" for r in b.head(3).to_dict(orient="records")]
+        shares, scope = _block_shares(a)
+        parts = [f"{phase} / {block} {rounded_percent(share)}" for (phase, block), share in shares[:3]]
         idle = f.idle["idle_ns"].sum() if len(f.idle) else 0.0
-        where = f"GPU time went to {', '.join(parts)}"
+        where = f"GPU time {scope}went to {', '.join(parts)}"
         if f.idle_window_ns:
             where += f"; the GPU was idle {rounded_percent(idle / f.idle_window_ns)} of the time {f.idle_window}"
         sentences.append(where + ".")
@@ -377,7 +442,7 @@ def headline(a, f: Findings) -> list[str]:
     # kernels only: a costed memcpy says nothing of what bounds the kernels
     modeled = k["t_min_ns"].notna().to_numpy() & (k["kind"] == "kernel").to_numpy()
     covered = float(c.get("modeled_share") or 0.0)
-    if modeled.any() and covered > 0:
+    if modeled.any() and covered >= HEADLINE_MIN_SHARE:  # the bound of 0.3% of the time says nothing of the run
         t = k["duration_ns"].to_numpy(dtype=float)[modeled]
         bound = key_of(k["bound"], missing="nan")
         time_by_bound = np.bincount(bound[0][modeled] + 1, weights=t, minlength=len(bound[1]))  # code -1 (missing) first
@@ -404,7 +469,7 @@ def headline(a, f: Findings) -> list[str]:
     # largest recoverable item at the roofline, communication no compute hides, and GPU idle
     # by cause. Lines under HEADLINE_MIN_SHARE of the basis are not headline material.
     # one yardstick for every kind of loss: the larger of the basis and the idle window
-    whole = max(f.basis_ns, f.idle_window_ns)
+    whole = max(f.basis_ns, f.idle_window_ns, float(f.outside.get("wall_ns") or 0.0))
     sentences += [c["sentence"] for c in f.causes if whole and c["time_ns"] >= HEADLINE_MIN_SHARE * whole][:2]
     return sentences[:5]
 

@@ -1,7 +1,8 @@
 """Host code behind GPU idle: the Python frames, CPU ops and user/NVTX ranges open on the
 launching threads while the GPU sat idle, ranked by the idle time they cover.
 
-For each of the longest idle gaps (MAX_GAPS; they hold nearly all idle time) and each kind
+For each idle gap (the MAX_GAPS longest, which bounds the work on traces with millions of
+gaps; every gap of every trace we have) and each kind
 of host record (frame, op, range), every record open during the gap on a thread that
 launches work on that device is charged with its *own* time inside the gap: its overlap
 with the gap minus what its children of the same kind cover (self time, as a profiler's
@@ -22,7 +23,7 @@ import pandas as pd
 from tracekit.trace.column_text import as_text
 from tracekit.trace.step_ownership import SERVING_STEP, STEP, step_rows
 
-MAX_GAPS = 200
+MAX_GAPS = 20_000  # the longest gaps are charged (all of them in every trace we have); see charges
 HOST_COLUMNS = ["kind", "name", "gaps", "idle_ns", "share_of_idle"]
 CAUSE_COLUMNS = ["category", "kind", "name", "gaps", "idle_ns"]
 
@@ -101,38 +102,66 @@ def charges(a, gaps: pd.DataFrame) -> pd.DataFrame:
     # Longest first; equal lengths by device and start, so the gaps kept at the MAX_GAPS cut do
     # not depend on the order the gap table arrived in.
     g = gaps.sort_values(["idle_ns", "device", "start"], ascending=[False, True, True], kind="stable").head(MAX_GAPS)
-    charged: dict[tuple[str, str, str], list[float]] = {}
+    categories = pd.Categorical(g["category"].astype(str))
+    parts = []
     for rec in _records(trace):
+        codes, labels = pd.factorize(pd.Series(rec.names, dtype=object).astype(str).str.slice(0, 200), sort=True)
         for dev, threads in threads_by_device.items():
+            on = (g["device"] == dev).to_numpy()
             mine = np.array([t in threads for t in rec.thread], dtype=bool)
-            if not mine.any():
+            if not on.any() or not mine.any():
                 continue
-            start, end, names, anc = rec.start[mine], rec.end[mine], rec.names[mine], rec.ancestor[mine]
-            # ancestors re-indexed into the `mine` subset (an ancestor on another thread cannot enclose)
-            local = np.full(len(rec.start) + 1, -1, dtype=np.int64)
-            local[np.flatnonzero(mine)] = np.arange(int(mine.sum()))
-            anc = local[np.where(anc >= 0, anc, len(rec.start))]
-            for gap in g[g["device"] == dev].itertuples():
-                length = gap.end - gap.start
-                if length <= 0:
-                    continue
-                over = (np.minimum(end, gap.end) - np.maximum(start, gap.start)).clip(min=0).astype(np.float64)
-                hit = np.flatnonzero(over > 0)
-                if not len(hit):
-                    continue
-                inside = hit[anc[hit] >= 0]
-                covered = np.bincount(anc[inside], weights=over[inside], minlength=len(over)) if len(inside) else np.zeros(len(over))
-                own = (over[hit] - covered[hit]).clip(min=0)
-                total = own.sum()
-                if total <= 0:
-                    continue
-                scale = gap.idle_ns / max(float(length), float(total))
-                for i in np.flatnonzero(own > 0):
-                    slot = charged.setdefault((gap.category, rec.kind, str(names[hit[i]])[:200]), [0, 0.0])
-                    slot[0] += 1
-                    slot[1] += own[i] * scale
-    rows = [{"category": cat, "kind": kind, "name": name, "gaps": n, "idle_ns": t} for (cat, kind, name), (n, t) in charged.items()]
-    return pd.DataFrame(rows, columns=CAUSE_COLUMNS)
+            part = _charged(rec, mine, g[on], categories.codes[on])
+            if part is not None:
+                cat, name, n, t = part
+                parts.append(pd.DataFrame({"category": np.asarray(categories.categories)[cat], "kind": rec.kind,
+                                           "name": labels[codes[np.flatnonzero(mine)][name]], "gaps": n, "idle_ns": t}))
+    if not parts:
+        return pd.DataFrame(columns=CAUSE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    return out.groupby(["category", "kind", "name"], sort=True).agg(gaps=("gaps", "sum"), idle_ns=("idle_ns", "sum")).reset_index()[CAUSE_COLUMNS]
+
+
+def _charged(rec: _Records, mine: np.ndarray, g: pd.DataFrame, category: np.ndarray):
+    """Per (gap category, record) of one device's gaps `g` and the records on its launching
+    threads (`mine`): (category code, record index in mine, gaps, idle ns charged), or None.
+
+    Every (gap, record) pair that overlaps is enumerated at once: gaps are disjoint, so a
+    record overlaps a run of consecutive gaps (sorted by start), found by two binary
+    searches. A record's own time in a gap is its overlap minus its same-kind children's."""
+    order = np.argsort(g["start"].to_numpy(np.int64), kind="stable")
+    gs, ge = g["start"].to_numpy(np.int64)[order], g["end"].to_numpy(np.int64)[order]
+    idle, cat = g["idle_ns"].to_numpy(np.float64)[order], category[order]
+    rows = np.flatnonzero(mine)
+    rs, re = rec.start[rows], rec.end[rows]
+    local = np.full(len(rec.start) + 1, -1, dtype=np.int64)
+    local[rows] = np.arange(len(rows))
+    anc = local[np.where(rec.ancestor[rows] >= 0, rec.ancestor[rows], len(rec.start))]
+    lo, hi = np.searchsorted(ge, rs, side="right"), np.searchsorted(gs, re, side="left")
+    count = np.clip(hi - lo, 0, None)
+    if not count.sum():
+        return None
+    r = np.repeat(np.arange(len(rows)), count)
+    first = np.cumsum(count) - count
+    gap = lo[r] + (np.arange(len(r)) - first[r])
+    over = (np.minimum(re[r], ge[gap]) - np.maximum(rs[r], gs[gap])).clip(min=0).astype(np.float64)
+    # children's overlap, summed onto their parent's (gap, parent) pair
+    key = gap * len(rows) + r  # unique per pair, in increasing order of (r, gap)? sort to be sure
+    by_key = np.argsort(key, kind="stable")
+    child = np.flatnonzero(anc[r] >= 0)
+    parent_key = gap[child] * len(rows) + anc[r[child]]
+    at = np.searchsorted(key[by_key], parent_key)
+    found = (at < len(key)) & (key[by_key][np.minimum(at, len(key) - 1)] == parent_key)
+    covered = np.bincount(by_key[np.minimum(at, len(key) - 1)][found], weights=over[child][found], minlength=len(r))
+    own = (over - covered).clip(min=0)
+    total = np.bincount(gap, weights=own, minlength=len(gs))
+    scale = idle / np.maximum((ge - gs).astype(np.float64), total).clip(min=1.0)
+    charged = own * scale[gap]
+    keep = charged > 0
+    slot = cat[gap[keep]].astype(np.int64) * len(rows) + r[keep]
+    slots, inverse = np.unique(slot, return_inverse=True)
+    return (slots // len(rows), slots % len(rows), np.bincount(inverse, minlength=len(slots)),
+            np.bincount(inverse, weights=charged[keep], minlength=len(slots)))
 
 
 def host_behind_idle(c: pd.DataFrame, gaps: pd.DataFrame, top: int = 15) -> pd.DataFrame:
@@ -147,9 +176,25 @@ def host_behind_idle(c: pd.DataFrame, gaps: pd.DataFrame, top: int = 15) -> pd.D
     return out.sort_values("idle_ns", ascending=False, kind="stable").head(top).reset_index(drop=True)[HOST_COLUMNS]
 
 
-def top_by_cause(c: pd.DataFrame) -> dict[str, dict]:
-    """Per gap category: the one record most behind it (kind, name, idle_ns)."""
-    if not len(c):
-        return {}
-    best = c.sort_values(["idle_ns", "kind", "name"], ascending=[False, True, True], kind="stable").drop_duplicates("category")
-    return {r["category"]: {"kind": r["kind"], "name": r["name"], "idle_ns": float(r["idle_ns"])} for r in best.to_dict(orient="records")}
+# The most specific code first: a Python line, then the CPU op it called, then a user range
+# (coarse: DistributedDataParallel.forward, ## backward ##).
+SPECIFIC_FIRST = ("frame", "op", "range")
+NAMED_SHARE = 0.25  # a record that covers less than this of a cause does not stand for it
+
+
+def top_by_cause(c: pd.DataFrame, idle_by_cause: dict[str, float]) -> dict[str, dict]:
+    """Per gap category: the record that stands for it: the top record of the most specific
+    kind (SPECIFIC_FIRST) that covers at least NAMED_SHARE of the category's idle time, else
+    the top record of any kind."""
+    out = {}
+    for category, rows in c.groupby("category", sort=True) if len(c) else ():
+        rows = rows.sort_values(["idle_ns", "kind", "name"], ascending=[False, True, True], kind="stable")
+        total = idle_by_cause.get(category) or 0.0
+        best = rows.iloc[0]
+        for kind in SPECIFIC_FIRST:
+            mine = rows[rows["kind"] == kind]
+            if len(mine) and total and mine.iloc[0]["idle_ns"] >= NAMED_SHARE * total:
+                best = mine.iloc[0]
+                break
+        out[category] = {"kind": best["kind"], "name": best["name"], "idle_ns": float(best["idle_ns"])}
+    return out

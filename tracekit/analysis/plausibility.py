@@ -43,6 +43,7 @@ class Flag:
 
 
 def check(*, device: Device | None, steps: pd.DataFrame, blocks: pd.DataFrame, ops: pd.DataFrame, kernel_summary: pd.DataFrame,
+          copy_summary: pd.DataFrame, kernels: pd.DataFrame,
           collective_summary: pd.DataFrame, devices: pd.DataFrame, overlap: pd.DataFrame, fix_tables: dict[str, pd.DataFrame],
           coverage: dict[str, Any], causes: list[dict[str, Any]], idle: pd.DataFrame) -> list[Flag]:
     flags: list[Flag] = []
@@ -51,6 +52,8 @@ def check(*, device: Device | None, steps: pd.DataFrame, blocks: pd.DataFrame, o
     flags += _above_roofline("blocks", blocks, lambda r: f"{r['phase']} / {r['block']}", device)
     flags += _above_roofline("ops", ops, lambda r: f"{r['op']} {r['shapes']}".strip(), device)
     flags += _above_roofline("kernels", kernel_summary, lambda r: str(r["name"]), device)
+    flags += _above_roofline("copies", copy_summary, lambda r: str(r["name"]), device)
+    flags += _activities(kernels, device)
     flags += _links(collective_summary)
     flags += _devices(devices)
     flags += _overlap(overlap)
@@ -149,11 +152,32 @@ def _above_roofline(table: str, frame: pd.DataFrame, name, device: Device | None
     return out
 
 
+def _activities(kernels: pd.DataFrame, device: Device | None) -> list[Flag]:
+    """Single activities above their roofline (kernels.parquet, the Perfetto export carry
+    each one's efficiency): one flag per kind of activity, naming the worst."""
+    if device is None or kernels is None or not len(kernels) or "efficiency" not in kernels:
+        return []
+    eff = kernels["efficiency"].to_numpy(dtype=np.float64)
+    over = np.nan_to_num(eff, nan=0.0) > RATE_SLACK
+    out = []
+    kinds = kernels["kind"].astype(str).to_numpy()
+    for kind in sorted(set(kinds[over])):
+        rows = np.flatnonzero(over & (kinds == kind))
+        worst = rows[np.argmax(eff[rows])]
+        name = str(kernels["name"].iat[int(worst)])
+        out.append(Flag("activities", -1, f"{len(rows):,} {kind}s, the worst {name}", "efficiency", float(eff[worst]), 1.0,
+                        _above_reason({"name": name})))
+    return out
+
+
 def _above_reason(r: dict) -> str:
     text = " ".join(str(r.get(c) or "") for c in ("name", "op", "block", "kernel_class")).lower()
     if "winograd" in text or "fft" in text:
         return ("a Winograd / FFT convolution does fewer multiplications than the direct formula the cost counts: "
                 "above the roofline by its algorithm, not a measurement error")
+    if "memset" in text or "memcpy" in text:
+        return ("a copy or fill faster than memory bandwidth: small buffers written into the L2 cache "
+                "(a memset of a few MB never reaches HBM before the next kernel reads it)")
     if "conv" in text:
         return ("a convolution's FLOPs are those of the direct formula; cuDNN's transformed algorithms (Winograd, FFT, "
                 "implicit GEMM on a reshaped problem) do less work")

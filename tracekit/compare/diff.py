@@ -376,10 +376,13 @@ def diff_ranks(base: list[str], new: list[str], device: str | None = None, rules
     def all_steps(side):
         return Samples.exact([number(r.get("duration_ns")) for s in summaries[side].values() for r in records(s, "steps")])
 
-    median = _pair("median_step_time_ns", number(sb.get("median_step_time_ns")), number(sn.get("median_step_time_ns")),
-                   "median over ranks of each rank's step time")
+    # Two step times, two definitions, both named: the GPU windows of the steps (what every
+    # per-step figure uses), and each rank's iteration as its host step ranges (the loop's
+    # period, host work included), as the cross-rank report gives it.
+    median = _pair("median_rank_iteration_ns", number(sb.get("median_step_time_ns")), number(sn.get("median_step_time_ns")),
+                   "median over ranks of each rank's host step ranges, summed (the loop's period, host work included)")
     # each rank's step time is the sum of its steps: compare per step where the ranks cover different steps
-    step = _pair("step_time_ns", _median_step(runs[0]), _median_step(runs[1]), "median step over every rank's steps")
+    step = _pair("step_time_ns", _median_step(runs[0]), _median_step(runs[1]), "median step GPU window over every rank's steps")
     step.update(noise(all_steps(0), all_steps(1), step["ratio"], "median", min_change))
     cross = [step, median,
              _pair("load_imbalance", number(sb.get("load_imbalance")), number(sn.get("load_imbalance")), "share"),

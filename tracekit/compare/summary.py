@@ -5,7 +5,6 @@ Unknown stays unknown: a figure that cannot be read from the summary is None, ne
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from typing import Any
@@ -141,38 +140,37 @@ def _validate(data: dict[str, Any], path: str) -> None:
             if not ok:
                 raise bad(f"{where}.{field}", f"must be {_KIND[want]}, not {kind_of(value)}")
 
+    def top(key: str, kind: type, what: str):
+        """The value at `key`: None, or of `kind` (a table, a list)."""
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise bad(key, f"must be {what}, not {kind_of(value)}")
+        return value
+
+    def items(key: str, kind: type, what: str) -> list[tuple[str, Any]]:
+        """(where, item) of the list at `key`, each of `kind`."""
+        out = []
+        for i, item in enumerate(top(key, list, f"a list of {what}s") or []):
+            if not isinstance(item, kind):
+                raise bad(f"{key}[{i}]", f"must be a {what}, not {kind_of(item)}")
+            out.append((f"{key}[{i}]", item))
+        return out
+
     for key, shape in _TABLES.items():
-        table = data.get(key)
-        if table is None:
-            continue
-        if not isinstance(table, dict):
-            raise bad(key, f"must be a table, not {kind_of(table)}")
-        fields(key, table, shape)
+        table = top(key, dict, "a table")
+        if table is not None:
+            fields(key, table, shape)
     for key, shape in _ROWS.items():
-        rows = data.get(key)
-        if rows is None:
-            continue
-        if not isinstance(rows, list):
-            raise bad(key, f"must be a list of tables, not {kind_of(rows)}")
-        for i, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise bad(f"{key}[{i}]", f"must be a table, not {kind_of(row)}")
-            fields(f"{key}[{i}]", row, shape)
+        for where, row in items(key, dict, "table"):
+            fields(where, row, shape)
             for field, value in row.items():
                 if field in _SKETCHES and value is not None:
                     if not isinstance(value, list) or any(finite(v) is None for v in value):
-                        raise bad(f"{key}[{i}].{field}", f"must be a list of finite numbers or null, not {kind_of(value)}")
+                        raise bad(f"{where}.{field}", f"must be a list of finite numbers or null, not {kind_of(value)}")
                 elif isinstance(value, (dict, list)) and field != "shapes":
-                    raise bad(f"{key}[{i}].{field}", f"must be a single value, not {kind_of(value)}")
+                    raise bad(f"{where}.{field}", f"must be a single value, not {kind_of(value)}")
     for key in _TEXTS:
-        texts = data.get(key)
-        if texts is None:
-            continue
-        if not isinstance(texts, list):
-            raise bad(key, f"must be a list of strings, not {kind_of(texts)}")
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise bad(f"{key}[{i}]", f"must be a string, not {kind_of(text)}")
+        items(key, str, "string")
     # Anywhere else: no number a float cannot hold (a 400-digit integer), no non-finite float.
     stack = [(data, "$")]
     while stack:

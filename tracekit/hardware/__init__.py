@@ -190,6 +190,21 @@ ROOFLINE_NEEDS_DEVICE = ("time, blocks, steps and overlap are analysed; roofline
                          "% of peak) are left empty: pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
 
 
+def _other_gpu(trace_device_name: str | None, device: Device, devices: dict[str, Device]) -> str | None:
+    """A warning when --device names another GPU than the one the trace ran on: every
+    roofline figure is then held against the named GPU's peaks (a projection, not a
+    measurement of this run's efficiency). None when the trace names no GPU or the same one."""
+    if not trace_device_name or not trace_device_name.strip():
+        return None
+    ran_on = find_device(trace_device_name, devices)
+    if ran_on is not None and ran_on.key == device.key:
+        return None
+    if ran_on is None and any(_pattern(p).search(trace_device_name) for p in device.match):
+        return None
+    return (f"the trace ran on {trace_device_name[:MAX_NAME]!r}, but --device puts it on {device.name} ({device.key}): "
+            "efficiencies are against that GPU's peaks, not the one that ran it")
+
+
 def resolve(trace_device_name: str | None, requested: str | None = None, device_file: str | None = None, *,
             source: str = "trace") -> tuple[Device | None, str | None]:
     """The device to put the trace on, and a warning when there is none: --device /
@@ -207,7 +222,7 @@ def resolve(trace_device_name: str | None, requested: str | None = None, device_
         if device is None:
             raise TraceError(source, f"unknown device {requested[:MAX_NAME]!r} ({_suggestion(requested, devices)}); "
                                      "pass --device NAME (see `tracekit devices`) or --device-file FILE.toml")
-        return device, None
+        return device, _other_gpu(trace_device_name, device, devices)
     if not trace_device_name or not trace_device_name.strip():
         return None, f"the trace does not name its GPU: {ROOFLINE_NEEDS_DEVICE}"
     device = find_device(trace_device_name, devices)

@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from tracekit.errors import memory_ran_out
+from tracekit.errors import interrupts_deferred, memory_ran_out
 from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_address, decode_document
 from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
@@ -146,7 +146,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     if limited:  # the caller's imports would raise this process's peak during the parse: they wait
         meanwhile = None
     try:
-        with _interrupts_held(), _small_threads(limited):  # the workers fork in the first submit
+        with interrupts_deferred(), _small_threads(limited):  # the workers fork in the first submit
             pool = ProcessPoolExecutor(max_workers=count, mp_context=context,
                                        initializer=_die_with_parent, initargs=(os.getpid(),))
             futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
@@ -249,29 +249,6 @@ def _stop(pool: ProcessPoolExecutor | None) -> None:
         manager.join(STOP_WAIT_S)
 
 
-_INTERRUPTS = ("SIGINT", "SIGTERM")
-
-
-@contextlib.contextmanager
-def _interrupts_held():
-    """SIGINT and SIGTERM wait (blocked, not lost) while the workers fork: an interrupt that
-    lands inside os.fork runs its handler in an at-fork hook (logging's lock release), where
-    Python can only print the KeyboardInterrupt as "Exception ignored" with a traceback. Once
-    the workers exist the signal is delivered, to ordinary code that stops them."""
-    import signal
-    import threading
-
-    held = {getattr(signal, name) for name in _INTERRUPTS if hasattr(signal, name)}
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
 def _die_with_parent(parent: int) -> None:
     """In each worker, first: die when the parent does (SIGTERM or SIGKILL to it alone must
     not leave workers blocked on a pipe with parent 1), and leave interrupts to the parent,
@@ -280,7 +257,7 @@ def _die_with_parent(parent: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held interrupts (_interrupts_held)
+    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held interrupts (errors.interrupts_deferred)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     armed = False
     if sys.platform.startswith("linux"):

@@ -19,13 +19,11 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
-import threading
 from typing import Iterator
 
 from tracekit.analysis import Analysis
-from tracekit.errors import TraceError, raise_if_interrupted
+from tracekit.errors import TraceError, interrupts_deferred, raise_if_interrupted
 
 # The file whose presence says "this bundle is complete" (summary.json of one trace,
 # ranks.json of several): where DIR already holds other files, it is removed first and
@@ -72,11 +70,11 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
     tmp = None
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with _interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
+        with interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
             tmp = _make_temporary(target)
         yield tmp
         verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
-        with _interrupts_deferred():  # the renames are not torn apart halfway
+        with interrupts_deferred():  # the renames are not torn apart halfway
             raise_if_interrupted()
             _install(tmp, target)
             tmp = None
@@ -85,20 +83,6 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """SIGINT / SIGTERM held back for a few system calls, delivered right after."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _make_temporary(target: str) -> str:

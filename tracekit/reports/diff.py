@@ -91,7 +91,7 @@ def _totals(d: dict, key: str = "totals") -> tuple[list[str], list[list[str]], l
         return [fmt(r["metric"], r["delta"], True), ratio(r["ratio"])]
 
     rows = [[r["metric"].removesuffix("_ns"), r.get("normalisation") or "", fmt(r["metric"], r["base"]), fmt(r["metric"], r["new"]), *change(r),
-             _interval(r.get("interval")), r.get("verdict") or (UNKNOWN if r.get("compared", True) else "different steps")]
+             _interval(r.get("interval")), r.get("verdict") or (UNKNOWN if r.get("compared", True) else "not compared")]
             for r in d[key]]
     return ["run", "compared as", "base", "new", "Δ", "ratio", "95% interval", "verdict"], rows, [0, 2, 1, 1, 0, 0, 1, 0]
 
@@ -236,7 +236,8 @@ def rank_sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str
                      k["key"]["kernel"] if k else UNKNOWN, f"{ratio(k['ratio'])} {_verdict(k)}" if k else UNKNOWN])
     per_rank = (["rank", "base step", "new step", "ratio", "95% interval", "verdict", "largest kernel change", "per call"], rows,
                 [0, 1, 1, 0, 2, 0, 0, 0])
-    return [("Cross-rank (median step over every rank's steps)", *_totals(d, "cross_rank")),
+    return [("Cross-rank (step_time: median GPU window over every rank's steps; median_rank_iteration: median over ranks of "
+             "each rank's host step ranges, the loop's period with host work)", *_totals(d, "cross_rank")),
             ("Per rank: median step, and the kernel whose per-call change costs the most time", *per_rank)]
 
 

@@ -166,8 +166,10 @@ def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
 
 def copy_rows(a: Analysis, top: int) -> Section:
     head = ["copy", "calls", "time", "share", "bytes", "TB/s"]
-    rows = [[r["name"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:,.3f}")]
-            for r in records(a.copy_summary.head(top))] if len(a.copy_summary) else []
+    mark = _marks(a, "copies")
+    rows = [[r["name"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]), si(r["bytes"], "B"),
+             mark(i, "achieved_tbps", mark(i, "efficiency", number(r["achieved_tbps"], "{:,.3f}")))]
+            for i, r in enumerate(records(a.copy_summary.head(top)))] if len(a.copy_summary) else []
     return Section("Copies and memsets by GPU time (share of copy time)", head, rows, [0, 1, 0, 0, 2, 2], flex=0, terminal=False)
 
 

@@ -9,6 +9,7 @@ imported, and an Nsight Systems trace's DataFrames are read through the same acc
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,34 @@ _GRAPH_LAUNCH = "GraphLaunch"
 def link(trace: Any) -> Any:
     """A Trace (DataFrames) or a ColumnTrace, with the link columns added."""
     kernel_columns, op_nesting, range_nesting = link_columns(trace.kernels, trace.launches, trace.ops, trace.ranges)
+    warnings = list(trace.warnings) + _launches_without_activity(trace.launches, kernel_columns["launch"])
     if isinstance(trace, ColumnTrace):
-        return dataclasses.replace(trace, kernels=trace.kernels.with_columns(**kernel_columns),
+        return dataclasses.replace(trace, kernels=trace.kernels.with_columns(**kernel_columns), warnings=warnings,
                                    ops=trace.ops.with_columns(**op_nesting), ranges=trace.ranges.with_columns(**range_nesting))
     return dataclasses.replace(trace, kernels=trace.kernels.assign(**kernel_columns), ops=trace.ops.assign(**op_nesting),
-                               ranges=trace.ranges.assign(**range_nesting))
+                               ranges=trace.ranges.assign(**range_nesting), warnings=warnings)
+
+
+# Kernel launch calls (not graph launches, copies or synchronisations).
+_KERNEL_LAUNCH = re.compile(r"LaunchKernel|LaunchCooperativeKernel|cuLaunch|ModuleLaunch|ExtLaunch")
+ORPHAN_MIN, ORPHAN_SHARE = 10, 0.05  # fewer unmatched launches than this are the capture's edge
+
+
+def _launches_without_activity(launches, launch_of_kernel: np.ndarray) -> list[str]:
+    """A warning when many kernel launch calls have no GPU activity: a trace trimmed after
+    the fact, a profiler that dropped activities, or launches captured into a CUDA graph
+    (nothing runs then). Figures that count kernels miss them: the reader should know."""
+    if not len(launches):
+        return []
+    is_launch = coded(launches, "name").where(lambda name: bool(_KERNEL_LAUNCH.search(str(name)[:128])))
+    linked = np.zeros(len(launches), dtype=bool)
+    linked[launch_of_kernel[launch_of_kernel >= 0]] = True
+    total, orphan = int(is_launch.sum()), int((is_launch & ~linked).sum())
+    if orphan < ORPHAN_MIN or orphan < ORPHAN_SHARE * total:
+        return []
+    return [f"{orphan:,} of {total:,} kernel launch calls have no GPU activity in the trace: launched into a CUDA/HIP graph "
+            "being captured (nothing runs then), or the trace was trimmed or the profiler dropped activities; "
+            "figures that count kernels do not see them"]
 
 
 def link_columns(kernels, launches, ops, ranges) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -106,12 +106,13 @@ def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, bl
     return owner
 
 
-WINDOW_SOURCES = ("gpu annotation", "kernels", "host range")
+WINDOW_SOURCES = ("gpu annotation", "kernels", "host range", "gpu annotation + kernels")
 
 
 def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per step (rows of trace.ranges in `steps`): the [start, end] of its GPU window and where
     it comes from (WINDOW_SOURCES): its GPU-side annotation widened to the kernels it owns
+    ("gpu annotation + kernels" where they reach past it)
     (`owner`, as kernel_steps), else the first start to the last end of those kernels, else
     (a step that owns nothing on the GPU) its host range."""
     r = trace.ranges
@@ -139,6 +140,10 @@ def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray
     hi = np.where(has_kernels, np.maximum(hi, k_hi), hi)
     source[has_kernels] = WINDOW_SOURCES[1]
     source[annotated] = WINDOW_SOURCES[0]
+    # a GPU-side marker (a few-us ProfilerStep copy on some ROCm traces) that the step's own
+    # kernels outrun: the window is the kernels' as much as the annotation's, and says so
+    widened = annotated & has_kernels & ((k_lo < a_lo) | (k_hi > a_hi))
+    source[widened] = WINDOW_SOURCES[3]
     return lo, hi, source
 
 

@@ -115,6 +115,23 @@ def union(intervals: np.ndarray) -> np.ndarray:
     return np.column_stack([iv[new, 0], np.maximum.reduceat(iv[:, 1], np.flatnonzero(new))])
 
 
+def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Merged [start, end) intervals of a minus those of b."""
+    a, b = union(np.asarray(a, dtype=np.int64).reshape(-1, 2)), union(np.asarray(b, dtype=np.int64).reshape(-1, 2))
+    if not len(a) or not len(b):
+        return a
+    points = np.unique(np.r_[a.ravel(), b.ravel()])
+    lo, hi = points[:-1], points[1:]
+    mid = lo + (hi - lo) // 2
+
+    def inside(iv):  # whether each elementary segment lies in the merged intervals iv
+        i = np.searchsorted(iv[:, 0], mid, side="right") - 1
+        return (i >= 0) & (mid < iv[np.maximum(i, 0), 1])
+
+    keep = inside(a) & ~inside(b) & (hi > lo)
+    return union(np.column_stack([lo[keep], hi[keep]]))
+
+
 def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the (merged) window intervals that lies before each time t."""
     if not len(window):
@@ -127,25 +144,31 @@ def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.ndarray,
-              windows: dict[int, np.ndarray]) -> pd.DataFrame:
+              windows: dict[int, np.ndarray], launch_end: np.ndarray | None = None) -> pd.DataFrame:
     """Every stretch in which a device runs nothing (all its streams idle), clipped to the
     window in which idleness counts (the steps), and why the GPU waited, in this order:
 
-      queued     a gap of QUEUED_MIN_NS or more whose closing activity was launched well before
-                 it ended (at least QUEUED_MIN_NS and half the gap before its start): the
-                 work was there, queued behind other work (an event wait, another stream);
-      sync       the host sat in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize,
-                 a blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap:
-                 only the time the call is in progress counts, not a call that merely returns in it;
-      host_wait  the launch of the activity that ends the gap began after the gap began: the
-                 GPU had run out of work because the host was late (launch-bound);
+      queued     a gap of QUEUED_MIN_NS or more whose closing activity had been submitted well
+                 before it started (its launch call had returned at least QUEUED_MIN_NS and
+                 half the gap before): the work was there, queued behind other work (an event
+                 wait, another stream);
+      sync       the closing activity was submitted only after the gap opened, and the host sat
+                 in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize, a
+                 blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap:
+                 only the time the call is in progress counts, not a call that merely returns
+                 in it;
+      host_wait  the closing activity was submitted after the gap opened (its launch call was
+                 still running, or had not begun): the GPU had run out of work because the
+                 host was late (launch-bound; a launch call that itself takes milliseconds,
+                 lazy module loading, counts here);
       other      nothing recorded explains it: launch latency, or the activity has no launch
                  call in the trace (graph replays, work issued before the capture).
 
-    `launch_start[i]` is kernel i's launch call start (-1 when none); `sync_calls` an (n, 3)
-    array of synchronising calls' [start, end, host pid] (only the processes that launched
-    work on a device count for it; pid -1 counts for all); `windows[device]` merged
-    [start, end) intervals.
+    `launch_start[i]` / `launch_end[i]` are kernel i's launch call's start and end (-1 when
+    none; without `launch_end` the start stands for both); `sync_calls` an (n, 3) array of
+    synchronising calls' [start, end, host pid] (only the processes that launched work on a
+    device count for it; pid -1 counts for all); `windows[device]` merged [start, end)
+    intervals.
     """
     cols = ["device", "start", "end", "idle_ns", "category", "next_row"]
     out = []
@@ -153,6 +176,7 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
     device = kernels["device"].to_numpy()
     pid = kernels["pid"].to_numpy() if "pid" in kernels else np.full(len(kernels), -1)
     sync_calls = np.asarray(sync_calls, dtype=np.int64).reshape(-1, 3)
+    ends = launch_start if launch_end is None else np.where(launch_start >= 0, np.maximum(launch_end, launch_start), -1)
     for dev in np.unique(device) if len(kernels) else ():
         rows = np.flatnonzero(device == dev)
         hosts = np.unique(pid[rows])
@@ -172,12 +196,13 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         idle = covered_before(window, g_end) - covered_before(window, g_start)
         length = g_end - g_start
         in_sync = covered_before(blocked, g_end) - covered_before(blocked, g_start)
-        synced = 2 * in_sync >= length
         launched = np.where(nxt >= 0, launch_start[np.maximum(nxt, 0)], -1)
+        submitted = np.where(nxt >= 0, ends[np.maximum(nxt, 0)], -1)  # when the launch call returned
         has_launch = launched >= 0
-        waited = g_end - launched  # from the launch call to the start of the work
-        queued = has_launch & (length >= QUEUED_MIN_NS) & (waited >= QUEUED_MIN_NS) & (2 * np.minimum(waited, length) >= length) & (launched < g_end)
-        late = has_launch & (launched > g_start)
+        waited = g_end - submitted  # from the submission to the start of the work
+        queued = has_launch & (length >= QUEUED_MIN_NS) & (waited >= QUEUED_MIN_NS) & (2 * np.minimum(waited, length) >= length)
+        late = has_launch & (submitted > g_start)  # not yet submitted when the GPU went idle
+        synced = late & (2 * in_sync >= length)
         category = np.where(queued, "queued", np.where(synced, "sync", np.where(late, "host_wait", "other")))
         keep = idle > 0
         out.append(pd.DataFrame({"device": int(dev), "start": g_start[keep], "end": g_end[keep], "idle_ns": idle[keep],
