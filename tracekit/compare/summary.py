@@ -167,7 +167,10 @@ def _validate(data: dict[str, Any], path: str) -> None:
                 if field in _SKETCHES and value is not None:
                     if not isinstance(value, list) or any(finite(v) is None for v in value):
                         raise bad(f"{where}.{field}", f"must be a list of finite numbers or null, not {kind_of(value)}")
-                elif isinstance(value, (dict, list)) and field != "shapes":
+                elif field == "shapes":  # free-form, but text or a list: diff matches ops by it
+                    if value is not None and not isinstance(value, (str, list)):
+                        raise bad(f"{where}.{field}", f"must be the op's input shapes (a string or a list) or null, not {kind_of(value)}")
+                elif isinstance(value, (dict, list)):
                     raise bad(f"{where}.{field}", f"must be a single value, not {kind_of(value)}")
     for key in _TEXTS:
         items(key, str, "string")
