@@ -125,7 +125,9 @@ def _out_of_memory(argv: list[str] | None) -> str:
             if os.path.isfile(arg):
                 size = os.path.getsize(arg)
                 sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
-    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {6 * max(sizes) / 1e9:,.1f} GB of memory" if sizes else ""
+    needed = 6 * max(sizes) if sizes else 0
+    amount = f"{needed / 1e9:,.1f} GB" if needed >= 1e9 else f"{needed / 1e6:,.0f} MB"  # (not "0.0 GB" for a small trace)
+    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {amount} of memory" if sizes else ""
     # (a parallel parse that runs out falls back to one process by itself: no option to suggest)
     return f"tracekit: error: out of memory{need}: raise the memory limit"
 
