@@ -18,6 +18,9 @@ the serial parser, which says what is wrong with it.
 Running out of memory (this process or a worker, under `ulimit -v` or a cgroup) stops the
 workers and raises OutOfMemory: the caller reads the file in this process instead, which
 needs less (no worker results held beside the joined tables, no pool threads), and says so.
+Under an address-space limit (`ulimit -v`) the pool's threads are made small (_small_threads)
+and `meanwhile` is not called: what it imports would raise this process's peak during the
+parse, and the caller imports it afterwards anyway.
 """
 
 from __future__ import annotations
