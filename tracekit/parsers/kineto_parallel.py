@@ -143,8 +143,11 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     caller_error = None
     pool = None
     count = min(workers, len(pieces))
-    no_memory = OutOfMemory(f"the parallel parse ({count} worker processes) ran out of memory; the trace was read in one "
-                            "process instead (pass --workers 1 to do that from the start)")  # made now: later, there may be no memory for it
+    # The warning is made now (later there may be no memory for it); the exception is made
+    # where it is raised: kept in a local, it would form a cycle with the traceback through this
+    # frame, and the workers' results would live on until a collection (paused during the parse).
+    no_memory = (f"the parallel parse ({count} worker processes) ran out of memory; the trace was read in one process "
+                 "instead (pass --workers 1 to do that from the start)")
     limited = _address_space_limited()
     if limited:  # the caller's imports would raise this process's peak during the parse: they wait
         meanwhile = None
@@ -164,7 +167,8 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
             if result is None or result == _NO_MEMORY:
                 _stop(pool)
                 if result == _NO_MEMORY:
-                    raise no_memory
+                    results = futures = None
+                    raise OutOfMemory(no_memory)
                 return None
             i = futures[future]
             results[i] = result
@@ -177,7 +181,8 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     except BaseException as exc:
         _stop(pool)  # first, whatever happened: no worker, pipe or pool thread outlives the parse
         if isinstance(exc, Exception) and memory_ran_out(exc):  # this process's memory (the caller's imports too)
-            raise no_memory from None
+            results = futures = None
+            raise OutOfMemory(no_memory) from None
         if isinstance(exc, (OSError, RuntimeError, AssertionError, EOFError)) and exc is not caller_error:
             return None  # workers could not start or died (e.g. inside a daemon process): serial
         raise  # the caller's error (re-reading the file would not help), or an interrupt (SIGINT, SIGTERM)
