@@ -34,7 +34,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import fuzz_cases  # noqa: E402
 import fuzz_files  # noqa: E402
 
-_PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json"}
+_PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json",
+                 "python warning": "warning"}
 
 
 def files_case(seed: int, work: str, time_bound: float, kinds: tuple[str, ...] = fuzz_files.KINDS) -> dict:
@@ -103,6 +104,7 @@ def main() -> int:
     print(f"cases: {args.cases} ({dict(kinds)}), seeds {args.seed}..{args.seed + args.cases - 1}, {time.time() - started:.0f} s")
     for check, label in (("exit", "exit-1 (or other non-0/2) results"), ("exit-markup", "exit-1 from rich markup in trace strings (terminal escaping, issue 12)"), ("stderr", "exit 2 without exactly one stderr line"),
                          ("json", "invalid JSON outputs"), ("control", "cases with raw control characters on stdout"),
+                         ("warning", "cases with a raw Python warning on stderr (files kinds)"),
                          ("time", f"cases over {args.time_bound:.0f} s"), ("input", "inputs modified / files beside them"),
                          ("harness", "cases the harness failed to build")):
         print(f"{label}: {counts.get(check, 0)}")

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import random
+import re
 import shutil
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -378,8 +379,11 @@ def make_case(seed: int, out_dir: str, kinds: tuple[str, ...] = KINDS) -> dict:
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
     from tracekit.cli.main import main
 
+    import warnings
+
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
+    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("always")  # every time, not once per process: a run's own warnings are its problem
         try:
             main(argv)
             code = 0
@@ -398,6 +402,8 @@ def problems(argv: list[str], code: int, out: str, err: str) -> list[str]:
         found.append(f"exit {code}")
     if "Traceback" in err or "internal error" in err:
         found.append("traceback")
+    if re.search(r"^\S.*:\d+: \w*Warning: ", err, re.M):  # Python's raw warning (numpy's divide by zero), not a tracekit line
+        found.append("python warning")
     errors = [line for line in err.splitlines() if line.startswith("tracekit: error")]
     if code == 2 and len(errors) != 1:
         found.append("exit 2 without one error line")

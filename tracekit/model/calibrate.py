@@ -24,12 +24,17 @@ MIN_MIX_SPREAD = 0.05  # spread of the steps' compute share of roofline time nee
 
 def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
     """Per step: its distinct (compute, memory, link) terms with their counts (layers repeat
-    the same blocks, so a step of 36 layers has a dozen distinct terms), and its busy time."""
+    the same blocks, so a step of 36 layers has a dozen distinct terms), and its busy time.
+    A step with no GPU busy time (a CPU-only profile put on a GPU with --device) measured
+    nothing to fit against: left out (its error would divide by zero)."""
     out = []
     for _, t in terms.groupby("step_key", sort=False):
+        busy = float(t["busy_ns"].iat[0])
+        if not busy > 0 or busy == float("inf"):
+            continue
         table = np.column_stack([t["t_compute_ns"].to_numpy(float), t["t_memory_ns"].to_numpy(float), t["comm"].to_numpy(float)])
         distinct, counts = np.unique(table, axis=0, return_counts=True)
-        out.append((distinct[:, 0], distinct[:, 1], distinct[:, 2] > 0, counts.astype(float), float(t["busy_ns"].iat[0])))
+        out.append((distinct[:, 0], distinct[:, 1], distinct[:, 2] > 0, counts.astype(float), busy))
     return out
 
 
