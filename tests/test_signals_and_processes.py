@@ -369,3 +369,27 @@ def test_interrupt_outside_main_is_aborted_not_a_traceback(tmp_path, when):
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert proc.returncode == 130 and proc.stderr == "tracekit: aborted\n", (proc.returncode, proc.stderr)
+
+
+@pytest.mark.parametrize("changed", [ImportError("initialization failed"), OSError("read interrupted"), MemoryError()])
+def test_an_interrupt_that_arrives_as_another_error_is_aborted(capsys, monkeypatch, changed):
+    """signals.py, 1 of 100 SIGTERMs: exit 1, "internal error: ImportError: initialization
+    failed". The KeyboardInterrupt had been raised inside a pybind11 module's initialisation
+    (matplotlib, imported while the workers parse), which turns any exception into that
+    ImportError. After an interrupt the run ends as aborted, whatever error carries it."""
+    import tracekit.api
+    from tracekit.errors import INTERRUPTS
+
+    def interrupted_import(*args, **kwargs):
+        INTERRUPTS.append(signal.SIGTERM)  # what the handler records before it raises
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise changed from exc
+
+    monkeypatch.setattr(tracekit.api, "scan", interrupted_import)
+    try:
+        code, _, err = run(capsys, "info", TINY)
+    finally:
+        INTERRUPTS.clear()
+    assert code == 143 and err == "tracekit: aborted\n", (code, err)

@@ -110,6 +110,16 @@ def _interrupts_end() -> None:
                 signal.signal(signum, ended)
 
 
+def _aborted_if_interrupted() -> None:
+    """After SIGINT / SIGTERM, whatever error the run ended with is the interrupt's doing: its
+    KeyboardInterrupt can arrive changed (raised inside a pybind11 module's initialisation it
+    becomes `ImportError: initialization failed`; matplotlib imports while the workers parse):
+    "tracekit: aborted", 130 / 143, not an internal error."""
+    if INTERRUPTS:
+        click.echo("tracekit: aborted", err=True)
+        sys.exit(_aborted_code())
+
+
 def _aborted_code() -> int:
     import signal
 
@@ -143,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         if INTERRUPTS:  # the interrupt's KeyboardInterrupt was dropped on the way (an at-fork hook)
             raise KeyboardInterrupt
     except TraceError as exc:
+        _aborted_if_interrupted()
         click.echo(f"tracekit: error: {safe(exc.path)}: {safe(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
@@ -161,11 +172,13 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("tracekit: aborted", err=True)
         sys.exit(_aborted_code())
     except MemoryError:
+        _aborted_if_interrupted()
         click.echo(_out_of_memory(argv), err=True)
         sys.exit(2)
     except BrokenPipeError:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
+        _aborted_if_interrupted()
         if memory_ran_out(exc):  # an import or allocation refused under a memory limit
             click.echo(_out_of_memory(argv), err=True)
             sys.exit(2)
