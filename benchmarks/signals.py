@@ -147,6 +147,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", help="also write every run's record here")
     args = parser.parse_args()
+    # Started in the background by a non-interactive shell (`cmd &`, nohup), this process and
+    # so every run it starts would begin with SIGINT ignored, which tracekit leaves alone until
+    # its command starts (a SIGINT before that was lost: exit 0). A user's Ctrl-C meets a
+    # process that starts with the default: so do the runs here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     trace = args.trace
     if trace is None:
         trace = os.path.join(tempfile.gettempdir(), "tracekit-signals-55mb.json")

@@ -353,7 +353,7 @@ def test_early_interrupt_once_tracekit_owns_the_signals(tmp_path, signum, delays
             assert err.rstrip().endswith("tracekit: aborted"), err
 
 
-@pytest.mark.parametrize("when", ["before main's handlers", "in an exit handler"])
+@pytest.mark.parametrize("when", ["before main's handlers", "in an exit handler", "in a weakref callback"])
 def test_interrupt_outside_main_is_aborted_not_a_traceback(tmp_path, when):
     """run() installs the handler that raises KeyboardInterrupt, then calls main(), whose
     `try` turns it into "tracekit: aborted". A signal between the two, or once main() has
@@ -361,12 +361,24 @@ def test_interrupt_outside_main_is_aborted_not_a_traceback(tmp_path, when):
     caught it: a traceback (from an atexit callback: "Exception ignored", then exit 0)."""
     if when == "before main's handlers":  # main() stands for the moment before its `try`
         setup = "m.main = lambda argv=None: os.kill(os.getpid(), signal.SIGINT)"
+    elif when == "in a weakref callback":  # signals.py: "Exception ignored in: <function ...>", a traceback, and the run went on
+        setup = ("import weakref\n"
+                 "class A: pass\n"
+                 "def callback(ref):\n"
+                 "    os.kill(os.getpid(), signal.SIGINT)\n"
+                 "    sum(range(100000))  # the handler runs here, inside the callback\n"
+                 "def command(argv=None):\n"
+                 "    a = A(); r = weakref.ref(a, callback); del a\n"
+                 "    time.sleep(30)  # ordinary code: the interrupt must stop it now\n"
+                 "m.main = command")
     else:
         setup = ("m.main = lambda argv=None: None\n"
                  "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(1)))")
     code = f"import atexit, os, signal, sys, time\nimport tracekit.cli.main\nm = sys.modules['tracekit.cli.main']\n{setup}\nm.run()\n"
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert time.monotonic() - started < 20, "the interrupt did not stop the run"
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     assert proc.returncode == 130 and proc.stderr == "tracekit: aborted\n", (proc.returncode, proc.stderr)
 

@@ -86,6 +86,48 @@ def _interrupts_raise() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupted)
+    _reraise_dropped_interrupts()
+
+
+def _reraise_dropped_interrupts() -> None:
+    """The handler's KeyboardInterrupt can be raised where it cannot propagate: in a weakref
+    callback or a __del__ (matplotlib's transforms, imported while the workers parse), where
+    Python prints it as "Exception ignored in: ..." with a traceback and goes on (signals.py:
+    1 SIGINT in 100). Such a KeyboardInterrupt is not printed; it is raised again in the main
+    thread once the hook has returned, from a timer thread (interrupt_main), so the run stops
+    now, as aborted."""
+    import _thread
+    import signal
+    import threading
+
+    previous = sys.unraisablehook
+    in_hook = threading.Event()
+
+    def again(signum, frame):
+        if in_hook.is_set():  # still inside the hook: not here
+            rearm()
+            return
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    def rearm() -> None:
+        timer = threading.Timer(0.02, _thread.interrupt_main, args=(signal.SIGINT,))
+        timer.daemon = True
+        timer.start()
+
+    def hook(unraisable) -> None:
+        if not (INTERRUPTS and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            previous(unraisable)
+            return
+        in_hook.set()
+        try:
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGINT, again)  # (callbacks run in the main thread, where handlers are set)
+                rearm()
+        finally:
+            in_hook.clear()
+
+    sys.unraisablehook = hook
 
 
 def _say_aborted() -> None:
