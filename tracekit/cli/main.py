@@ -110,8 +110,16 @@ def _reraise_dropped_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
+    main = threading.main_thread().ident
+
+    def deliver() -> None:  # a real signal to the main thread: a blocking call there returns (EINTR)
+        try:
+            signal.pthread_kill(main, signal.SIGINT)
+        except (AttributeError, OSError, ValueError):
+            _thread.interrupt_main(signal.SIGINT)
+
     def rearm() -> None:
-        timer = threading.Timer(0.02, _thread.interrupt_main, args=(signal.SIGINT,))
+        timer = threading.Timer(0.02, deliver)
         timer.daemon = True
         timer.start()
 
