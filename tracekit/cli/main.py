@@ -94,7 +94,7 @@ def _reraise_dropped_interrupts() -> None:
     callback or a __del__ (matplotlib's transforms, imported while the workers parse), where
     Python prints it as "Exception ignored in: ..." with a traceback and goes on (signals.py:
     1 SIGINT in 100). Such a KeyboardInterrupt is not printed; it is raised again in the main
-    thread once the hook has returned, from a timer thread (interrupt_main), so the run stops
+    thread once the hook has returned (a SIGINT to it from a timer thread), so the run stops
     now, as aborted."""
     import _thread
     import signal
