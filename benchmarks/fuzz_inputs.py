@@ -10,9 +10,12 @@ exit-1 results, exit 2 without exactly one stderr line, invalid JSON, raw contro
 characters on stdout, cases over the time bound, inputs modified; and the slowest case.
 
 `--kinds files` (issue 22) mutates the other files a user hands tracekit (tests/fuzz_files.py):
---device-file, --rules and check --expect TOML, stored summary.json files, and a rank of
-another job, through `devices`, `analyze`, `export`, `check`, `diff` and multi-rank
-`analyze`; `--kinds all` alternates the two.
+--device-file, --rules and check --expect TOML, stored summary.json files, a rank of
+another job, and HF config.json files for --model (sizes huge, zero, negative, fractional,
+strings, booleans; deep nesting; quantization_config variants; text_config nesting;
+layer_types of the wrong length), through `devices`, `analyze`, `export`, `check`, `diff`,
+multi-rank `analyze`, `calibrate` and `project`; `--kinds model` runs only the model-config
+cases; `--kinds all` alternates traces and files.
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 import fuzz_cases  # noqa: E402
 import fuzz_files  # noqa: E402
 
-_PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json"}
+_PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json",
+                 "python warning": "warning"}
 
 
-def files_case(seed: int, work: str, time_bound: float) -> dict:
+def files_case(seed: int, work: str, time_bound: float, kinds: tuple[str, ...] = fuzz_files.KINDS) -> dict:
     """One tests/fuzz_files.py case in the shape of a fuzz_cases result."""
     started = time.time()
-    result = fuzz_files.run_case(seed, work)
+    result = fuzz_files.run_case(seed, work, kinds)
     problems: dict[str, str] = {}
     for run in result["results"]:
         for problem in run["problems"]:
@@ -57,7 +61,8 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--time-bound", type=float, default=10.0, help="seconds one command may take")
     parser.add_argument("--log", help="write one JSON line per case here")
-    parser.add_argument("--kinds", choices=("traces", "files", "all"), default="traces")
+    parser.add_argument("--kinds", choices=("traces", "files", "model", "all"), default="traces",
+                        help="model: only the model-config cases of `files`")
     args = parser.parse_args()
 
     counts: collections.Counter[str] = collections.Counter()
@@ -71,8 +76,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tracekit-fuzz-") as work:
         for i in range(args.cases):
             seed = args.seed + i
-            files = args.kinds == "files" or (args.kinds == "all" and i % 2)
-            job = pool.apply_async(files_case if files else fuzz_cases.run_case, (seed, work, args.time_bound))
+            files = args.kinds in ("files", "model") or (args.kinds == "all" and i % 2)
+            case_kinds = ("model",) if args.kinds == "model" else fuzz_files.KINDS
+            job = pool.apply_async(files_case, (seed, work, args.time_bound, case_kinds)) if files else \
+                pool.apply_async(fuzz_cases.run_case, (seed, work, args.time_bound))
             try:
                 result = job.get(timeout=args.time_bound * len(fuzz_cases.COMMANDS) + 30)
             except multiprocessing.TimeoutError:
@@ -97,6 +104,7 @@ def main() -> int:
     print(f"cases: {args.cases} ({dict(kinds)}), seeds {args.seed}..{args.seed + args.cases - 1}, {time.time() - started:.0f} s")
     for check, label in (("exit", "exit-1 (or other non-0/2) results"), ("exit-markup", "exit-1 from rich markup in trace strings (terminal escaping, issue 12)"), ("stderr", "exit 2 without exactly one stderr line"),
                          ("json", "invalid JSON outputs"), ("control", "cases with raw control characters on stdout"),
+                         ("warning", "cases with a raw Python warning on stderr (files kinds)"),
                          ("time", f"cases over {args.time_bound:.0f} s"), ("input", "inputs modified / files beside them"),
                          ("harness", "cases the harness failed to build")):
         print(f"{label}: {counts.get(check, 0)}")

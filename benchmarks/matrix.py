@@ -2,9 +2,12 @@
 
     python benchmarks/matrix.py [--sample N] [--seed 0] [--in-process]
 
-Commands: info, analyze, export, diff, check, calibrate. Fixtures: the shared traces
-(../shared/fixtures: torch/, nsys/) and the project's own (fixtures/). Option sets: --device,
---device-file, --rules, --out, formats, --model where it applies, --capture (graph-capture
+Commands: info, analyze, export, diff, check, calibrate, project (--to a device; --tp, with
+and without --model), and devices (no trace). Fixtures: the shared traces
+(../shared/fixtures: torch/, nsys/, and the multi-rank directory torch/v100_dlrm_8ranks) and
+the project's own (fixtures/). Option sets: --device, --device-file, --rules, --out,
+formats, --model where it applies (MODEL: the real config of the model a serving fixture
+ran, from ../shared/models, else the project's tiny config), --capture (graph-capture
 pairing against the piecewise capture fixture), check's --junit and
 --baseline, diff against a stored summary. Each case must exit 0 or 2 (check: 3 too),
 never 1; print strict JSON when asked for JSON; and show no traceback. The whole product by
@@ -30,6 +33,17 @@ SHARED = os.path.join(os.path.dirname(REPO), "shared", "fixtures")
 CONFIG = os.path.join(REPO, "fixtures", "cpu_tiny_dense.config.json")
 SUMMARY = os.path.join(REPO, "tests", "golden", "torch__h100_bert_small_hf_inference.json.gz.summary.json")
 CAPTURE = os.path.join(SHARED, "torch", "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz")
+MODELS = os.path.join(os.path.dirname(REPO), "shared", "models")
+RANKS = os.path.join(SHARED, "torch", "v100_dlrm_8ranks")
+# The serving fixtures and the model each one ran (../shared/models/README.md).
+SERVING_MODELS = {
+    "mi300x_sglang_qwen3-8b_decode_bs32.json.gz": "qwen3-8b.config.json",
+    "b200_vllm_tp8_rank0_eager.json.gz": "gpt-oss-120b.config.json",
+    "rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz": "gpt-oss-20b.config.json",
+    "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_execution.json.gz": "gpt-oss-20b.config.json",
+    "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz": "gpt-oss-20b.config.json",
+    "h100_qwen1.5-0.5b_hf_inference.json.gz": "qwen1.5-0.5b-chat.config.json",
+}
 
 RULES = """[[phase]]
 name = "decode"
@@ -54,7 +68,15 @@ max_share = 1.0
 
 def fixtures() -> list[str]:
     found = sorted(glob.glob(os.path.join(SHARED, "torch", "*.json.gz"))) + sorted(glob.glob(os.path.join(SHARED, "nsys", "*.sqlite")))
+    found += [RANKS] if os.path.isdir(RANKS) else []  # the ranks of one job, as a directory
     return found + sorted(glob.glob(os.path.join(REPO, "fixtures", "*.json.gz")))
+
+
+def model_for(trace: str) -> str:
+    """MODEL: the real config of a serving fixture's model where ../shared/models has it, else the tiny one."""
+    name = SERVING_MODELS.get(os.path.basename(trace))
+    path = os.path.join(MODELS, name) if name else ""
+    return path if name and os.path.isfile(path) else CONFIG
 
 
 def option_sets(files: dict[str, str]) -> dict[str, list[list[str]]]:
@@ -76,21 +98,40 @@ def option_sets(files: dict[str, str]) -> dict[str, list[list[str]]]:
     }
 
 
+def all_option_sets(files: dict[str, str]) -> dict[str, list[list[str]]]:
+    """option_sets and the second pass's (issue 22): the real model configs of the serving
+    fixtures (MODEL: model_for(the trace)), and `project`."""
+    sets = {command: list(lists) for command, lists in option_sets(files).items()}
+    sets["analyze"] = sets["analyze"] + [["--model", "MODEL", "--format", "json"],
+                                         ["--model", "MODEL", "--context", "1000", "--device", "H100", "--format", "json"],
+                                         ["--model", "MODEL", "--batch", "4", "--out", "OUT"]]
+    sets["calibrate"] = sets["calibrate"] + [["--model", "MODEL", "--context", "1000"]]
+    sets["project"] = [["--to", "H100", "--format", "json"], ["--to", "B200", "--device", "H100"], ["--to", "MI300X", "--format", "markdown"],
+                       ["--to", "My GPU", "--device-file", files["device"], "--format", "json"], ["--tp", "2", "--format", "json"],
+                       ["--tp", "8", "--model", "MODEL", "--format", "json"], ["--tp", "1", "--run-tp", "2", "--model", "MODEL"]]
+    return sets
+
+
+def other_cases(files: dict[str, str]) -> list[tuple[str, str | None, list[str]]]:
+    """Commands that take no trace: `devices`, alone and with a device file."""
+    return [("devices", None, options) for options in ([], ["--device-file", files["device"]])]
+
+
 def cases(files: dict[str, str]) -> list[tuple[str, str, list[str]]]:
     traces = fixtures()
     out = []
-    for command, sets in option_sets(files).items():
+    for command, sets in all_option_sets(files).items():
         for i, trace in enumerate(traces):
             other = traces[(i + 1) % len(traces)]
             for options in sets:
-                out.append((command, trace, [other if o == "OTHER" else o for o in options]))
+                out.append((command, trace, [other if o == "OTHER" else model_for(trace) if o == "MODEL" else o for o in options]))
     return out
 
 
 def argv_of(case, out_dir: str) -> list[str]:
     command, trace, options = case
     options = [os.path.join(out_dir, "out") if o == "OUT" else o for o in options]
-    return [command, trace, *options]
+    return [command, *([trace] if trace is not None else []), *options]
 
 
 def judge(case, code: int, stdout: str, stderr: str) -> str | None:
@@ -143,7 +184,7 @@ def input_files(directory: str) -> dict[str, str]:
 def run_matrix(sample: int | None, seed: int, in_process: bool, log=None) -> dict:
     with tempfile.TemporaryDirectory(prefix="tk-matrix-") as tmp:
         files = input_files(tmp)
-        everything = cases(files)
+        everything = cases(files) + other_cases(files)
         chosen = random.Random(seed).sample(everything, min(sample, len(everything))) if sample else everything
         failures, started = [], time.monotonic()
         for n, case in enumerate(chosen):

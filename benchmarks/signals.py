@@ -13,6 +13,16 @@ with it) at a uniformly random moment of a normal run's duration, and checks:
 - the exit is 0 (it finished first), 130 (SIGINT) or 143 (SIGTERM), with no traceback, and
   "tracekit: aborted" when interrupted.
 
+A signal sent before tracekit's first line has run (the interpreter starting, `site`
+importing the venv's .pth files: 20-250 ms depending on load) meets Python's own handling,
+which tracekit cannot change: killed by the signal, or a KeyboardInterrupt traceback from
+`site` (exit 1). Such runs are counted as `before_tracekit_started`, and only those: the
+moment is measured per run, not guessed from the exit code. tracekit's first line installs
+its handler for SIGINT and SIGTERM; Python itself catches only SIGINT, so SIGTERM appearing
+in the process's caught-signal mask (SigCgt in /proc/PID/status) marks that moment. Until
+the signal is sent the mask is polled; a signal sent before SIGTERM was seen there is
+"before tracekit"; after it, every check applies (an exit of -2 or -15 is a failure).
+
 Prints one JSON object with the counts.
 """
 
@@ -66,6 +76,18 @@ def bundle_problem(out: str) -> str | None:
     return None
 
 
+def owns_signals(pid: int) -> bool | None:
+    """Whether tracekit's handler is installed (SIGTERM caught), None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    except OSError:
+        return None
+    return False
+
+
 def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
     parent = tempfile.mkdtemp(prefix="tk-signals-")
     out = os.path.join(parent, "bundle")
@@ -73,10 +95,20 @@ def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
     if workers:
         cmd += ["--workers", str(workers)]
     env = {**os.environ, "PYTHONPATH": REPO}
+    started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, env=env)
-    time.sleep(delay)
+    owned_after = None  # seconds from the start to the first poll that saw tracekit's handler
+    while True:
+        left = started + delay - time.monotonic()
+        if owned_after is None and owns_signals(proc.pid):
+            owned_after = time.monotonic() - started
+        if left <= 0:
+            break
+        time.sleep(min(left, 0.0005) if owned_after is None else left)
     sent = proc.poll() is None
     if sent:
+        if owned_after is None and owns_signals(proc.pid):  # the last look, right before the signal
+            owned_after = time.monotonic() - started
         os.kill(proc.pid, signum)  # the process alone, not its group
     _, err = proc.communicate(timeout=300)
     err = err.decode("utf-8", "replace")
@@ -93,12 +125,14 @@ def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
               "bundle": "whole" if os.path.exists(out) and problem is None else ("absent" if problem is None else problem),
               "temporaries": temporaries, "processes_left": len(left), "traceback": "Traceback" in err,
               "aborted_line": "tracekit: aborted" in err, "stderr_tail": err[-300:]}
-    # Before tracekit's first line runs (the interpreter importing `site`, ~20-70 ms) Python's
-    # own handling applies: killed by the signal, or "Fatal Python error: init_import_site".
-    result["before_tracekit"] = "init_import_site" in err or proc.returncode in (-signal.SIGINT, -signal.SIGTERM)
+    # Sent before tracekit's handler was seen (module docstring): Python's own handling applies,
+    # killed by the signal or a traceback from `site`. Measured, never inferred from the exit.
+    result["owned_after"] = round(owned_after, 4) if owned_after is not None else None
+    result["before_tracekit"] = sent and owned_after is None
     expected_rc = {0} | ({128 + signum} if sent else set())
-    result["ok"] = result["before_tracekit"] or (problem is None and not temporaries and not left and not result["traceback"]
-                    and proc.returncode in expected_rc and (proc.returncode == 0 or result["aborted_line"]))
+    whole = problem is None and not temporaries and not left
+    result["ok"] = whole and (result["before_tracekit"] or (not result["traceback"] and proc.returncode in expected_rc
+                                                            and (proc.returncode == 0 or result["aborted_line"])))
     import shutil
 
     shutil.rmtree(parent, ignore_errors=True)
@@ -113,6 +147,11 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", help="also write every run's record here")
     args = parser.parse_args()
+    # Started in the background by a non-interactive shell (`cmd &`, nohup), this process and
+    # so every run it starts would begin with SIGINT ignored, which tracekit leaves alone until
+    # its command starts (a SIGINT before that was lost: exit 0). A user's Ctrl-C meets a
+    # process that starts with the default: so do the runs here.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     trace = args.trace
     if trace is None:
         trace = os.path.join(tempfile.gettempdir(), "tracekit-signals-55mb.json")
@@ -140,7 +179,9 @@ def main() -> int:
             "bundles_broken": sum(r["bundle"] not in ("whole", "absent") for r in mine),
             "temporaries_left": sum(bool(r["temporaries"]) for r in mine), "processes_left": sum(r["processes_left"] for r in mine),
             "tracebacks": sum(r["traceback"] and not r["before_tracekit"] for r in mine),
-            "before_tracekit_started": sum(r["before_tracekit"] for r in mine), "not_ok": sum(not r["ok"] for r in mine),
+            "before_tracekit_started": sum(r["before_tracekit"] for r in mine),
+            "before_tracekit_exits": sorted({r["rc"] for r in mine if r["before_tracekit"]}),
+            "not_ok": sum(not r["ok"] for r in mine),
             "exit_codes": sorted({r["rc"] for r in mine}),
         }
     if args.json:

@@ -37,6 +37,30 @@ def shared(*parts: str) -> pathlib.Path:
     return path
 
 
+# The real model configs (HF config.json) live beside the fixtures, in ../shared/models; the
+# same rule: skip with one reason when absent, fail under TRACEKIT_REQUIRE_SHARED=1.
+SHARED_MODELS = REPO.parent / "shared" / "models"
+MISSING_SHARED_MODELS = (f"needs the shared model configs at {SHARED_MODELS} (a checkout of the shared fixtures and models "
+                         "beside the repository; see README, 'Shared fixtures')")
+
+
+def skip_without_shared_models(module_level: bool = False) -> None:
+    if SHARED_MODELS.is_dir():
+        return
+    if shared_required():
+        pytest.fail(MISSING_SHARED_MODELS + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
+    pytest.skip(MISSING_SHARED_MODELS, allow_module_level=module_level)
+
+
+def shared_model(name: str) -> pathlib.Path:
+    """../shared/models/NAME: skipped (one reason) when the shared models are absent, failed under
+    TRACEKIT_REQUIRE_SHARED=1; with them present, a missing config is a broken checkout."""
+    skip_without_shared_models(module_level=True)
+    path = SHARED_MODELS / name
+    assert path.exists(), f"shared model config missing: {path}"
+    return path
+
+
 def torch_traces() -> list[pathlib.Path]:
     skip_without_shared(module_level=True)
     found = sorted(SHARED.glob("torch/**/*.json.gz")) + sorted(PROJECT_FIXTURES.glob("*.json.gz"))

@@ -1,6 +1,7 @@
 """Seeded mutations of the files a user hands tracekit besides traces (issue 22): device
-files, rules, expectations (TOML) and stored summaries (JSON), run through the commands
-that read them (devices, analyze, export, check, diff, multi-rank analyze). Used by
+files, rules, expectations (TOML), stored summaries (JSON) and model configs (HF
+config.json for --model), run through the commands that read them (devices, analyze,
+export, check, diff, multi-rank analyze, calibrate, project). Used by
 benchmarks/fuzz_inputs.py --kinds files. A case passes when it exits 0, 2 (check: 3),
 with one error line on 2, strict JSON where asked, no traceback."""
 
@@ -12,7 +13,9 @@ import io
 import json
 import os
 import random
+import re
 import shutil
+import sys
 from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
@@ -88,9 +91,25 @@ def mutate(rng: random.Random, doc: Any, log: list[str], rounds: int = 3) -> Any
 
 
 def toml_text(rng: random.Random, doc: Any) -> bytes:
-    """TOML for `doc` where it can be written, else mangled text; sometimes bad bytes."""
+    """TOML for `doc` where it can be written, else mangled text; sometimes bad bytes.
+    A value nested 700 deep costs this writer two frames a level (the value, the join's
+    generator): the recursion limit is raised while it writes (seeds 821 and 1192 of
+    `--kinds files` ended in the harness's own RecursionError), and put back before
+    tracekit reads the file, so tracekit runs under the limit a user's process has."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * MAX_DEPTH + 200))
+    try:
+        return _toml_text(rng, doc)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+MAX_DEPTH = 700  # deeper values are written as 1
+
+
+def _toml_text(rng: random.Random, doc: Any) -> bytes:
     def value(v, depth=0):
-        if depth > 700:
+        if depth > MAX_DEPTH:
             return "1"
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -134,12 +153,180 @@ def json_text(rng: random.Random, doc: Any) -> bytes:
     return data
 
 
-KINDS = ("device", "rules", "expect", "summary_diff", "summary_check", "export_rules", "multirank")
+KINDS = ("device", "rules", "expect", "summary_diff", "summary_check", "export_rules", "multirank", "model")
+
+# --- model configs (HF config.json for --model) ------------------------------------------------
+
+MODELS = os.path.join(os.path.dirname(REPO), "shared", "models")
+TINY_MOE = os.path.join(REPO, "fixtures", "cpu_tiny_moe_generate.json.gz")
+# Keys the model reader takes sizes from (tracekit/model/config.py), for the size mutations.
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+             "vocab_size", "num_local_experts", "num_experts", "n_routed_experts", "num_experts_per_tok", "experts_per_token",
+             "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+             "moe_layer_freq", "sliding_window", "sliding_window_pattern", "max_position_embeddings", "q_lora_rank", "kv_lora_rank",
+             "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "full_attention_interval", "linear_num_key_heads",
+             "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim", "decoder_sparse_step")
+# Edge values a config may hold and pass validation with (the reader's bounds: 4096 layers,
+# 2**24 widths, 2**40 tokens), then values it must refuse.
+PLAUSIBLE = (1, 2, 3, 5, 7, 17, 100, 4095, 4096, 65535, 65536, 2 ** 24 - 1, 2 ** 24, 2 ** 40)
+SIZES = (0, -1, -4096, 1, 3, 10 ** 7, 10 ** 12, 2 ** 31, 2 ** 63, 2 ** 64 + 1, 10 ** 400, 0.5, 3.5, 64.0, -0.0, 1e308, float("inf"),
+         float("-inf"), float("nan"), "64", "abc", "", True, False, None, [64], {"value": 64}, [])
+QUANTS = (
+    {"quant_method": "mxfp4"}, {"quant_method": "fp8"}, {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    {"quant_method": "fp8", "weight_block_size": [0, 128]}, {"quant_method": "fp8", "weight_block_size": [10 ** 30, 1]},
+    {"quant_method": "fp8", "weight_block_size": ["a", None]}, {"quant_method": "fp8", "weight_block_size": 128},
+    {"quant_method": "fp8", "weight_block_size": []}, {"quant_method": "fp8", "weight_block_size": [1.5, 2.5]},
+    {"quant_method": "gptq", "bits": 4, "group_size": 128}, {"quant_method": "gptq", "bits": 0}, {"quant_method": "gptq", "bits": -4},
+    {"quant_method": "gptq", "bits": 99}, {"quant_method": "gptq", "bits": 3.5}, {"quant_method": "gptq", "bits": "4"},
+    {"quant_method": "gptq", "bits": 4, "group_size": 0}, {"quant_method": "gptq", "bits": 4, "group_size": -1},
+    {"quant_method": "gptq", "bits": 4, "group_size": 10 ** 20}, {"bits": 8}, {"quant_method": "awq", "w_bit": 4, "q_group_size": 64},
+    {"quant_method": "awq", "bits": 4, "zero_point": "yes"}, {"quant_method": "bitsandbytes", "load_in_4bit": True},
+    {"quant_method": "compressed-tensors", "config_groups": []}, {"quant_method": "compressed-tensors", "config_groups": {}},
+    {"quant_method": "compressed-tensors"}, {"quant_method": "compressed-tensors", "config_groups": "group_0"},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 0, "type": "int"}}}},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "type": "float",
+                                                                                                       "group_size": 16}}}},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": "Linear", "weights": [4]}}},
+    {"quant_method": "compressed-tensors", "config_groups": {"g": {"weights": {"num_bits": 10 ** 9, "group_size": -7}}}},
+    {"quant_method": "compressed-tensors", "config_groups": {f"g{i}": {"targets": ["Linear"], "weights": {"num_bits": 8}} for i in range(1500)}},
+    {"quant_method": "modelopt", "quant_algo": "NVFP4"}, {"quant_method": "unknown-method"}, {"quant_method": 7},
+    {"quant_method": ["fp8"]}, {}, [], "fp8", None,
+)
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention", "attention", "mamba", "", 7, None, ["full_attention"])
 
 
-def make_case(seed: int, out_dir: str) -> dict:
+def model_bases() -> list[str]:
+    """The configs mutated: the project's own, the tests' tiny ones, the shared real ones."""
+    paths = [os.path.join(REPO, "fixtures", n) for n in ("cpu_tiny_dense.config.json", "cpu_tiny_moe.config.json")]
+    data = os.path.join(REPO, "tests", "data", "models")
+    paths += sorted(os.path.join(data, n) for n in os.listdir(data) if n.startswith("tiny_")) if os.path.isdir(data) else []
+    paths += sorted(os.path.join(MODELS, n) for n in os.listdir(MODELS) if n.endswith(".json")) if os.path.isdir(MODELS) else []
+    return paths
+
+
+def mutate_model(rng: random.Random, doc: Any, log: list[str]) -> Any:
+    """Model-config mutations (sizes, quantisation, text_config, layer_types, depth), and now
+    and then the generic ones."""
+    doc = copy.deepcopy(doc)
+    for _ in range(rng.choice([1, 1, 1, 2, 2, 3, 4])):
+        if not isinstance(doc, dict):
+            break
+        text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else None
+        target = text if text is not None and rng.random() < 0.6 else doc
+        action = rng.random()
+        if action < 0.2:
+            key = rng.choice([k for k in SIZE_KEYS if k in target] or list(SIZE_KEYS))
+            target[key] = rng.choice(PLAUSIBLE)
+            log.append(f"{key}={target[key]!r}")
+        elif action < 0.35:
+            key = rng.choice([k for k in SIZE_KEYS if k in target] or list(SIZE_KEYS))
+            target[key] = rng.choice(SIZES)
+            log.append(f"{key}={target[key]!r}"[:80])
+        elif action < 0.5:
+            target["quantization_config"] = copy.deepcopy(rng.choice(QUANTS))
+            log.append(f"quantization_config={json.dumps(target['quantization_config'])[:60]}")
+        elif action < 0.6:
+            n = target.get("num_hidden_layers") if isinstance(target.get("num_hidden_layers"), int) else 4
+            length = rng.choice([0, 1, max(n - 1, 0), n + 1, 3 * max(n, 1), min(abs(n), 100)])
+            target["layer_types"] = rng.choice([[rng.choice(LAYER_TYPES) for _ in range(length)], "full_attention", {}, None, 5])
+            log.append(f"layer_types: {length} entries or {type(target['layer_types']).__name__}")
+        elif action < 0.7:
+            choice = rng.random()
+            if choice < 0.4:  # everything moved under text_config (a multimodal checkpoint)
+                doc = {"model_type": rng.choice(["qwen3_5", "llava", "gemma3", "mystery"]), "text_config": doc,
+                       "vision_config": rng.choice([{}, {"hidden_size": 10 ** 30}, []])}
+                log.append("wrapped in text_config")
+            elif choice < 0.7:
+                target["text_config"] = rng.choice([[], "x", 5, None, {"text_config": {"text_config": {}}}, nested(50), nested(2000)])
+                log.append("text_config=odd")
+                if isinstance(target["text_config"], dict) and "a" in target["text_config"]:
+                    break
+            else:
+                inner: Any = copy.deepcopy(target)
+                levels = rng.choice([3, 60, 1200])
+                for _ in range(levels):
+                    inner = {"text_config": inner}
+                doc = inner
+                log.append(f"text_config nested {levels}")
+                if levels > 100:
+                    break  # no copy or walk of it after this: the harness would recurse as deep
+        elif action < 0.78:
+            key = rng.choice(list(target) or ["hidden_size"])
+            levels = rng.choice([10, 1000, 5000])
+            target[key] = nested(levels)
+            log.append(f"{key}=nested {levels}")
+            if levels > 100:
+                break
+        elif action < 0.8:
+            if rng.random() < 0.3:
+                doc = rng.choice([[doc], 5, "config", None, []])
+                log.append("top level not a table")
+            else:
+                target[rng.choice(["model_type", "torch_dtype", "hybrid_override_pattern", "hidden_act"])] = rng.choice(
+                    ["deepseek_v3", "qwen3_next", "qwen3_5", "nemotron_h", "mamba2", "jamba", "gemma3_text", "gpt_oss", "mixtral",
+                     "float8_e4m3fn", "torch.float32", "int4", "M*M-M*", "*" * 100, "", "\x1b[31m", "é"])
+                log.append("a name changed")
+        elif action < 0.84:
+            for key in rng.sample(list(target), min(len(target), rng.randint(1, 2))):
+                target.pop(key, None)
+                log.append(f"del {key}")
+        elif action < 0.9:
+            for key in rng.sample(list(target), min(len(target), rng.randint(1, 4))):
+                del target[key]
+                log.append(f"del {key}")
+        else:
+            doc = mutate(rng, doc, log, rounds=2)
+    return doc
+
+
+def model_case(rng: random.Random, path: str, out_dir: str, log: list[str]) -> list[list[str]]:
+    """A mutated config (as a file, or as config.json in a directory) through the commands that read --model."""
+    bases = model_bases()
+    base = rng.choice(bases)
+    log.append(os.path.basename(base))
+    with open(base) as f:
+        doc = json.load(f)
+    doc = mutate_model(rng, doc, log)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20000))  # the writer recurses through deep nesting (the reader must not)
+    try:
+        text = json.dumps(doc, allow_nan=True)
+    except (RecursionError, ValueError):
+        text = "{" + '"a": {' * 5000 + "}" * 5001
+    finally:
+        sys.setrecursionlimit(limit)
+    data = text.encode("utf-8", "surrogatepass")
+    if rng.random() < 0.05:
+        data = data[: rng.randrange(1, max(2, len(data)))]
+        log.append("truncated")
+    elif rng.random() < 0.05:
+        at = rng.randrange(len(data) + 1)
+        data = data[:at] + b"\xff\xfe" + data[at:]
+        log.append("bad bytes")
+    config = path + ".config.json"
+    if rng.random() < 0.15:  # --model DIR (with config.json inside)
+        os.makedirs(path, exist_ok=True)
+        config = os.path.join(path, "config.json")
+    with open(config, "wb") as f:
+        f.write(data)
+    model = os.path.dirname(config) if config.endswith(os.sep + "config.json") else config
+    trace = TINY_MOE if "moe" in base or rng.random() < 0.3 else TINY
+    extra = rng.choice([[], [], ["--batch", "4"], ["--context", "1000"], ["--device", "h100"], ["--tp", "2"],
+                        ["--weight-dtype", rng.choice(["fp8", "mxfp4", "int4"])], ["--kv-dtype", "fp8"], ["--batch", "3", "--context", "0"]])
+    argv = [["analyze", trace, "--model", model, "--format", "json", *extra]]
+    roll = rng.random()
+    if roll < 0.25:
+        argv.append(["calibrate", trace, "--model", model, "--device", "h100"])
+    elif roll < 0.4:
+        argv.append(["project", trace, "--device", "h100", "--tp", rng.choice(["1", "2", "8"]), "--model", model, "--format", "json"])
+    elif roll < 0.55:
+        argv.append(["analyze", trace, "--model", model])  # the tables, not JSON
+    return argv
+
+
+def make_case(seed: int, out_dir: str, kinds: tuple[str, ...] = KINDS) -> dict:
     rng = random.Random(seed)
-    kind = KINDS[seed % len(KINDS)]
+    kind = kinds[seed % len(kinds)]
     log: list[str] = []
     path = os.path.join(out_dir, f"case{seed}")
     if kind == "device":
@@ -168,6 +355,8 @@ def make_case(seed: int, out_dir: str) -> dict:
                 if kind == "summary_diff" else
                 [["check", path + ".json", "--expect", expect, "--format", "json"],
                  ["check", SUMMARY, "--expect", expect, "--baseline", path + ".json", "--format", "json"]])
+    elif kind == "model":
+        argv = model_case(rng, path, out_dir, log)
     else:  # multirank: two ranks of one job, one of them altered (world size, rank, or an nsys export)
         ranks = os.path.join(out_dir, f"ranks{seed}")
         os.makedirs(ranks)
@@ -190,8 +379,11 @@ def make_case(seed: int, out_dir: str) -> dict:
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
     from tracekit.cli.main import main
 
+    import warnings
+
     out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
+    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
+        warnings.simplefilter("always")  # every time, not once per process: a run's own warnings are its problem
         try:
             main(argv)
             code = 0
@@ -210,6 +402,8 @@ def problems(argv: list[str], code: int, out: str, err: str) -> list[str]:
         found.append(f"exit {code}")
     if "Traceback" in err or "internal error" in err:
         found.append("traceback")
+    if re.search(r"^\S.*:\d+: \w*Warning: ", err, re.M):  # Python's raw warning (numpy's divide by zero), not a tracekit line
+        found.append("python warning")
     errors = [line for line in err.splitlines() if line.startswith("tracekit: error")]
     if code == 2 and len(errors) != 1:
         found.append("exit 2 without one error line")
@@ -221,8 +415,8 @@ def problems(argv: list[str], code: int, out: str, err: str) -> list[str]:
     return found
 
 
-def run_case(seed: int, out_dir: str) -> dict:
-    case = make_case(seed, out_dir)
+def run_case(seed: int, out_dir: str, kinds: tuple[str, ...] = KINDS) -> dict:
+    case = make_case(seed, out_dir, kinds)
     results = []
     for argv in case["argv"]:
         code, out, err = run_in_process(argv)

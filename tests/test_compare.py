@@ -158,6 +158,7 @@ def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
 
 def test_check_block_expectations_on_a_stored_summary():
     from tracekit.compare import check
+    from tracekit.errors import TraceError
 
     summary = json.loads((GOLDEN / "torch__h100_qwen1.5-0.5b_hf_inference.json.gz.summary.json").read_text())
     block = next(b for b in summary["blocks"] if (b["phase"], b["block"]) == ("forward", "attention"))
@@ -169,6 +170,7 @@ def test_check_block_expectations_on_a_stored_summary():
 
 def test_check_a_block_name_alone_spans_every_phase():
     from tracekit.compare import check
+    from tracekit.errors import TraceError
 
     summary = json.loads((GOLDEN / "torch__v100_dlrm_8ranks__rank0.json.gz.summary.json").read_text())
     rows = [b for b in summary["blocks"] if b["block"] == "collective"]
@@ -210,6 +212,23 @@ def test_check_bad_expectations_exit_2_with_one_line(tmp_path, text, reason):
     run = tracekit("check", GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", "--expect", write_expect(tmp_path, text))
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("tracekit: error: ") and reason in run.stderr
+
+
+def test_max_regression_without_baseline_names_the_expectations_file(tmp_path):
+    """The error named `<expectations>` instead of the file; it is now given before any
+    analysis (a trace is not read for a check that cannot run)."""
+    expect = write_expect(tmp_path, "[[expect]]\nmin_coverage = 0.0\n[[expect]]\nmax_regression = 0.05\n")
+    for subject in (GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", tmp_path / "no-such-trace.json"):
+        run = tracekit("check", subject, "--expect", expect)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr == f"tracekit: error: {expect}: expect[1]: max_regression needs a baseline summary (--baseline)\n"
+    from tracekit.compare import check
+    from tracekit.errors import TraceError
+
+    summary = json.loads((GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json").read_text())
+    with pytest.raises(TraceError, match="max_regression needs a baseline") as caught:
+        check(summary, [{"max_regression": 0.05}], source=expect)
+    assert caught.value.path == str(expect)
 
 
 def test_diff_renders_hostile_names_as_text():

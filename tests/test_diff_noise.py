@@ -253,3 +253,19 @@ def test_diff_device_file_and_model_options_apply_to_both_sides(tmp_path):
     coverage = {r["metric"]: r for r in modelled["totals"]}["coverage"]
     plain_coverage = {r["metric"]: r for r in plain["totals"]}["coverage"]
     assert plain_coverage["base"] < 0.01 and coverage["base"] == coverage["new"] > 0.9
+
+
+def test_noise_of_a_mean_over_more_calls_than_numpy_can_draw():
+    """A sketch standing for 10**30 calls (a summary.json validates counts, but noise.py is
+    reached from the API too): numpy's multinomial took it as a 64-bit count (OverflowError,
+    exit 1). Past 2**40 calls the interval is the mean itself to a millionth."""
+    from tracekit.compare.noise import Samples, compare, interval
+
+    points = [float(v) for v in range(90, 110)]
+    for n in (10 ** 30, 2 ** 63, 2 ** 53):
+        base, new = Samples.sketched(points, n), Samples.sketched([p * 1.1 for p in points], n)
+        lo, hi = interval(base, new)
+        assert lo == pytest.approx(1.1, rel=1e-5) and hi == pytest.approx(1.1, rel=1e-5)
+        assert compare(base, new, 1.1)["verdict"] == "slower"
+        merged = Samples.merged([base, Samples.sketched(points, 5)])
+        assert interval(merged, merged) is not None

@@ -39,3 +39,36 @@ def test_no_raw_control_characters_or_markup_reach_the_terminal(fuzz_results):
     # that is merged this check finds the hostile names the fuzzer plants.
     failing = _failing(fuzz_results, "control", "exit-markup")
     assert not failing, f"{len(failing)} of {CASES} cases:\n" + "\n".join(failing)
+
+
+# --- the files a user hands tracekit besides traces (tests/fuzz_files.py) ---------------------
+
+def test_file_cases_that_overflowed_the_harness_build(tmp_path):
+    """Seeds 821 and 1192 of `--kinds files` ended in the harness's own RecursionError
+    (toml_text writing a value nested 700 deep, two frames a level), under a pool worker's
+    deeper stack; they build now, and the recursion limit is the user's again when tracekit runs."""
+    import sys
+
+    import fuzz_files
+
+    limit = sys.getrecursionlimit()
+
+    def deep(n):  # a worker's stack: the harness runs a few hundred frames down
+        # the kinds as they were then (the model kind came after: seeds map onto 8 kinds now)
+        return deep(n - 1) if n else [fuzz_files.make_case(seed, str(tmp_path), fuzz_files.KINDS[:7]) for seed in (821, 1192)]
+
+    cases = deep(300)
+    assert [c["kind"] for c in cases] == ["expect", "expect"] and sys.getrecursionlimit() == limit
+
+
+def test_model_config_cases_exit_0_or_2(tmp_path):
+    """A CI-sized run of the model-config kind (mutated HF config.json for --model through
+    analyze, calibrate and project; thousands: benchmarks/fuzz_inputs.py --kinds model)."""
+    import fuzz_files
+
+    results = [fuzz_files.run_case(SEED + i, str(tmp_path), ("model",)) for i in range(40)]
+    failing = [f"seed {r['seed']} {r['mutations']}: {run['argv']} {run['problems']} {run['error']}"
+               for r in results for run in r["results"] if run["problems"]]
+    assert not failing, "\n".join(failing)
+    codes = {run["exit"] for r in results for run in r["results"]}
+    assert {0, 2} <= codes

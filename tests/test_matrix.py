@@ -27,6 +27,24 @@ def test_matrix_covers_every_command_and_fixture():
 
     with tempfile.TemporaryDirectory() as tmp:
         all_cases = matrix.cases(matrix.input_files(tmp))
-    assert {c[0] for c in all_cases} == {"info", "analyze", "export", "diff", "check", "calibrate"}
+    assert {c[0] for c in all_cases} == {"info", "analyze", "export", "diff", "check", "calibrate", "project"}
     assert {c[1] for c in all_cases} == set(matrix.fixtures())
-    assert len(all_cases) == len(matrix.fixtures()) * sum(len(v) for v in matrix.option_sets({"rules": "", "device": "", "expect": ""}).values())
+    assert len(all_cases) == len(matrix.fixtures()) * sum(len(v) for v in matrix.all_option_sets({"rules": "", "device": "", "expect": ""}).values())
+
+
+def test_matrix_covers_project_devices_the_rank_directory_and_the_real_models():
+    """Issue 22, second pass: `project` (--to a device; --tp, with --model), `devices`, the
+    multi-rank directory, and --model with the real config of each serving fixture's model."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        files = matrix.input_files(tmp)
+        all_cases = matrix.cases(files) + matrix.other_cases(files)
+    project = [c[2] for c in all_cases if c[0] == "project"]
+    assert any("--to" in o for o in project) and any("--tp" in o and "--model" in o for o in project)
+    assert [c for c in all_cases if c[0] == "devices" and c[1] is None]
+    assert matrix.RANKS in matrix.fixtures()
+    for fixture, config in matrix.SERVING_MODELS.items():
+        trace = f"{matrix.SHARED}/torch/{fixture}"
+        models = {o[o.index("--model") + 1] for c, t, o in all_cases if t == trace and "--model" in o}
+        assert f"{matrix.MODELS}/{config}" in models, (fixture, models)

@@ -336,6 +336,37 @@ def test_calibrate_cli_on_shared_traces(tmp_path):
     assert "MAPE at peak" in run.stdout
 
 
+def test_calibrate_with_steps_of_unknown_kv_length(tmp_path):
+    """rtx3090 vLLM gpt-oss-20b: 16 of its 18 steps do not know their KV length (lower bounds, no
+    terms to fit). calibrate exited 1 (KeyError in _peak_blocks, which looked up the terms of
+    every step with block groups); now only the complete steps are fitted and summed per block."""
+    trace = shared("torch", "rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz")
+    for config in (MODELS / "gpt-oss-20b.config.json", PROJECT_FIXTURES / "cpu_tiny_moe.config.json"):
+        out = tmp_path / "factors.json"
+        run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(trace), "--model", str(config), "--out", str(out)],
+                             capture_output=True, text=True, cwd=REPO)
+        assert run.returncode == 0, run.stderr
+        (device,) = json.loads(out.read_text())["devices"].values()
+        a = tracekit.analyze(trace, model=ModelOptions(str(config)))
+        complete = int((~a.model.steps["lower_bound"].astype(bool) & a.model.steps["predicted_ns"].notna()).sum())
+        assert device["steps"] == complete >= 1
+        assert all(b["steps"] <= complete for b in device["per_block"].values())
+
+
+def test_calibrate_a_cpu_trace_put_on_a_gpu_has_nothing_to_fit(tmp_path):
+    """A CPU-only profile with --device: its steps have no GPU busy time. The fit divided by
+    it (numpy's raw RuntimeWarning on stderr, an exit 1 under -W error), printed "inf%" and
+    fitted efficiencies of 0.001; now those steps are left out and nothing is fitted."""
+    out = tmp_path / "factors.json"
+    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(PROJECT_FIXTURES / "cpu_tiny_dense_generate.json.gz"),
+                          "--model", str(PROJECT_FIXTURES / "cpu_tiny_dense.config.json"), "--device", "h100", "--out", str(out)],
+                         capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 0, run.stderr
+    assert "Warning" not in run.stderr and "inf%" not in run.stdout, run.stderr
+    (device,) = json.loads(out.read_text())["devices"].values()
+    assert device["steps"] == 0 and device["matrix_efficiency"] is None and device["mape_fitted"] is None
+
+
 def test_markdown_and_console_show_the_prediction():
     run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--model",
                           str(MODELS / "qwen3-8b.config.json"), "--format", "markdown"], capture_output=True, text=True, cwd=REPO)

@@ -175,7 +175,7 @@ def _summary() -> dict:
 
 
 def _mutations():
-    """The seven malformed summaries of the issue: (name, JSON text, fragments of the error)."""
+    """The seven malformed summaries of the issue, and counts out of range: (name, JSON text, fragments of the error)."""
     s = _summary()
     yield "list where a table belongs", json.dumps({**s, "coverage": [1, 2]}), ("coverage", "not a table")
     deep = json.dumps(s)[:-1] + ', "extra": ' + "[" * 5000 + "]" * 5000 + "}"
@@ -185,7 +185,14 @@ def _mutations():
     text = json.dumps({**s, "devices": [{**s["devices"][0], "busy_ns": 1}]}).replace('"busy_ns": 1', '"busy_ns": 1' + "0" * 400)
     yield "integer beyond float range", text, ("devices[0].busy_ns", "beyond a float's range")
     yield "dict where a number belongs", json.dumps({**s, "top_kernels": [{**s["top_kernels"][0], "count": {"a": 1}}]}), \
-        ("top_kernels[0].count", "must be a finite number or null, not a table")
+        ("top_kernels[0].count", "must be a count (a whole number from 0 to 2**53) or null, not a table")
+    # counts a trace cannot hold: 10**30 calls reached numpy's multinomial in compare/noise.py (OverflowError, exit 1)
+    for name, value in (("huge count", 10 ** 30), ("count above 2**53", 2 ** 53 + 1), ("negative count", -3), ("fractional count", 2.5)):
+        yield name, json.dumps({**s, "top_kernels": [{**s["top_kernels"][0], "count": value}]}), ("top_kernels[0].count", "must be a count")
+    yield "huge calls", json.dumps({**s, "top_ops": [{**s["top_ops"][0], "calls": 10 ** 30}]}), ("top_ops[0].calls", "must be a count")
+    # fuzz seed 75 (--kinds files): an op's shapes as a table reached diff's matching as a dict key (TypeError, exit 1)
+    yield "shapes as a table", json.dumps({**s, "top_ops": [{**s["top_ops"][0], "shapes": {"a": 1}}]}), \
+        ("top_ops[0].shapes", "must be the op's input shapes (a string or a list) or null, not a table")
     yield "trace as a list", json.dumps({**s, "trace": ["x"]}), ("trace: must be a table, not a list",)
     yield "warnings as a number", json.dumps({**s, "warnings": 5}), ("warnings: must be a list of strings",)
 
@@ -209,6 +216,27 @@ def test_malformed_summary_to_check(capsys, tmp_path, name, text, fragments):
     expect.write_text("[[expect]]\nmin_coverage = 0.0\n")
     assert_error(capsys, ["check", str(bad), "--expect", str(expect)], bad, *fragments)
     assert_error(capsys, ["check", str(GOLDEN), "--expect", str(expect), "--baseline", str(bad)], bad, *fragments)
+
+
+def test_summary_counts_up_to_2_53_are_read(capsys, tmp_path):
+    s = _summary()
+    big = tmp_path / "big.summary.json"
+    big.write_text(json.dumps({**s, "top_kernels": [{**s["top_kernels"][0], "count": 2 ** 53}, *s["top_kernels"][1:]]}))
+    code, out, err = run(capsys, "diff", str(GOLDEN), str(big), "--format", "json")
+    assert code == 0, err
+    json.loads(out)
+
+
+def test_summary_with_shapes_as_lists_diffs(capsys, tmp_path):
+    """Shapes are free-form: a list (another tool's summary) is matched by its JSON text."""
+    s = _summary()
+    listed = {**s, "top_ops": [{**r, "shapes": json.loads(r["shapes"]) if isinstance(r.get("shapes"), str) else r.get("shapes")}
+                               for r in s["top_ops"]]}
+    path = tmp_path / "lists.summary.json"
+    path.write_text(json.dumps(listed))
+    code, out, err = run(capsys, "diff", str(path), str(path), "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["ops"]
 
 
 def test_wellformed_summary_still_diffs(capsys):

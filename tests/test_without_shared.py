@@ -19,7 +19,7 @@ def _clone(tmp_path) -> pathlib.Path:
     archive = tmp_path / "repo.tar"
     with tarfile.open(archive, "w") as tar:
         for name in ("tracekit", "tests/conftest.py", "tests/golden.py", "tests/test_golden.py", "tests/test_bad_input.py",
-                     "tests/golden", "setup.cfg", "pyproject.toml"):
+                     "tests/golden", "tests/synthetic.py", "tests/test_serving_steps.py", "setup.cfg", "pyproject.toml"):
             tar.add(REPO / name, arcname=name)
     clone = tmp_path / "clone" / "tracekit-repo"
     clone.mkdir(parents=True)
@@ -35,7 +35,7 @@ def _pytest(clone, require: bool):
     if require:
         env["TRACEKIT_REQUIRE_SHARED"] = "1"
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_golden.py",
-                           "tests/test_bad_input.py"], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+                           "tests/test_bad_input.py", "tests/test_serving_steps.py"], cwd=clone, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_without_shared_fixtures_tests_skip_with_the_reason_or_fail_in_ci(tmp_path):
@@ -45,6 +45,8 @@ def test_without_shared_fixtures_tests_skip_with_the_reason_or_fail_in_ci(tmp_pa
     assert proc.returncode in (0, 5), out  # 5: nothing ran, everything skipped
     assert "assert 0 >= 20" not in out and "failed" not in out and "error" not in out.lower(), out
     assert "needs the shared fixtures at" in out and "README" in out, out
+    # the tests that read ../shared/models (synthetic traces with a real config) skip for the models
+    assert "needs the shared model configs at" in out and " passed" in out, out
     proc = _pytest(clone, require=True)
     out = proc.stdout + proc.stderr
     assert proc.returncode not in (0, 5), out

@@ -52,3 +52,13 @@ def interrupts_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def memory_ran_out(exc: BaseException) -> bool:
+    """Whether `exc` says the process could not get memory (under `ulimit -v` or a cgroup):
+    MemoryError, a shared library that cannot be mapped, numpy's allocation failures."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "_ArrayMemoryError":
+        return True
+    text = str(exc)
+    return isinstance(exc, (ImportError, SystemError, OSError)) and any(
+        words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError"))

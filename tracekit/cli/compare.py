@@ -96,12 +96,16 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
 
     check_out_file(junit_path, "--junit", inputs=(path, expect_path, baseline, rules))
     expectations = load_expectations(expect_path)
+    if baseline is None:  # before the analysis, naming the file
+        from tracekit.compare.check import require_baseline
+
+        require_baseline(expectations, expect_path)
     with status(f"analysing {path}"):
         summary = as_summary(path, device=device, rules=rules, device_file=device_file)
         base = as_summary(baseline, device=device, rules=rules, device_file=device_file) if baseline else None
     for warning in summary.get("warnings") or []:
         warn(path, warning)
-    verdicts = run_check(summary, expectations, base, min_change=min_change)
+    verdicts = run_check(summary, expectations, base, min_change=min_change, source=expect_path)
     if junit_path is not None:
         from tracekit.compare.check import junit_xml
         from tracekit.reports.atomic import write_file

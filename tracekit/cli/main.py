@@ -11,7 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.common import reader_gone, safe
-from tracekit.errors import TraceError
+from tracekit.errors import TraceError, memory_ran_out
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,16 +37,21 @@ def run() -> None:
     (~50 ms after `analyze` of a 55 MB trace, 6% of the run). main() stays an ordinary
     function for callers that run the CLI inside their own process."""
     import atexit
-
-    _interrupts_raise()
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        if exc.code is not None and not isinstance(exc.code, int):
-            raise
-        code = exc.code or 0
     import threading
+
+    try:
+        _interrupts_raise()
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            if exc.code is not None and not isinstance(exc.code, int):
+                raise
+            code = exc.code or 0
+        _interrupts_end()
+    except KeyboardInterrupt:  # outside main()'s handlers: between the handler's install and main's `try`, or after it
+        _say_aborted()  # (later interrupts are ignored: the handler did that before raising)
+        code = _aborted_code()
 
     if code in (130, 143):  # interrupted: every `finally` has run; do not wait on threads the interrupt cut short
         for stream in (sys.stdout, sys.stderr):
@@ -81,6 +86,88 @@ def _interrupts_raise() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, interrupted)
+    _reraise_dropped_interrupts()
+
+
+def _reraise_dropped_interrupts() -> None:
+    """The handler's KeyboardInterrupt can be raised where it cannot propagate: in a weakref
+    callback or a __del__ (matplotlib's transforms, imported while the workers parse), where
+    Python prints it as "Exception ignored in: ..." with a traceback and goes on (signals.py:
+    1 SIGINT in 100). Such a KeyboardInterrupt is not printed; it is raised again in the main
+    thread once the hook has returned (a SIGINT to it from a timer thread), so the run stops
+    now, as aborted."""
+    import _thread
+    import signal
+    import threading
+
+    previous = sys.unraisablehook
+    in_hook = threading.Event()
+
+    def again(signum, frame):
+        if in_hook.is_set():  # still inside the hook: not here
+            rearm()
+            return
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    main = threading.main_thread().ident
+
+    def deliver() -> None:  # a real signal to the main thread: a blocking call there returns (EINTR)
+        try:
+            signal.pthread_kill(main, signal.SIGINT)
+        except (AttributeError, OSError, ValueError):
+            _thread.interrupt_main(signal.SIGINT)
+
+    def rearm() -> None:
+        timer = threading.Timer(0.02, deliver)
+        timer.daemon = True
+        timer.start()
+
+    def hook(unraisable) -> None:
+        if not (INTERRUPTS and isinstance(unraisable.exc_value, KeyboardInterrupt)):
+            previous(unraisable)
+            return
+        in_hook.set()
+        try:
+            with contextlib.suppress(Exception):
+                signal.signal(signal.SIGINT, again)  # (callbacks run in the main thread, where handlers are set)
+                rearm()
+        finally:
+            in_hook.clear()
+
+    sys.unraisablehook = hook
+
+
+def _say_aborted() -> None:
+    with contextlib.suppress(Exception):
+        os.write(2, b"tracekit: aborted\n")
+
+
+def _interrupts_end() -> None:
+    """The run is over (its outputs complete, or removed): an interrupt from here on, while
+    exit handlers run and streams are flushed, ends the process at once with the abort line
+    and 130 / 143, instead of a KeyboardInterrupt inside an exit handler (a traceback)."""
+    import signal
+
+    def ended(signum, frame):
+        INTERRUPTS.append(signum)
+        _say_aborted()
+        os._exit(_aborted_code())
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # after an interrupt, later ones stay ignored
+                signal.signal(signum, ended)
+
+
+def _aborted_if_interrupted() -> None:
+    """After SIGINT / SIGTERM, whatever error the run ended with is the interrupt's doing: its
+    KeyboardInterrupt can arrive changed (raised inside a pybind11 module's initialisation it
+    becomes `ImportError: initialization failed`; matplotlib imports while the workers parse):
+    "tracekit: aborted", 130 / 143, not an internal error."""
+    if INTERRUPTS:
+        click.echo("tracekit: aborted", err=True)
+        sys.exit(_aborted_code())
 
 
 def _aborted_code() -> int:
@@ -98,8 +185,11 @@ def _out_of_memory(argv: list[str] | None) -> str:
             if os.path.isfile(arg):
                 size = os.path.getsize(arg)
                 sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
-    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {6 * max(sizes) / 1e9:,.1f} GB of memory" if sizes else ""
-    return f"tracekit: error: out of memory{need}: raise the memory limit, or pass --workers 1 to read it in one process"
+    needed = 6 * max(sizes) if sizes else 0
+    amount = f"{needed / 1e9:,.1f} GB" if needed >= 1e9 else f"{needed / 1e6:,.0f} MB"  # (not "0.0 GB" for a small trace)
+    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {amount} of memory" if sizes else ""
+    # (a parallel parse that runs out falls back to one process by itself: no option to suggest)
+    return f"tracekit: error: out of memory{need}: raise the memory limit"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -113,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
         if INTERRUPTS:  # the interrupt's KeyboardInterrupt was dropped on the way (an at-fork hook)
             raise KeyboardInterrupt
     except TraceError as exc:
+        _aborted_if_interrupted()
         click.echo(f"tracekit: error: {safe(exc.path)}: {safe(exc.reason)}", err=True)
         sys.exit(2)
     except click.exceptions.Exit as exc:
@@ -131,24 +222,17 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("tracekit: aborted", err=True)
         sys.exit(_aborted_code())
     except MemoryError:
+        _aborted_if_interrupted()
         click.echo(_out_of_memory(argv), err=True)
         sys.exit(2)
     except BrokenPipeError:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
-        if _memory_ran_out(exc):  # an import or allocation refused under a memory limit
+        _aborted_if_interrupted()
+        if memory_ran_out(exc):  # an import or allocation refused under a memory limit
             click.echo(_out_of_memory(argv), err=True)
             sys.exit(2)
         if debug:
             raise
         click.echo(f"tracekit: internal error: {type(exc).__name__}: {exc} (set TRACEKIT_DEBUG=1 for a traceback)", err=True)
         sys.exit(1)
-
-
-def _memory_ran_out(exc: BaseException) -> bool:
-    """Errors that say the process could not get memory (under `ulimit -v`): a shared library
-    that cannot be mapped, numpy's allocation failures."""
-    text = str(exc)
-    return isinstance(exc, (ImportError, SystemError, OSError)) and any(
-        words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError")) \
-        or type(exc).__name__ == "_ArrayMemoryError"

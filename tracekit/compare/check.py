@@ -132,15 +132,26 @@ def validate(item: Any, where: str) -> None:
         raise bad(f"metric must be one of {', '.join(REGRESSION_METRICS[scope])}")
 
 
-def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None,
-          min_change: float = DEFAULT_MIN_CHANGE) -> list[Verdict]:
-    """One Verdict per limit (in a fixed order per expectation), expectations in the order written.
-    `min_change`: the smallest change a regression verdict calls slower (tracekit.compare.noise)."""
-    verdicts = []
+def require_baseline(expectations: list[dict[str, Any]], source: str | os.PathLike = "<expectations>") -> None:
+    """Without a baseline: an error naming `source` (the expectations file) if any
+    expectation is a max_regression, which needs one."""
     for i, item in enumerate(expectations):
-        validate(item, f"<expectations>: expect[{i}]")
-        if "max_regression" in item and baseline is None:
-            raise TraceError("<expectations>", f"expect[{i}]: max_regression needs a baseline summary (--baseline)")
+        if isinstance(item, dict) and "max_regression" in item:
+            raise TraceError(source, f"expect[{i}]: max_regression needs a baseline summary (--baseline)")
+
+
+def check(summary: dict[str, Any], expectations: list[dict[str, Any]], baseline: dict[str, Any] | None = None,
+          min_change: float = DEFAULT_MIN_CHANGE, source: str | os.PathLike = "<expectations>") -> list[Verdict]:
+    """One Verdict per limit (in a fixed order per expectation), expectations in the order written.
+    `min_change`: the smallest change a regression verdict calls slower (tracekit.compare.noise).
+    `source`: where the expectations came from (their file), named in errors."""
+    source = os.fspath(source)
+    for i, item in enumerate(expectations):
+        validate(item, f"{source}: expect[{i}]")
+    if baseline is None:
+        require_baseline(expectations, source)
+    verdicts = []
+    for item in expectations:
         scope = scope_of(item)
         limits = SCOPE_LIMITS[scope]
         subject = item.get("name") or (item[scope] if scope != "run" else "run")

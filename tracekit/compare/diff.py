@@ -22,6 +22,7 @@ and its change is unknown, not the whole of its time."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from typing import Any, Callable
@@ -275,7 +276,10 @@ def _block_fields(r: dict) -> dict[str, Any]:
 
 
 def _op_key(r: dict) -> tuple:
-    return (("op", r.get("op")), ("shapes", r.get("shapes")))
+    shapes = r.get("shapes")
+    if not isinstance(shapes, (str, type(None))):  # a list (a summary written by hand or by another tool): as its JSON text
+        shapes = json.dumps(shapes, sort_keys=True, default=str)
+    return (("op", r.get("op")), ("shapes", shapes))
 
 
 def _op_fields(r: dict) -> dict[str, Any]:

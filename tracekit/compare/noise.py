@@ -25,6 +25,7 @@ SKETCH_POINTS = 20
 BOOTSTRAP = 2000
 SEED = 0
 DEFAULT_MIN_CHANGE = 0.02
+MAX_DRAWS = 1 << 40  # calls drawn per resample of a mean at most (see _resampled)
 LEVEL = 0.95
 
 FASTER, SLOWER, WITHIN = "faster", "slower", "within noise"
@@ -80,8 +81,12 @@ def sketch(durations: np.ndarray, points: int = SKETCH_POINTS) -> list[float]:
 
 def _resampled(s: Samples, statistic: str, rng: np.random.Generator) -> np.ndarray:
     if statistic == "mean":
-        counts = rng.multinomial(s.n, s.weights, size=BOOTSTRAP)
-        return counts @ s.values / s.n
+        # The spread of a resampled mean shrinks as 1/sqrt(n): past MAX_DRAWS calls it is below
+        # a millionth of the mean, so drawing more changes no verdict (and numpy's multinomial
+        # takes at most a 64-bit count: 10**30 calls overflowed).
+        n = max(1, min(int(s.n), MAX_DRAWS))
+        counts = rng.multinomial(n, s.weights, size=BOOTSTRAP)
+        return counts @ s.values / n
     # median: for exact samples (steps); fewer resamples when there are many steps
     rounds = int(min(BOOTSTRAP, max(200, 4_000_000 // max(s.n, 1))))
     draws = rng.choice(s.values, size=(rounds, s.n), replace=True, p=s.weights)

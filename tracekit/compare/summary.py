@@ -78,26 +78,29 @@ def read_summary_file(path: str) -> dict[str, Any] | None:
 
 
 # The shape diff and check read (docs/summary-schema.md): tables, lists of rows, and the
-# fields whose type they rely on. "n": a finite number or null; "s": a string or null.
+# fields whose type they rely on. "n": a finite number or null; "s": a string or null; "c": a
+# count of calls, kernels, ranks: a whole number from 0 to 2**53 (the largest a float holds
+# exactly; far beyond what a trace can hold) or null.
+_COUNT_BITS = 53
 _TABLES = {
-    "trace": {"format": "s", "path": "s", "schema": "s", "span_ns": "n", "rank": "n", "world_size": "n", "tool_versions": "t"},
+    "trace": {"format": "s", "path": "s", "schema": "s", "span_ns": "n", "rank": "c", "world_size": "c", "tool_versions": "t"},
     "device": {"key": "s", "name": "s", "source": "s", "memory_gbps": "n", "sustained_bandwidth_factor": "n"},
     "coverage": {"modeled_share": "n", "efficiency": "n", "efficiency_sustained": "n", "kernel_time_ns": "n",
-                 "modeled_time_ns": "n", "copies_time_ns": "n", "kernels": "n", "kernels_modeled": "n", "min_coverage": "n",
-                 "over_peak_kernels": "n", "over_peak_share": "n", "modeled_share_by_source": "t", "top_unmodeled": "l"},
-    "listed_of": {"top_kernels": "n", "top_ops": "n"},
+                 "modeled_time_ns": "n", "copies_time_ns": "n", "kernels": "c", "kernels_modeled": "c", "min_coverage": "n",
+                 "over_peak_kernels": "c", "over_peak_share": "n", "modeled_share_by_source": "t", "top_unmodeled": "l"},
+    "listed_of": {"top_kernels": "c", "top_ops": "c"},
     "what_to_fix_first": {},
 }
 _ROWS = {
-    "blocks": {"phase": "s", "block": "s", "bound": "s", "gpu_time_ns": "n", "kernel_time_ns": "n", "share": "n", "count": "n",
+    "blocks": {"phase": "s", "block": "s", "bound": "s", "gpu_time_ns": "n", "kernel_time_ns": "n", "share": "n", "count": "c",
                "coverage": "n", "efficiency": "n", "efficiency_sustained": "n", "flops": "n", "bytes": "n",
                "achieved_tbps": "n", "achieved_tflops": "n"},
-    "steps": {"duration_ns": "n", "busy_ns": "n", "bytes": "n", "start_ns": "n", "coverage": "n", "kernels": "n"},
-    "top_ops": {"op": "s", "bound": "s", "time_ns": "n", "calls": "n", "flops": "n", "bytes": "n", "efficiency": "n",
-                "t_min_ns": "n", "coverage": "n", "kernels": "n"},
-    "top_kernels": {"name": "s", "kernel_class": "s", "bound": "s", "time_ns": "n", "count": "n", "t_min_ns": "n", "flops": "n",
+    "steps": {"duration_ns": "n", "busy_ns": "n", "bytes": "n", "start_ns": "n", "coverage": "n", "kernels": "c"},
+    "top_ops": {"op": "s", "bound": "s", "time_ns": "n", "calls": "c", "flops": "n", "bytes": "n", "efficiency": "n",
+                "t_min_ns": "n", "coverage": "n", "kernels": "c"},
+    "top_kernels": {"name": "s", "kernel_class": "s", "bound": "s", "time_ns": "n", "count": "c", "t_min_ns": "n", "flops": "n",
                     "bytes": "n", "efficiency": "n", "share": "n", "coverage": "n"},
-    "collectives": {"collective": "s", "group": "s", "message_bytes": "n", "count": "n", "time_ns": "n", "busbw_gbps": "n",
+    "collectives": {"collective": "s", "group": "s", "message_bytes": "n", "count": "c", "time_ns": "n", "busbw_gbps": "n",
                     "algbw_gbps": "n"},
     "devices": {"busy_ns": "n", "span_ns": "n", "idle_ns": "n", "kernel_time_ns": "n"},
     "overlap": {"exposed_ns": "n", "comm_ns": "n", "overlapped_ns": "n", "overlap_share": "n"},
@@ -106,7 +109,8 @@ _TEXTS = ("warnings", "headline")
 # Row fields that hold a list: an op's input shapes (free-form), and the duration sketches
 # diff and check resample (tracekit/compare/noise.py): lists of finite numbers.
 _SKETCHES = ("duration_sketch_ns", "call_sketch_ns")
-_KIND = {"n": "a finite number or null", "s": "a string or null", "t": "a table or null", "l": "a list or null"}
+_KIND = {"n": "a finite number or null", "c": f"a count (a whole number from 0 to 2**{_COUNT_BITS}) or null", "s": "a string or null",
+         "t": "a table or null", "l": "a list or null"}
 
 
 def _validate(data: dict[str, Any], path: str) -> None:
@@ -131,7 +135,7 @@ def _validate(data: dict[str, Any], path: str) -> None:
             value = table.get(field)
             if value is None:
                 continue
-            ok = {"n": finite(value) is not None, "s": isinstance(value, str),
+            ok = {"n": finite(value) is not None, "c": _is_count(value), "s": isinstance(value, str),
                   "t": isinstance(value, dict), "l": isinstance(value, list)}[want]
             if not ok:
                 raise bad(f"{where}.{field}", f"must be {_KIND[want]}, not {kind_of(value)}")
@@ -163,7 +167,10 @@ def _validate(data: dict[str, Any], path: str) -> None:
                 if field in _SKETCHES and value is not None:
                     if not isinstance(value, list) or any(finite(v) is None for v in value):
                         raise bad(f"{where}.{field}", f"must be a list of finite numbers or null, not {kind_of(value)}")
-                elif isinstance(value, (dict, list)) and field != "shapes":
+                elif field == "shapes":  # free-form, but text or a list: diff matches ops by it
+                    if value is not None and not isinstance(value, (str, list)):
+                        raise bad(f"{where}.{field}", f"must be the op's input shapes (a string or a list) or null, not {kind_of(value)}")
+                elif isinstance(value, (dict, list)):
                     raise bad(f"{where}.{field}", f"must be a single value, not {kind_of(value)}")
     for key in _TEXTS:
         items(key, str, "string")
@@ -177,6 +184,14 @@ def _validate(data: dict[str, Any], path: str) -> None:
             stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
         elif isinstance(item, (int, float)) and not isinstance(item, bool) and finite(item) is None:
             raise bad(where.removeprefix("$."), "a number beyond a float's range" if isinstance(item, int) else "not a finite number")
+
+
+def _is_count(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not (value == value and abs(value) != float("inf") and value.is_integer()):
+        return False
+    return 0 <= value <= 2 ** _COUNT_BITS
 
 
 def records(summary: dict[str, Any], key: str) -> list[dict[str, Any]]:

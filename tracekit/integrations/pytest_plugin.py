@@ -71,7 +71,7 @@ def tracekit_expect():
 
     def expect(summary: dict[str, Any], expectations, baseline: dict[str, Any] | None = None) -> list:
         items = expectations if isinstance(expectations, list) else load_expectations(expectations)
-        verdicts = check(summary, items, baseline)
+        verdicts = check(summary, items, baseline, source="<expectations>" if isinstance(expectations, list) else expectations)
         failed = [v for v in verdicts if not v.ok]
         if failed:
             head, body = rows(failed)

@@ -24,12 +24,17 @@ MIN_MIX_SPREAD = 0.05  # spread of the steps' compute share of roofline time nee
 
 def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
     """Per step: its distinct (compute, memory, link) terms with their counts (layers repeat
-    the same blocks, so a step of 36 layers has a dozen distinct terms), and its busy time."""
+    the same blocks, so a step of 36 layers has a dozen distinct terms), and its busy time.
+    A step with no GPU busy time (a CPU-only profile put on a GPU with --device) measured
+    nothing to fit against: left out (its error would divide by zero)."""
     out = []
     for _, t in terms.groupby("step_key", sort=False):
+        busy = float(t["busy_ns"].iat[0])
+        if not busy > 0 or busy == float("inf"):
+            continue
         table = np.column_stack([t["t_compute_ns"].to_numpy(float), t["t_memory_ns"].to_numpy(float), t["comm"].to_numpy(float)])
         distinct, counts = np.unique(table, axis=0, return_counts=True)
-        out.append((distinct[:, 0], distinct[:, 1], distinct[:, 2] > 0, counts.astype(float), float(t["busy_ns"].iat[0])))
+        out.append((distinct[:, 0], distinct[:, 1], distinct[:, 2] > 0, counts.astype(float), busy))
     return out
 
 
@@ -116,12 +121,13 @@ def _peak_blocks(a) -> pd.DataFrame:
     """Block groups of one analysis with their roofline time at peak (prediction at e = 1)."""
     from tracekit.model.predict import predicted_ns
 
-    b = a.model.blocks
-    if b.empty:
-        return b.assign(peak_ns=[])
+    # Only the steps whose batch is complete have terms (the fit's steps); a step whose batch is
+    # partly unknown (a lower bound) has block groups but no terms, and no exact peak time.
     terms = a.model.terms
     by_step = {row: t for row, t in terms.groupby("step_row")}
-    # a step predicted only as a lower bound (batch, prompt or KV lengths unknown) has no exact terms: no peak to fit
-    peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) if row in by_step else float("nan")
-             for row, names in zip(b["step_row"], b["blocks"])]
+    b = a.model.blocks
+    b = b[b["step_row"].isin(list(by_step))]
+    if b.empty:
+        return b.assign(peak_ns=[])
+    peaks = [predicted_ns(by_step[row][by_step[row]["block"].isin(names.split(", "))], 1.0, 1.0) for row, names in zip(b["step_row"], b["blocks"])]
     return b.assign(peak_ns=peaks)

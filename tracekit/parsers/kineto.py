@@ -26,10 +26,14 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
     kineto_parallel.py); 1 reads it in this process. `meanwhile()`: called once while the
     workers decode, for work that needs no trace (importing the next stages)."""
     source = read_source(path)
+    fallback = None
     if workers != 1:
-        from tracekit.parsers.kineto_parallel import parse_parallel
+        from tracekit.parsers.kineto_parallel import OutOfMemory, parse_parallel
 
-        trace = parse_parallel(path, source, workers, progress, meanwhile)
+        try:
+            trace = parse_parallel(path, source, workers, progress, meanwhile)
+        except OutOfMemory as exc:  # the workers are stopped; one process may still fit (else MemoryError below)
+            trace, fallback = None, str(exc)
         if trace is not None:
             return trace
     document = decode_document(path, source.data)
@@ -49,4 +53,6 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
     trace = tables.build(path, source, document)
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
+    if fallback:
+        trace.warnings.insert(0, fallback)
     return trace

@@ -14,6 +14,13 @@ header is checked the same way: the bytes before the `[` and after the `]`, with
 that array. Anything unexpected (a piece that does not decode, a file cut short, bytes that
 are not UTF-8 in the header, no worker processes on this platform) hands the file back to
 the serial parser, which says what is wrong with it.
+
+Running out of memory (this process or a worker, under `ulimit -v` or a cgroup) stops the
+workers and raises OutOfMemory: the caller reads the file in this process instead, which
+needs less (no worker results held beside the joined tables, no pool threads), and says so.
+Under an address-space limit (`ulimit -v`) the pool's threads are made small (_small_threads)
+and `meanwhile` is not called: what it imports would raise this process's peak during the
+parse, and the caller imports it afterwards anyway.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from tracekit.errors import interrupts_deferred
+from tracekit.errors import interrupts_deferred, memory_ran_out
 from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_address, decode_document
 from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
@@ -62,6 +69,13 @@ class _Rest(msgspec.Struct):
 
 
 _data: Any = None  # the trace's bytes, set before the workers fork (they inherit it)
+_NO_MEMORY = "out of memory"  # what a worker returns when its piece did not fit
+STOP_WAIT_S = 5.0  # how long a stopped pool's manager thread may take to end
+
+
+class OutOfMemory(Exception):
+    """The parallel parse ran out of memory; its workers are stopped. The message is the
+    warning for the run that reads the file in one process instead."""
 
 
 def available_cores() -> int:
@@ -128,9 +142,18 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     done = 0
     caller_error = None
     pool = None
+    count = min(workers, len(pieces))
+    # The warning is made now (later there may be no memory for it); the exception is made
+    # where it is raised: kept in a local, it would form a cycle with the traceback through this
+    # frame, and the workers' results would live on until a collection (paused during the parse).
+    no_memory = (f"the parallel parse ({count} worker processes) ran out of memory; the trace was read in one process "
+                 "instead (pass --workers 1 to do that from the start)")
+    limited = _address_space_limited()
+    if limited:  # the caller's imports would raise this process's peak during the parse: they wait
+        meanwhile = None
     try:
-        with interrupts_deferred():  # the workers fork in the first submit
-            pool = ProcessPoolExecutor(max_workers=min(workers, len(pieces)), mp_context=context,
+        with interrupts_deferred(), _small_threads(limited):  # the workers fork in the first submit
+            pool = ProcessPoolExecutor(max_workers=count, mp_context=context,
                                        initializer=_die_with_parent, initargs=(os.getpid(),))
             futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
         if meanwhile is not None:  # this process is idle until the pieces come back
@@ -141,8 +164,11 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
                 raise
         for future in as_completed(futures):
             result = future.result()
-            if result is None:
+            if result is None or result == _NO_MEMORY:
                 _stop(pool)
+                if result == _NO_MEMORY:
+                    results = futures = None
+                    raise OutOfMemory(no_memory)
                 return None
             i = futures[future]
             results[i] = result
@@ -150,36 +176,85 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
             if progress:
                 progress(min(done, total), total)
         pool.shutdown(wait=True)
-    except (OSError, RuntimeError, AssertionError, MemoryError, EOFError) as exc:
-        _stop(pool)
-        if exc is caller_error:  # not the workers': re-reading the file serially would not help
-            raise
-        return None  # workers could not start or died (e.g. inside a daemon process): serial
-    except BaseException:  # an interrupt (SIGINT, SIGTERM): the workers end now, not after their pieces
-        _stop(pool)
+    except OutOfMemory:
         raise
+    except BaseException as exc:
+        _stop(pool)  # first, whatever happened: no worker, pipe or pool thread outlives the parse
+        if isinstance(exc, Exception) and memory_ran_out(exc):  # this process's memory (the caller's imports too)
+            results = futures = None
+            raise OutOfMemory(no_memory) from None
+        if isinstance(exc, (OSError, RuntimeError, AssertionError, EOFError)) and exc is not caller_error:
+            return None  # workers could not start or died (e.g. inside a daemon process): serial
+        raise  # the caller's error (re-reading the file would not help), or an interrupt (SIGINT, SIGTERM)
     return results
 
 
+def _address_space_limited() -> bool:
+    try:
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):
+        return False
+
+
+@contextlib.contextmanager
+def _small_threads(limited: bool):
+    """Under an address-space limit (`ulimit -v`, RLIMIT_AS), the pool's two threads in this
+    process (its manager and its queue feeder) must not cost what they do by default:
+    glibc gives each thread that allocates an arena of its own, 64 MiB of address space
+    reserved, kept after the thread ends, and each stack reserves 8 MiB. Two arenas and
+    stacks were ~150 MB of a 450 MB limit on a 55 MB trace: this process then ran out of
+    memory importing the next stages, and the serial parse it fell back to could not fit
+    either. So, with a limit set: one malloc arena for the process (glibc's mallopt
+    M_ARENA_MAX; this process keeps the setting) and 1 MiB stacks for the threads started
+    meanwhile. Without a limit nothing changes."""
+    import threading
+
+    if not limited:
+        yield
+        return
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (glibc); elsewhere no such symbol: nothing to do
+    before = None
+    with contextlib.suppress(ValueError, RuntimeError):
+        before = threading.stack_size(1 << 20)
+    try:
+        yield
+    finally:
+        if before is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                threading.stack_size(before)
+
+
 def _stop(pool: ProcessPoolExecutor | None) -> None:
-    """Kill the pool's workers and reap them (no orphan outlives an interrupted parse)."""
+    """Kill the pool's workers, reap them and end the pool's manager thread (no orphan, and
+    no thread that holds up the exit, outlives an interrupted or failed parse)."""
     if pool is None:
         return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
+    # shutdown() drops these (sets them to None): taken first.
+    processes = queue = manager = None
+    with contextlib.suppress(Exception):
+        processes = list((pool._processes or {}).values())
+        queue, manager = pool._result_queue, pool._executor_manager_thread
+    for process in processes or ():
         with contextlib.suppress(Exception):
             process.kill()
     with contextlib.suppress(Exception):
         pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
+    for process in processes or ():
         with contextlib.suppress(Exception):
             process.join(2)
     # A worker killed while writing its result leaves half a message in the result pipe,
-    # and the pool's manager thread waits for the rest, holding up the interpreter's exit.
-    # Once this process's copy of the pipe's write end is closed, that read ends (EOF).
-    queue = getattr(pool, "_result_queue", None)
+    # and the pool's manager thread waits for the rest (the interpreter joins that thread
+    # at exit: a hang after the last line). Once this process's copy of the pipe's write
+    # end is closed, with the workers dead, that read ends (EOF) and so does the thread.
     with contextlib.suppress(Exception):
         queue._writer.close()
+    with contextlib.suppress(Exception):
+        manager.join(STOP_WAIT_S)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -273,8 +348,8 @@ def _decode_piece(start: int, stop: int, last: bool):
                 return None
             tables.add_events(events)
         return tables, decoder.replaced_utf8, decoder.skipped, decoder.first_error, stop
-    except Exception:  # noqa: BLE001 - a worker never guesses: the serial parser decides
-        return None
+    except Exception as exc:  # noqa: BLE001 - a worker never guesses: the serial parser decides
+        return _NO_MEMORY if memory_ran_out(exc) else None
 
 
 def _decode_events(blob: bytes, decoder: EventDecoder) -> list | None:
