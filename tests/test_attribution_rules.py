@@ -184,13 +184,15 @@ def test_moe_and_routing_kernels_are_ffn(tmp_path):
 
 # torch.compile'd norms (Inductor names a fused kernel after its sorted origin ops: RMSNorm's
 # pow/mean/rsqrt/mul, LayerNorm's var_mean/rsqrt) and the second pass of split-KV attention
-# (vLLM / aiter unified attention's reduce_segments, FlashInfer's merge kernels). The last
-# three are near misses that stay what they were.
+# (vLLM / aiter unified attention's reduce_segments, FlashInfer's merge kernels). NOT_NORMS
+# are near misses that stay what they were: the first fuses a q/k norm and rotary into the
+# attention op's inputs (xDiT FLUX, compiled: origins include aiter's fmha_v3_fwd).
 FUSED_NORMS = ["triton_red_fused__to_copy_add_addmm_mean_mul_pow_rsqrt_slice_2", "triton_per_fused_add_mean_mul_pow_rsqrt_3",
                "triton_red_fused_add_rsqrt_sub_var_mean_0"]
 SPLIT_KV_MERGES = ["reduce_segments", "void flashinfer::MergeStatesKernel<8u, 16u, 2u, float, float>(float*, float*)",
                    "void flashinfer::VariableLengthMergeStatesKernel<8u, 16u>(float*)"]
-NOT_NORMS = {"triton_poi_fused_mul_rsqrt_0": "elementwise", "triton_per_fused_mean_0": "triton",
+NOT_NORMS = {"triton_red_fused__to_copy_add_addmm_as_strided_fmha_v3_fwd_mean_mul_neg_pow_rsqrt_stack_unbind_unsqueeze_view_24":
+             "attention", "triton_poi_fused_mul_rsqrt_0": "elementwise", "triton_per_fused_mean_0": "triton",
              "void at::native::reduce_kernel<512, 1>(float*)": "reduction"}
 
 
