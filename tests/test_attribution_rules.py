@@ -182,6 +182,34 @@ def test_moe_and_routing_kernels_are_ffn(tmp_path):
     assert labels["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u>(float*)"][1] == "other"
 
 
+# torch.compile'd norms (Inductor names a fused kernel after its sorted origin ops: RMSNorm's
+# pow/mean/rsqrt/mul, LayerNorm's var_mean/rsqrt) and the second pass of split-KV attention
+# (vLLM / aiter unified attention's reduce_segments, FlashInfer's merge kernels). NOT_NORMS
+# are near misses that stay what they were: the first fuses a q/k norm and rotary into the
+# attention op's inputs (xDiT FLUX, compiled: origins include aiter's fmha_v3_fwd).
+FUSED_NORMS = ["triton_red_fused__to_copy_add_addmm_mean_mul_pow_rsqrt_slice_2", "triton_per_fused_add_mean_mul_pow_rsqrt_3",
+               "triton_red_fused_add_rsqrt_sub_var_mean_0"]
+SPLIT_KV_MERGES = ["reduce_segments", "void flashinfer::MergeStatesKernel<8u, 16u, 2u, float, float>(float*, float*)",
+                   "void flashinfer::VariableLengthMergeStatesKernel<8u, 16u>(float*)"]
+NOT_NORMS = {"triton_red_fused__to_copy_add_addmm_as_strided_fmha_v3_fwd_mean_mul_neg_pow_rsqrt_stack_unbind_unsqueeze_view_24":
+             "attention", "triton_poi_fused_mul_rsqrt_0": "elementwise", "triton_per_fused_mean_0": "triton",
+             "void at::native::reduce_kernel<512, 1>(float*)": "reduction"}
+
+
+def test_compiled_norms_and_split_kv_merges_by_name(tmp_path):
+    b = KinetoBuilder()
+    for i, name in enumerate(FUSED_NORMS + SPLIT_KV_MERGES + list(NOT_NORMS)):
+        b.kernel(name, i, 100 + 10 * i, 5)  # no op, no module frame: a CUDA graph replay
+    a, labels = _labels(b.write(tmp_path / "compiled.json"))
+    classes = dict(zip(a.kernels["name"].astype(str), a.kernels["kernel_class"].astype(str)))
+    for name in FUSED_NORMS:
+        assert (labels[name][1], classes[name]) == ("norm", "norm"), name
+    for name in SPLIT_KV_MERGES:
+        assert (labels[name][1], classes[name]) == ("attention", "attention"), name
+    for name, klass in NOT_NORMS.items():
+        assert classes[name] == klass, name
+
+
 def test_gpt_oss_execution_moe_kernels_are_ffn():
     # mi300x vLLM gpt-oss-20b piecewise-graph execution: the triton_kernels matmul_ogs experts
     # (83.3 + 39.2 ms) were `other` under the graph replay.

@@ -237,12 +237,22 @@ def test_rtx3090_every_decode_step_predicted_with_hand_weight_bytes(rtx3090):
     assert prompts["batch_source"].str.endswith("+ tokens from the KV-cache write grid").all()
 
 
-def test_rtx3090_kernel_time_in_steps_costed(rtx3090):
-    """≥ 90% of the kernel time of the model's steps has a cost (measured with v19b merged:
-    94.6% without --context, 95.8% with --context 1000; the whole trace 88.4% / 89.6%, the
-    rest being sampling kernels outside the steps)."""
+def test_rtx3090_kernel_time_costed(rtx3090):
+    """≥ 90% of the kernel time of the model's steps has a cost (96.1% without --context),
+    and ≥ 90% of the whole trace's once the KV length is known (91.6% with --context 1000;
+    89.9% without, where the attention kernels' cost is unknown). What stays uncosted is
+    mostly the sampler (sort, softmax, cumsum over the logits: 5.5% of kernel time), run
+    outside every step and recorded without shapes."""
     s = rtx3090[None].model.steps
     assert (s["coverage"] * s["busy_ns"]).sum() / s["busy_ns"].sum() >= 0.90
+    assert rtx3090[1000].coverage["modeled_share"] >= 0.90
+    # the compiled RMSNorms (Inductor's fused add + pow/mean/rsqrt) and the split-KV attention's
+    # reduce_segments take the model's norm and attention costs
+    k = rtx3090[1000].kernels
+    names = k["name"].astype(str)
+    for pattern, block in (("^triton_red_fused_.*mean_mul_pow_rsqrt", "norm"), ("^reduce_segments$", "attention")):
+        mine = k[names.str.contains(pattern)]
+        assert len(mine) >= 360 and (mine["block"] == block).all() and mine["flops"].notna().all(), pattern
 
 
 # -- 5. the matrix: every serving fixture x the options users combine: exit 0 or 2, never 1 -----

@@ -25,7 +25,18 @@ _RULES: list[tuple[str, re.Pattern]] = [
     ("routing", re.compile(r"topkGating|moeSoftmax|moeTopK|moe_align_block_size|count_and_sort_expert_tokens|moe_sum_kernel|"
                            r"grouped_topk|noaux_tc|(^|[^\w])_(combined_)?routing_|_expt_data_|_filter_expt_data|_topk_forward|"
                            r"_sum_bitmatrix_rows|_finalize_matmul|_reduce_grouped|^routing(Main|Indices)\w*Kernel", re.I)),
-    ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers", re.I)),
+    # The second pass of split-KV attention merges the partial results of the KV segments:
+    # vLLM's and aiter's triton unified attention (`kernel_unified_attention_3d` then
+    # `reduce_segments`), FlashInfer's cascade merge kernels (`MergeStatesKernel`, ...).
+    ("attention", re.compile(r"flash|fmha|attn|attention|paged|mha_|sdpa|fused_multi_head|xformers|"
+                             r"^reduce_segments$|MergeStates?(InPlace)?Kernel", re.I)),
+    # torch.compile (Inductor) names a fused kernel after its origin ops, sorted: an RMSNorm
+    # decomposes to pow, mean, rsqrt, mul (`triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0`,
+    # with the residual add and a bias add of the GEMM before it), a LayerNorm to var_mean and
+    # rsqrt (`..._add_rsqrt_sub_var_mean_0`). The fused kernel is the norm; the GEMM itself
+    # runs as its own (extern) kernel. After attention: a fused kernel whose origins include
+    # the attention op (`..._fmha_v3_fwd_mean_mul_neg_pow_rsqrt_...`) is the attention's prologue.
+    ("norm", re.compile(r"^triton_(red|per)_fused_(?=\w*_rsqrt)(?=\w*mean)", re.I)),
     # MoE grouped GEMMs first by name (vLLM's Triton fused_moe_kernel, Marlin MoE), then every GEMM.
     ("gemm", re.compile(r"(^|[^\w])fused_moe_kernel|marlin|m_grouped|MGrouped|GroupProblemShape|"
                         r"gemm|cutlass|nvjet|xmma|cublas|Cijk_|wgmma|matmul|_mm_|sm\d+_.*tensorop|ampere_.*_tn|hgemm|sgemm|bmm|igemm|conv|implicit_convolve|cudnn::.*conv|winograd|dgrad|wgrad|fprop", re.I)),
