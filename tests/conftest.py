@@ -95,6 +95,19 @@ def _plugin_installed() -> bool:
 pytest_plugins = [] if _plugin_installed() else ["tracekit.integrations.pytest_plugin"]
 
 
+
+def run_main(capsys, *argv) -> tuple[int, str, str]:
+    """Run the CLI in this process: (exit code, stdout, stderr). Arguments may be paths."""
+    from tracekit.cli.main import main
+
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
 def range_stack(trace, row: int, column: str = "range") -> list[str]:
     """Names of the ranges enclosing kernel `row` (by its `column` link), outermost first."""
     names = trace.ranges["name"].to_numpy()

@@ -18,23 +18,13 @@ import time
 import pytest
 
 import tracekit.parsers.kineto_parallel as parallel
-from tracekit.cli.main import main
+from conftest import run_main as run
 from tracekit.parsers import as_trace, parse, parse_tables
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
 SHARED = REPO.parent / "shared" / "fixtures"
 CHECKS_SHARED = True  # only the two rank tests need them (skipif below)
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def children(pid: int) -> list[int]:

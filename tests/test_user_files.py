@@ -11,21 +11,11 @@ import time
 
 import pytest
 
-from tracekit.cli.main import main
+from conftest import run_main as run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "torch__h100_bert_small_hf_inference.json.gz.summary.json"
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def assert_error(capsys, argv, path, *fragments) -> str:

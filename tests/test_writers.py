@@ -16,21 +16,11 @@ import sys
 
 import pytest
 
-from tracekit.cli.main import main
+from conftest import run_main as run
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
 GOLDEN = REPO / "tests" / "golden" / "torch__h100_bert_small_hf_inference.json.gz.summary.json"
-
-
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -83,47 +73,38 @@ def test_analyze_empty_out(capsys):
     assert code == 2 and "--out: an empty path" in err, err
 
 
-def test_calibrate_out_refuses_its_config(capsys, tmp_path):
-    config = tmp_path / "config.json"
-    shutil.copy(REPO / "fixtures" / "cpu_tiny_dense.config.json", config)
-    before = config.read_bytes()
-    code, _, err = run(capsys, "calibrate", TINY, "--model", config, "--out", config)
-    assert code == 2 and "is one of this command's inputs" in err, err
-    assert config.read_bytes() == before
+# An output that is one of the command's inputs is refused before anything runs, and the input
+# is left as it was: case -> (the input's file name, made from, the command with {input} and
+# {dir}, the message). "expect": the expectations file of the fixture; "tiny-json": the tiny
+# trace inflated, named summary.json in the directory analyze --out writes summary.json into.
+ONTO_AN_INPUT = {
+    "calibrate --out its config": ("config.json", REPO / "fixtures" / "cpu_tiny_dense.config.json",
+                                   ["calibrate", TINY, "--model", "{input}", "--out", "{input}"], "is one of this command's inputs"),
+    "export --perfetto onto its trace": ("t.json.gz", TINY, ["export", "{input}", "--perfetto", "{input}"],
+                                         "is one of this command's inputs"),
+    "check --junit onto the expectations": ("expect.toml", "expect", ["check", GOLDEN, "--expect", "{input}", "--junit", "{input}"],
+                                            "inputs"),
+    "diff --out onto an input": ("diff.json", GOLDEN, ["diff", "{input}", GOLDEN, "--out", "{dir}"], "would replace the input"),
+    "analyze --out keeps a trace named summary.json": ("summary.json", "tiny-json",
+                                                        ["analyze", "{input}", "--out", "{dir}", "--format", "json"],
+                                                        "would replace the input"),
+}
 
 
-def test_export_onto_its_own_input(capsys, tmp_path):
-    trace = tmp_path / "t.json.gz"
-    shutil.copy(TINY, trace)
-    before = trace.read_bytes()
-    code, _, err = run(capsys, "export", trace, "--perfetto", trace)
-    assert code == 2 and "is one of this command's inputs" in err, err
-    assert trace.read_bytes() == before
-
-
-def test_check_junit_onto_the_expectations(capsys, tmp_path, expect):
-    before = expect.read_bytes()
-    code, _, err = run(capsys, "check", GOLDEN, "--expect", expect, "--junit", expect)
-    assert code == 2 and "inputs" in err, err
-    assert expect.read_bytes() == before
-
-
-def test_diff_out_onto_an_input(capsys, tmp_path):
-    base = tmp_path / "diff.json"
-    shutil.copy(GOLDEN, base)
-    before = base.read_bytes()
-    code, _, err = run(capsys, "diff", base, GOLDEN, "--out", tmp_path)
-    assert code == 2 and "would replace the input" in err, err
-    assert base.read_bytes() == before
-
-
-def test_analyze_out_keeps_a_trace_named_summary_json(capsys, tmp_path):
-    trace = tmp_path / "summary.json"
-    trace.write_bytes(gzip.decompress(TINY.read_bytes()))
-    before = trace.read_bytes()
-    code, _, err = run(capsys, "analyze", trace, "--out", tmp_path, "--format", "json")
-    assert code == 2 and "would replace the input" in err, err
-    assert trace.read_bytes() == before
+@pytest.mark.parametrize("case", list(ONTO_AN_INPUT))
+def test_an_output_onto_an_input_is_refused(capsys, tmp_path, expect, case):
+    name, source, argv, message = ONTO_AN_INPUT[case]
+    path = tmp_path / name
+    if source == "expect":
+        path = expect
+    elif source == "tiny-json":
+        path.write_bytes(gzip.decompress(TINY.read_bytes()))
+    else:
+        shutil.copy(source, path)
+    before = path.read_bytes()
+    code, _, err = run(capsys, *(a.format(input=path, dir=tmp_path) if isinstance(a, str) else a for a in argv))
+    assert code == 2 and message in err, err
+    assert path.read_bytes() == before
 
 
 def test_written_with_the_users_umask(capsys, tmp_path):
