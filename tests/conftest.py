@@ -21,12 +21,17 @@ def shared_required() -> bool:
     return os.environ.get("TRACEKIT_REQUIRE_SHARED") == "1"
 
 
-def skip_without_shared(module_level: bool = False) -> None:
-    if SHARED.is_dir():
+def _skip_without(directory: pathlib.Path, missing: str, module_level: bool) -> None:
+    """Skip (one reason) when `directory` is absent; fail instead under TRACEKIT_REQUIRE_SHARED=1."""
+    if directory.is_dir():
         return
     if shared_required():
-        pytest.fail(MISSING_SHARED + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
-    pytest.skip(MISSING_SHARED, allow_module_level=module_level)
+        pytest.fail(missing + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
+    pytest.skip(missing, allow_module_level=module_level)
+
+
+def skip_without_shared(module_level: bool = False) -> None:
+    _skip_without(SHARED, MISSING_SHARED, module_level)
 
 
 def shared(*parts: str) -> pathlib.Path:
@@ -45,11 +50,7 @@ MISSING_SHARED_MODELS = (f"needs the shared model configs at {SHARED_MODELS} (a 
 
 
 def skip_without_shared_models(module_level: bool = False) -> None:
-    if SHARED_MODELS.is_dir():
-        return
-    if shared_required():
-        pytest.fail(MISSING_SHARED_MODELS + "; TRACEKIT_REQUIRE_SHARED=1 requires them", pytrace=False)
-    pytest.skip(MISSING_SHARED_MODELS, allow_module_level=module_level)
+    _skip_without(SHARED_MODELS, MISSING_SHARED_MODELS, module_level)
 
 
 def shared_model(name: str) -> pathlib.Path:

@@ -18,6 +18,16 @@ def _labels(path):
     return a, dict(zip(a.kernels["name"].astype(str), zip(a.kernels["phase"].astype(str), a.kernels["block"].astype(str))))
 
 
+def _graph_replay_labels(tmp_path, names: list[str]) -> tuple[dict, dict]:
+    """Kernels launched with no op and no module frame (a CUDA graph replay), one per name:
+    (name -> (phase, block), name -> kernel class)."""
+    b = KinetoBuilder()
+    for i, name in enumerate(names):
+        b.kernel(name, i, 100 + 10 * i, 5)
+    a, labels = _labels(b.write(tmp_path / "replay.json"))
+    return labels, dict(zip(a.kernels["name"].astype(str), a.kernels["kernel_class"].astype(str)))
+
+
 def test_dualpipe_chunk_ranges_give_backward_and_weight_gradient_phases(tmp_path):
     b = KinetoBuilder()
     for chunk, start, kernel in (("MoELayer0 (F)", 0, "fwd_gemm_kernel_gemm"), ("MoELayer0 (B)", 100, "bwd_input_gemm_kernel_gemm"),
@@ -169,11 +179,8 @@ ROUTING = ["void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, int>(float const*, 
 
 
 def test_moe_and_routing_kernels_are_ffn(tmp_path):
-    b = KinetoBuilder()
-    for i, name in enumerate(MOE_GEMMS + ROUTING + ["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u>(float*)"]):
-        b.kernel(name, i, 100 + 10 * i, 5)  # launched with no op and no module frame (a CUDA graph replay)
-    a, labels = _labels(b.write(tmp_path / "moe.json"))
-    classes = dict(zip(a.kernels["name"].astype(str), a.kernels["kernel_class"].astype(str)))
+    labels, classes = _graph_replay_labels(
+        tmp_path, MOE_GEMMS + ROUTING + ["void deep_gemm::sm90_fp8_gemm_1d2d_impl<(deep_gemm::GemmType)0, 7168u>(float*)"])
     for name in MOE_GEMMS:
         assert (labels[name][1], classes[name]) == ("ffn", "gemm"), name
     for name in ROUTING:
@@ -197,11 +204,7 @@ NOT_NORMS = {"triton_red_fused__to_copy_add_addmm_as_strided_fmha_v3_fwd_mean_mu
 
 
 def test_compiled_norms_and_split_kv_merges_by_name(tmp_path):
-    b = KinetoBuilder()
-    for i, name in enumerate(FUSED_NORMS + SPLIT_KV_MERGES + list(NOT_NORMS)):
-        b.kernel(name, i, 100 + 10 * i, 5)  # no op, no module frame: a CUDA graph replay
-    a, labels = _labels(b.write(tmp_path / "compiled.json"))
-    classes = dict(zip(a.kernels["name"].astype(str), a.kernels["kernel_class"].astype(str)))
+    labels, classes = _graph_replay_labels(tmp_path, FUSED_NORMS + SPLIT_KV_MERGES + list(NOT_NORMS))
     for name in FUSED_NORMS:
         assert (labels[name][1], classes[name]) == ("norm", "norm"), name
     for name in SPLIT_KV_MERGES:
