@@ -109,6 +109,7 @@ def run_main(capsys, *argv) -> tuple[int, str, str]:
     out, err = capsys.readouterr()
     return code, out, err
 
+
 def range_stack(trace, row: int, column: str = "range") -> list[str]:
     """Names of the ranges enclosing kernel `row` (by its `column` link), outermost first."""
     names = trace.ranges["name"].to_numpy()

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import pathlib
-
 import pandas as pd
 import pytest
 
+from conftest import PROJECT_FIXTURES, shared
 from tracekit.analysis.throughput import stage_table, step_items
 
-SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not SHARED.exists():
-    SHARED = pathlib.Path("/work/shared/fixtures")
-TORCH = SHARED / "torch"
+CPU_DIFFUSION = PROJECT_FIXTURES / "cpu_tiny_diffusion.json.gz"
+
+
+@pytest.fixture(scope="module")
+def cpu_diffusion():
+    from tracekit.api import analyze
+
+    return analyze(CPU_DIFFUSION)
 
 
 def test_step_items_units():
@@ -39,20 +42,17 @@ def test_stage_wall_is_runs_of_consecutive_kernels():
     assert t.loc["vae_decode", "wall_share"] == pytest.approx(20 / 100)
 
 
-def test_denoising_steps_of_the_cpu_diffusion_fixture():
+def test_denoising_steps_of_the_cpu_diffusion_fixture(cpu_diffusion):
     """fixtures/cpu_tiny_diffusion.json.gz: 2 images x 4 DDIM steps, each step a range
     `denoise_step#i` (from the UNet's forward pre-hook to the step-end callback). The same
     steps read from the Python frames (UNet2DConditionModel.forward .. DDIMScheduler.step)
     lie inside those ranges and cover nearly all of each (the hook and callback are µs)."""
-    import pathlib
     import re
 
     import tracekit.analysis.denoise as denoise
-    from tracekit.api import analyze
     from tracekit.trace.column_text import as_text
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "cpu_tiny_diffusion.json.gz"
-    a = analyze(path)
+    a = cpu_diffusion
     marked = a.throughput["denoise_steps"]
     r = a.trace.ranges
     names = as_text(r["name"])
@@ -106,7 +106,7 @@ def test_flux1_xdit_stages_images_per_second_and_denoising_step():
     profiler left a `next` frame unclosed across them."""
     from tracekit.api import analyze
 
-    path = TORCH / "mi300x_xdit_flux1_capture_rank0.json.gz"
+    path = shared("torch", "mi300x_xdit_flux1_capture_rank0.json.gz")
     events, t0 = _raw(path)
     a = analyze(path)
     call = _launched_in(events, t0, "pipeline_flux.py(652): __call__")
@@ -136,26 +136,20 @@ def test_flux1_xdit_stages_images_per_second_and_denoising_step():
     assert d["duration_ns"].iloc[0] == pytest.approx(max(e for _, e, _ in loop) - min(s for s, _, _ in loop), abs=2)
 
 
-def test_cpu_diffusion_pipeline_calls_are_steps_with_host_stages():
+def test_cpu_diffusion_pipeline_calls_are_steps_with_host_stages(cpu_diffusion):
     """fixtures/cpu_tiny_diffusion.json.gz (CPU only, no ProfilerStep: the recorder profiled without
     a schedule): each StableDiffusionPipeline.__call__ frame is a step that made one image (VAE
     latents [1, 4, 16, 16]); with no GPU work the step's time is the call's host time, and the stages
     are host time: text_encode = the encode_prompt frames, vae_decode = the VAE decode and image
     post-processing frames, denoise = the rest of each call (the UNet + scheduler loop)."""
-    import pathlib
-
-    from tracekit.api import analyze
-
-    path = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "cpu_tiny_diffusion.json.gz"
-    events, t0 = _raw(path)
+    events, t0 = _raw(CPU_DIFFUSION)
     frames = [e for e in events if e.get("cat") == "python_function"]
 
     def durations(file, function):
         return [e["dur"] * 1e3 for e in frames if e["name"].startswith(f"diffusers/{file}(") and e["name"].endswith(f"): {function}")]
 
     calls = durations("pipelines/stable_diffusion/pipeline_stable_diffusion.py", "__call__")
-    a = analyze(path)
-    t = a.throughput
+    t = cpu_diffusion.throughput
     assert len(calls) == 2 and t["steps"]["duration_ns"].tolist() == pytest.approx(calls, abs=2)
     assert t["steps"]["unit"].tolist() == ["images", "images"]
     assert t["total"]["throughput"] == pytest.approx(2 / sum(calls) * 1e9, rel=1e-6)  # 2 images / 1.478 s = 1.35 images/s
@@ -175,7 +169,7 @@ def test_sglang_stage_and_model_wall_are_the_step_gpu_window():
     counted apart instead of stretching the stage to 473.75 ms."""
     from tracekit.api import analyze
 
-    a = analyze(TORCH / "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
+    a = analyze(shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz"))
     step = a.steps.iloc[0]
     k = a.kernels[a.kernels["step"] >= 0]
     assert step["duration_ns"] == k["end"].max() - k["start"].min() == 10366887
