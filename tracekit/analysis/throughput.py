@@ -33,9 +33,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text
+from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import PIPELINE_CALL, step_rows
-from tracekit.trace.timeline import union
+from tracekit.trace.timeline import difference, intersection, union
 
 FRAMES = re.compile(r"(?i)\b(?:num_)?(?:frames|images)[=:_ ]?(\d+)\b")
 VAE_DECODE = re.compile(r"(autoencoder|vae)\w*\.py\(\d+\): (decode|_decode|tiled_decode)$")
@@ -48,11 +48,15 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     from tracekit.model.batch import from_annotation
 
     rows = []
+    decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
     for r in steps.to_dict(orient="records"):
         name = str(r["step"])
         batch = from_annotation(name)
         frames = FRAMES.search(name[:256])
-        images = decoded_images(trace, r) if PIPELINE_CALL.search(name[:512]) else None
+        images = None
+        if batch is None and frames is None and not frames_per_step and not samples_per_step and PIPELINE_CALL.search(name[:512]):
+            decodes = vae_decode_frames(trace) if decodes is None else decodes
+            images = decoded_images(trace, r, decodes)
         if batch is not None:
             items, unit, source = float(batch.tokens), "tokens", batch.source
         elif frames is not None:
@@ -71,17 +75,25 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     return pd.DataFrame(rows, columns=THROUGHPUT_STEP_COLUMNS[:-1])
 
 
-def decoded_images(trace, step: dict) -> int | None:
-    """Images a pipeline call decoded: over the outermost VAE decode frames inside the step's
-    host range, the batch (dim 0) of the first 4-D input of the first op inside each."""
+def vae_decode_frames(trace) -> np.ndarray:
+    """Rows of the ranges table that are VAE decode Python frames (searched once per distinct name)."""
+    if trace is None or not len(trace.ranges):
+        return np.zeros(0, dtype=np.int64)
+    r = trace.ranges
+    return np.flatnonzero((as_text(r["domain"]) == "python") & rows_where(r["name"], VAE_DECODE.search))
+
+
+def decoded_images(trace, step: dict, decode_rows: np.ndarray) -> int | None:
+    """Images a pipeline call decoded: over the outermost VAE decode frames (`decode_rows`,
+    from vae_decode_frames) inside the step's host range, the batch (dim 0) of the first 4-D
+    input of the first op inside each."""
     if trace is None or "host_start_ns" not in step or not len(trace.ranges) or not len(trace.ops):
         return None
     lo, hi = int(step["host_start_ns"]), int(step["host_start_ns"]) + int(step["host_duration_ns"])
     r = trace.ranges
     start, end = r["start"].to_numpy(), r["end"].to_numpy()
-    inside = np.flatnonzero((start >= lo) & (end <= hi) & (as_text(r["domain"]) == "python"))
-    names = as_text(r["name"])
-    decodes = [i for i in inside[np.argsort(start[inside], kind="stable")] if VAE_DECODE.search(str(names[i]))]
+    inside = decode_rows[(start[decode_rows] >= lo) & (end[decode_rows] <= hi)]
+    decodes = inside[np.argsort(start[inside], kind="stable")]
     o_start, o_tid = trace.ops["start"].to_numpy(), trace.ops["tid"].to_numpy()
     dims = trace.ops["input_dims"].to_numpy()
     total, reach = 0, -1
@@ -150,26 +162,6 @@ def _stage_frame(out: dict, window: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=STAGE_COLUMNS).sort_values("wall_ns", ascending=False).reset_index(drop=True)
 
 
-def _subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Merged intervals a minus merged intervals b."""
-    out = []
-    for lo, hi in a.tolist():
-        for blo, bhi in b[(b[:, 1] > lo) & (b[:, 0] < hi)].tolist() if len(b) else []:
-            if blo > lo:
-                out.append((lo, blo))
-            lo = max(lo, bhi)
-        if hi > lo:
-            out.append((lo, hi))
-    return np.array(out, dtype=np.float64).reshape(-1, 2)
-
-
-def _clip(a: np.ndarray, windows: np.ndarray) -> np.ndarray:
-    out = [(max(lo, wlo), min(hi, whi)) for wlo, whi in windows.tolist()
-           for lo, hi in a[(a[:, 1] > wlo) & (a[:, 0] < whi)].tolist()]
-    out = np.array([x for x in out if x[1] > x[0]], dtype=np.float64).reshape(-1, 2)
-    return union(out) if len(out) else out
-
-
 def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
     """A trace without GPU work: per stage, the host time inside `windows` (the steps, else the
     capture) that the first phase rule (in order) whose frame, range or op pattern matches a
@@ -202,7 +194,7 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
                 spans.append(np.c_[table["start"].to_numpy()[hit], table["end"].to_numpy()[hit]].astype(np.float64))
         if not spans:
             continue
-        mine = _subtract(_clip(union(np.concatenate(spans)), windows), claimed)
+        mine = difference(intersection(np.concatenate(spans), windows), claimed)
         if not len(mine):
             continue
         claimed = union(np.concatenate([claimed, mine]))

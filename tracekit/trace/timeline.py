@@ -132,6 +132,11 @@ def difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return union(np.column_stack([lo[keep], hi[keep]]))
 
 
+def intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Merged [start, end) intervals covered by both a and b."""
+    return difference(a, difference(a, b))
+
+
 def covered_before(window: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Length of the (merged) window intervals that lies before each time t."""
     if not len(window):
