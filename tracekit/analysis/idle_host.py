@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.column_text import as_text, rows_where
-from tracekit.trace.step_ownership import SERVING_STEP, STEP, step_rows
+from tracekit.trace.step_ownership import SERVING_STEP, STEP
 
 MAX_GAPS = 20_000  # the longest gaps are charged (all of them in every trace we have); see charges
 HOST_COLUMNS = ["kind", "name", "gaps", "idle_ns", "share_of_idle"]
@@ -63,10 +63,9 @@ def host_records(trace) -> list[HostRecords]:
     r = trace.ranges
     if len(r):
         domain = as_text(r["domain"])
-        is_step = np.zeros(len(r), dtype=bool)
-        is_step[step_rows(trace)] = True
-        # a serving engine's step annotation beside another step marker is a step too
-        is_step |= rows_where(r["name"], lambda n: STEP.search(n[:256]) or SERVING_STEP.search(n[:256]))
+        # every step marker (what step_rows takes on the host, and a serving engine's step
+        # annotation beside another step marker too); pipeline calls are frames, not ranges
+        is_step = rows_where(r["name"], lambda n: STEP.search(n[:256]) or SERVING_STEP.search(n[:256]))
         tables += [("frame", r, domain == "python"), ("range", r, (domain != "python") & (domain != "gpu") & ~is_step)]
     for kind, table, keep in tables:
         if not keep.any():

@@ -19,7 +19,7 @@ import pandas as pd
 from tracekit.costs.unknown import MIN_COVERAGE
 from tracekit.trace.column_text import as_text
 from tracekit.trace.frames import Trace
-from tracekit.trace.step_ownership import kernel_steps, step_gpu_windows, step_rows
+from tracekit.trace.step_ownership import kernel_steps, gpu_windows, step_rows
 from tracekit.trace.timeline import union
 
 STEP_COLUMNS = ["step", "start_ns", "duration_ns", "window_source", "host_start_ns", "host_duration_ns", "gpu_lag_ns",
@@ -71,7 +71,7 @@ def step_table(trace: Trace, kernels: pd.DataFrame, exclusive: np.ndarray, bandw
     counts, copies, times = per_step(mask=is_kernel), per_step(mask=~is_kernel), per_step(duration_k)
     costed_times, moved_all = per_step(duration_k, costed), per_step(np.nan_to_num(nbytes), costed)
     busy = per_step(np.asarray(exclusive, dtype=np.float64))
-    lo, hi, source = step_gpu_windows(trace, kernels, steps, owner)
+    lo, hi, source = gpu_windows(trace.ranges, kernels, steps, owner)
     in_window = _busy_in_windows(kernels, lo, hi)
     rows = []
     for i, s in enumerate(steps):

@@ -26,7 +26,7 @@ from tracekit.hardware.roofline import roofline
 from tracekit.projection.replay import launch_starts, replay
 from tracekit.strict_json import dumps, records
 from tracekit.trace.column_text import as_text
-from tracekit.trace.step_ownership import step_gpu_windows, step_rows
+from tracekit.trace.step_ownership import gpu_windows, step_rows
 from tracekit.reports.format import UNKNOWN  # a kernel without a phase or block label
 
 HOST_COPIES = ["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]
@@ -152,7 +152,7 @@ def _step_times(a, new_start: np.ndarray, new_end: np.ndarray) -> tuple[list, np
     names = as_text(r["name"])
     k = a.kernels
     owner = k["step"].to_numpy()
-    lo, hi, _ = step_gpu_windows(trace, k, rows, owner)
+    lo, hi, _ = gpu_windows(trace.ranges, k, rows, owner)
     start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
     measured, projected, host_bound = [], [], []

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from tracekit.trace.column_text import as_text
+from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.frames import Trace
 
 # torch.profiler steps, decode-step ranges, and serving engines' step ranges:
@@ -51,13 +51,11 @@ def step_rows(trace: Trace) -> np.ndarray:
     r = trace.ranges
     if r.empty:
         return np.zeros(0, dtype=np.int64)
-    names = r["name"].astype("category")
     domain = as_text(r["domain"])
     host = ~np.isin(domain, ["python", "gpu"])
-    # One regex search per distinct name, not per range.
-    def matching(pattern: re.Pattern) -> np.ndarray:
-        by_code = np.array([bool(pattern.search(str(n)[:256])) for n in names.cat.categories] + [False])
-        return by_code[names.cat.codes.to_numpy()]
+
+    def matching(pattern: re.Pattern) -> np.ndarray:  # one search per distinct name, not per range
+        return rows_where(r["name"], lambda n: pattern.search(n[:256]))
 
     primary = matching(STEP) & host
     serving = matching(SERVING_STEP) & host & ~primary
@@ -85,7 +83,7 @@ def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, bl
     (same process), else of the host step paired with its GPU-side step annotation; -1 for
     none. `steps`: the range rows that are steps (default: step_rows). `blind_by_time`: a
     kernel with neither a launch nor a GPU-side annotation goes to the step whose GPU window
-    (step_gpu_windows, from the kernels owned so far) it ran in; only a step that owns
+    (gpu_windows, from the kernels owned so far) it ran in; only a step that owns
     nothing on the GPU lends its host range for this."""
     kernels = trace.kernels if kernels is None else kernels
     owner = np.full(len(kernels), -1, dtype=np.int64)
@@ -121,7 +119,7 @@ def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, bl
     # step's own work began on the GPU is an earlier step's queued work: nobody's here.
     blind = np.flatnonzero((owner < 0) & ~has_launch)
     if len(blind) and blind_by_time:
-        lo, hi, _ = step_gpu_windows(trace, kernels, steps, owner)
+        lo, hi, _ = gpu_windows(trace.ranges, kernels, steps, owner)
         _claim_by_time(owner, blind, kernels["start"].to_numpy(), steps[order], lo[order], hi[order])
     return owner
 
@@ -129,17 +127,12 @@ def kernel_steps(trace: Trace, kernels=None, steps: np.ndarray | None = None, bl
 WINDOW_SOURCES = ("gpu annotation", "kernels", "host range", "gpu annotation + kernels")
 
 
-def step_gpu_windows(trace: Trace, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step (rows of trace.ranges in `steps`): the [start, end] of its GPU window and where
-    it comes from (WINDOW_SOURCES): its GPU-side annotation widened to the kernels it owns
-    ("gpu annotation + kernels" where they reach past it)
-    (`owner`, as kernel_steps), else the first start to the last end of those kernels, else
-    (a step that owns nothing on the GPU) its host range."""
-    return gpu_windows(trace.ranges, kernels, steps, owner)
-
-
 def gpu_windows(r, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """step_gpu_windows from the ranges table `r` alone (what the model stage is given)."""
+    """Per step (rows of the ranges table `r` in `steps`): the [start, end] of its GPU window
+    and where it comes from (WINDOW_SOURCES): its GPU-side annotation widened to the kernels
+    it owns (`owner`, as kernel_steps; "gpu annotation + kernels" where they reach past it),
+    else the first start to the last end of those kernels, else (a step that owns nothing on
+    the GPU) its host range."""
     steps = np.asarray(steps, dtype=np.int64)
     lo = r["start"].to_numpy()[steps].astype(np.int64).copy()
     hi = r["end"].to_numpy()[steps].astype(np.int64).copy()
@@ -171,16 +164,11 @@ def gpu_windows(r, kernels, steps: np.ndarray, owner: np.ndarray) -> tuple[np.nd
     return lo, hi, source
 
 
-def gpu_annotation_windows(trace: Trace, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def annotation_windows(r, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per step: [start, end] of its GPU-side annotation (-1, -1 for none). Kineto copies a
     host range onto the GPU under the same name; a name that repeats (vLLM's
     `execute_new_0_cached_4`) is paired in order of occurrence, per device, and only where
     the device holds as many copies as the host has ranges of that name."""
-    return annotation_windows(trace.ranges, steps)
-
-
-def annotation_windows(r, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """gpu_annotation_windows from the ranges table `r` alone."""
     lo = np.full(len(steps), -1, dtype=np.int64)
     hi = np.full(len(steps), -1, dtype=np.int64)
     pairs = paired_annotations(r, steps)
