@@ -233,3 +233,24 @@ def test_a_rate_above_the_device_peak_is_flagged_with_its_reason(tmp_path):
 
     row = kernel_rows(a, 5, Labels(a)).rows[0]
     assert any(str(cell).endswith(FLAG) for cell in row)
+
+
+def test_a_copy_faster_than_memory_is_flagged_once_in_its_cell(tmp_path):
+    """A device-to-device copy of 1 GiB said to take 100 us (read and written: 21.5 TB/s on a
+    3.35 TB/s H100):
+    its rate and its efficiency (the rate over the bandwidth) are both flagged, and the one
+    cell that shows them carries one mark, not one per figure."""
+    b = KinetoBuilder()
+    b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >", 1.0, 10.0, 5.0)
+    b.corr += 1
+    b.events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1, "ts": 20.0, "dur": 1.0,
+                  "args": {"correlation": b.corr}},
+                 {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD (Device -> Device)", "pid": 0, "tid": 7, "ts": 30.0,
+                  "dur": 100.0, "args": {"correlation": b.corr, "device": 0, "stream": 7, "bytes": 2**30}}]
+    a = tracekit.analyze(b.write(tmp_path / "copy.json"))
+    assert a.copy_summary.iloc[0]["achieved_tbps"] == pytest.approx(2 * 2**30 / 100e3 / 1e3)
+    assert {("copies", 0, "achieved_tbps"), ("copies", 0, "efficiency")} <= {(f.table, f.row, f.figure) for f in a.flags}
+    from tracekit.reports.tables import FLAG, copy_rows
+
+    cell = copy_rows(a, 5).rows[0][-1]
+    assert cell.endswith(FLAG) and cell.count(FLAG.strip()) == 1, cell

@@ -42,14 +42,15 @@ FLAG = " (!)"  # a figure past its physical limit: the warnings say why (analysi
 
 
 def _marks(a: Analysis, table: str):
-    """mark(row, figure, cell): the cell with FLAG appended where the plausibility pass
-    flagged that figure of that row."""
+    """mark(row, figure, cell): the cell with FLAG appended (once) where the plausibility pass
+    flagged that figure, or one of those figures (a tuple: a cell that shows several), of that row."""
     from tracekit.analysis.plausibility import flagged
 
     found = flagged(getattr(a, "flags", None) or [], table)
 
-    def mark(row: int, figure: str, cell: str) -> str:
-        return cell + FLAG if (row, figure) in found else cell
+    def mark(row: int, figure: str | tuple[str, ...], cell: str) -> str:
+        figures = (figure,) if isinstance(figure, str) else figure
+        return cell + FLAG if any((row, f) in found for f in figures) else cell
 
     return mark
 
@@ -168,7 +169,7 @@ def copy_rows(a: Analysis, top: int) -> Section:
     head = ["copy", "calls", "time", "share", "bytes", "TB/s"]
     mark = _marks(a, "copies")
     rows = [[r["name"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]), si(r["bytes"], "B"),
-             mark(i, "achieved_tbps", mark(i, "efficiency", number(r["achieved_tbps"], "{:,.3f}")))]
+             mark(i, ("achieved_tbps", "efficiency"), number(r["achieved_tbps"], "{:,.3f}"))]
             for i, r in enumerate(records(a.copy_summary.head(top)))] if len(a.copy_summary) else []
     return Section("Copies and memsets by GPU time (share of copy time)", head, rows, [0, 1, 0, 0, 2, 2], flex=0, terminal=False)
 
