@@ -17,7 +17,7 @@ from tracekit.analysis.findings import Findings
 from tracekit.analysis.plausibility import Flag
 from tracekit.hardware import Device
 from tracekit.model.predict import Prediction
-from tracekit.strict_json import dumps, records
+from tracekit.strict_json import clean, dumps, records
 from tracekit.trace.frames import Trace
 
 SCHEMA_VERSION = 2
@@ -81,7 +81,8 @@ class Analysis(Measured):
         return dumps(self.to_dict(top))
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
-        return {
+        """summary.json as a dict: strict JSON values (an unknown figure is None, never NaN)."""
+        return clean({
             "schema_version": SCHEMA_VERSION,
             "headline": list(self.findings.headline),
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
@@ -108,4 +109,4 @@ class Analysis(Measured):
                                "total": self.throughput["total"],
                                **({"denoise_steps": records(self.throughput["denoise_steps"])}
                                   if len(self.throughput.get("denoise_steps", ())) else {})}} if self.throughput is not None else {}),
-        }
+        })

@@ -10,7 +10,6 @@ import statistics
 from typing import Any
 
 from tracekit.errors import TraceError
-from tracekit.strict_json import clean
 
 # A summary.json is small (tens of kB); a .json bigger than this is a trace, not read twice.
 _SUMMARY_MAX_BYTES = 64 << 20
@@ -26,9 +25,9 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     from tracekit.analysis import Analysis
 
     if isinstance(source, Analysis):
-        # as it would be stored: strict JSON values (an unknown efficiency is None, not NaN),
-        # so a diff of analyses and a diff of their summary.json files are the same diff
-        return clean(source.to_dict(top or _everything(source)))
+        # as it would be stored (to_dict gives strict JSON values), so a diff of analyses and
+        # a diff of their summary.json files are the same diff
+        return source.to_dict(top or _everything(source))
     if isinstance(source, dict):
         _validate(source, "<summary>")
         return source
@@ -39,7 +38,7 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     from tracekit.api import analyze
 
     analysis = analyze(path, device=device, rules=rules, **{k: v for k, v in options.items() if v is not None})
-    return clean(analysis.to_dict(top or _everything(analysis)))
+    return analysis.to_dict(top or _everything(analysis))
 
 
 def _everything(analysis) -> int:

@@ -45,7 +45,7 @@ def agreement(groups: pd.DataFrame, group_of: np.ndarray, kernels: pd.DataFrame,
     trace_time = np.bincount(group_of[by_trace], weights=time[by_trace], minlength=n)
     share = np.divide(trace_time, group_time, out=np.zeros(n), where=group_time > 0)
     frame = pd.DataFrame({
-        "phase": [_main_phase(phase[group_of == g], time[group_of == g]) for g in range(n)],
+        "phase": _main_phases(phase, time, group_of, n),
         "group": groups["group"].to_numpy(), "blocks": groups["blocks"].to_numpy(),
         "kernels": np.bincount(group_of[by_trace], minlength=n), "kernel_time_ns": group_time, "trace_time_ns": trace_time,
         "trace_flops": np.bincount(group_of[by_trace], weights=flops[by_trace], minlength=n),
@@ -67,9 +67,15 @@ def agreement(groups: pd.DataFrame, group_of: np.ndarray, kernels: pd.DataFrame,
     return out.sort_values("kernel_time_ns", ascending=False, kind="stable")[AGREEMENT_COLUMNS].reset_index(drop=True)
 
 
-def _main_phase(phases: np.ndarray, time: np.ndarray) -> str | None:
-    """The phase of most of a group's kernel time."""
-    if not len(phases):
-        return None
-    labels, codes = np.unique(phases.astype(str), return_inverse=True)
-    return str(labels[np.argmax(np.bincount(codes, weights=time))])
+def _main_phases(phase: np.ndarray, time: np.ndarray, group_of: np.ndarray, n: int) -> np.ndarray:
+    """Per group: the phase of most of its kernel time (ties: the first label in sorted order);
+    None for a group without kernels. One weighted count over (group, phase), not a scan per group."""
+    out = np.full(n, None, dtype=object)
+    members = group_of >= 0
+    if not n or not members.any():
+        return out
+    labels, codes = np.unique(phase[members].astype(str), return_inverse=True)
+    weight = np.bincount(group_of[members] * len(labels) + codes, weights=time[members], minlength=n * len(labels))
+    has = np.bincount(group_of[members], minlength=n) > 0
+    out[has] = labels[weight.reshape(n, len(labels)).argmax(axis=1)][has]
+    return out
