@@ -8,6 +8,7 @@ import pandas as pd
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
+from tracekit.trace.grouping import combine
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
 
@@ -98,9 +99,7 @@ def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> n
         return phase
     rows = launch[has]
     thread = np.full(len(k), -1, dtype=np.int64)
-    pid, tid = trace.launches["pid"].to_numpy()[rows], trace.launches["tid"].to_numpy()[rows]
-    codes, _ = pd.factorize(pd.Series(list(zip(pid.tolist(), tid.tolist()))))
-    thread[has] = codes
+    thread[has] = combine([trace.launches[c].to_numpy(np.int64)[rows] for c in ("pid", "tid")])
     n = int(thread.max()) + 1
     placed = has & matched
     # recomputation under activation checkpointing runs on the autograd thread too
