@@ -221,15 +221,11 @@ def main(argv: list[str] | None = None) -> None:
     except (click.Abort, KeyboardInterrupt):
         click.echo("tracekit: aborted", err=True)
         sys.exit(_aborted_code())
-    except MemoryError:
-        _aborted_if_interrupted()
-        click.echo(_out_of_memory(argv), err=True)
-        sys.exit(2)
     except BrokenPipeError:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
         _aborted_if_interrupted()
-        if memory_ran_out(exc):  # an import or allocation refused under a memory limit
+        if memory_ran_out(exc):  # MemoryError, or an import or allocation refused under a memory limit
             click.echo(_out_of_memory(argv), err=True)
             sys.exit(2)
         if debug:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text
+from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.frames import Trace
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace.link import launch_context
@@ -102,7 +102,7 @@ def captured_graphs(capture: Trace) -> list[_Graph]:
     kernel = as_text(launches["kernel"])
     pid, tid = launches["pid"].to_numpy(), launches["tid"].to_numpy()
     start, end = launches["start"].to_numpy(), launches["end"].to_numpy()
-    is_begin, is_end, is_node = (_by_name(launches["name"], test) for test in (
+    is_begin, is_end, is_node = (rows_where(launches["name"], test) for test in (
         _BEGIN.search, _END.search, lambda n: _NODE_API.search(n) and not _NOT_NODE.search(n)))
     op_of, range_of = launch_context(capture)
     range_names, range_parent = as_text(capture.ranges["name"]), capture.ranges["parent"].to_numpy()
@@ -126,13 +126,6 @@ def captured_graphs(capture: Trace) -> list[_Graph]:
     for g in graphs:
         g.signature = tuple((op_names[o], repr(dims[o])) if o >= 0 else None for o in g.ops)
     return graphs
-
-
-def _by_name(names: pd.Series, test) -> np.ndarray:
-    """`test` on each distinct name (a few dozen call names, however many calls)."""
-    cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
-    hit = np.array([bool(test(str(c))) for c in cat.cat.categories] + [False], dtype=bool)
-    return hit[cat.cat.codes.to_numpy()]
 
 
 def _node_label(call: str, kernel: str | None) -> str | None:
