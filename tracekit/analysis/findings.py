@@ -378,13 +378,16 @@ def _idle_causes(f: Findings) -> list[dict[str, Any]]:
     for row in f.idle.to_dict(orient="records") if len(f.idle) else []:
         if row["category"] not in _IDLE_CAUSE or not row["idle_ns"] > 0:
             continue
-        where = ""
         h = f.idle_host_by_cause.get(row["category"])
-        if h:
-            where = f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it"
+        where = _host_clause(h)
         out.append(_cause(f"idle_{row['category']}", row["idle_ns"], f.idle_window_ns, {"gaps": int(row["gaps"]), "host": h},
                           f"{duration(row['idle_ns'])} of GPU idle time {f.idle_window} is {_IDLE_CAUSE[row['category']]}{where}."))
     return out
+
+
+def _host_clause(h: dict | None) -> str:
+    """'; the host was in KIND NAME for T of it', for the host record behind an idle cause."""
+    return f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it" if h else ""
 
 
 def _outside_cause(f: Findings) -> dict[str, Any] | None:
@@ -392,9 +395,8 @@ def _outside_cause(f: Findings) -> dict[str, Any] | None:
     if not o or not o.get("idle_ns"):
         return None
     cause = _IDLE_CAUSE.get(o["main_cause"], "nothing recorded")
-    h = o.get("host")
-    where = f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it" if h else ""
-    return _cause("idle_outside_gpu_windows", o["idle_ns"], o["wall_ns"], {k: v for k, v in o.items() if k != "host"} | {"host": h},
+    where = _host_clause(o.get("host"))
+    return _cause("idle_outside_gpu_windows", o["idle_ns"], o["wall_ns"], o,
                   f"The steps' host ranges outlast their kernels: {duration(o['idle_ns'])} more GPU idle time "
                   f"({rounded_percent(o['idle_ns'] / o['wall_ns'])} of the steps' wall time, {duration(o['wall_ns'])}) lies outside "
                   f"their GPU windows, mostly {cause}{where}.")

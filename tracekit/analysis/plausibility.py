@@ -22,8 +22,9 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
+from tracekit.hardware.roofline import OVER_PEAK
 
-RATE_SLACK = 1.05  # the roofline's own threshold (hardware.roofline.OVER_PEAK)
+RATE_SLACK = OVER_PEAK  # the roofline's own threshold
 SHARE_SLACK = 1.0 + 1e-6
 MAX_EXAMPLES = 3  # named per warning line; every flag is in `flags`
 
@@ -158,7 +159,7 @@ def _activities(kernels: pd.DataFrame, device: Device | None) -> list[Flag]:
     if device is None or kernels is None or not len(kernels) or "efficiency" not in kernels:
         return []
     eff = kernels["efficiency"].to_numpy(dtype=np.float64)
-    over = np.nan_to_num(eff, nan=0.0) > RATE_SLACK
+    over = kernels["over_peak"].to_numpy(dtype=bool)  # the roofline's columns come together
     out = []
     kinds = kernels["kind"].astype(str).to_numpy()
     for kind in sorted(set(kinds[over])):
