@@ -110,6 +110,14 @@ def run_main(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
+
+def run_cli(*args) -> "subprocess.CompletedProcess":
+    """`python -m tracekit ARGS` in a fresh process (arguments may be paths), from the repository root."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=600)
+
 def range_stack(trace, row: int, column: str = "range") -> list[str]:
     """Names of the ranges enclosing kernel `row` (by its `column` link), outermost first."""
     names = trace.ranges["name"].to_numpy()

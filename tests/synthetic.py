@@ -23,12 +23,6 @@ class KinetoBuilder:
         self.events.append({"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
                             "args": {"Python id": len(self.events), "Ev Idx": len(self.events)}})
 
-    def runtime(self, name: str, ts: float, dur: float, tid: int = 1) -> None:
-        """A runtime call that launches nothing (cudaDeviceSynchronize, cudaStreamWaitEvent)."""
-        self.corr += 1
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
-                            "args": {"correlation": self.corr}})
-
     def op(self, name: str, ts: float, dur: float, tid: int = 1, dims=None, types=None, **extra) -> None:
         args = {"Input Dims": dims or [], "Input type": types or [], **extra}
         self.events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args})

@@ -15,17 +15,13 @@ and 12 kernels with no op: the same names in the same order. gpt-oss-20b: hidden
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import run_cli as cli, shared_model
 from synthetic import KinetoBuilder
 
-MODELS = REPO.parent / "shared" / "models"
-GPT_OSS_20B = MODELS / "gpt-oss-20b.config.json"
 PAIR = "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise"
 TOKENS, HIDDEN, QKV, HEADS_X_DIM, LAYERS = 8192, 2880, 5120, 4096, 24
 
@@ -42,11 +38,12 @@ def analyses():
     import tracekit
 
     execution, capture = _pair()
+    config = shared_model("gpt-oss-20b.config.json")
     out = {}
     for cap in (False, True):
         for model in (False, True):
             out[cap, model] = tracekit.analyze(execution, device="mi300x", capture=capture if cap else None,
-                                               model=GPT_OSS_20B if model else None)
+                                               model=config if model else None)
     return out
 
 
@@ -69,7 +66,7 @@ def test_every_replay_pairs_with_its_captured_piece(analyses):
     assert [g["nodes"] for g in c["graphs"]] == [4] + [15] * 23 + [12]
     # the graphs ran 96.1% of the step's kernel time; the rest is attention (eager), copies, the LM head
     assert c["matched_share_of_kernel_time"] == pytest.approx(149_919_755 / 156_008_664, abs=1e-3)
-    assert analyses[True, False].to_dict()["capture"] == c  # summary.json `capture`
+    assert json.loads(analyses[True, False].to_json())["capture"] == c  # summary.json `capture`, as stored
     assert "capture" not in analyses[False, False].to_dict()
 
 
@@ -173,10 +170,6 @@ def test_report_lines(analyses):
     assert capture_line(analyses[False, True]) is None
     md = markdown.render(analyses[True, True], images=False)
     assert "- capture: 25 of 25 graph launches" in md and "Model vs the trace's own costs" in md
-
-
-def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
 def test_cli_capture_json_and_bad_capture_file(tmp_path):

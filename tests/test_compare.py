@@ -158,7 +158,6 @@ def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
 
 def test_check_block_expectations_on_a_stored_summary():
     from tracekit.compare import check
-    from tracekit.errors import TraceError
 
     summary = json.loads((GOLDEN / "torch__h100_qwen1.5-0.5b_hf_inference.json.gz.summary.json").read_text())
     block = next(b for b in summary["blocks"] if (b["phase"], b["block"]) == ("forward", "attention"))
@@ -170,7 +169,6 @@ def test_check_block_expectations_on_a_stored_summary():
 
 def test_check_a_block_name_alone_spans_every_phase():
     from tracekit.compare import check
-    from tracekit.errors import TraceError
 
     summary = json.loads((GOLDEN / "torch__v100_dlrm_8ranks__rank0.json.gz.summary.json").read_text())
     rows = [b for b in summary["blocks"] if b["block"] == "collective"]

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 import tracekit
-from conftest import PROJECT_FIXTURES, REPO, shared
+from conftest import PROJECT_FIXTURES, REPO, shared, shared_model
 from tracekit.errors import TraceError
 from tracekit.model import ModelOptions, load_config
 from tracekit.model.batch import Requests, from_annotation
@@ -341,7 +341,7 @@ def test_calibrate_with_steps_of_unknown_kv_length(tmp_path):
     terms to fit). calibrate exited 1 (KeyError in _peak_blocks, which looked up the terms of
     every step with block groups); now only the complete steps are fitted and summed per block."""
     trace = shared("torch", "rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz")
-    for config in (MODELS / "gpt-oss-20b.config.json", PROJECT_FIXTURES / "cpu_tiny_moe.config.json"):
+    for config in (shared_model("gpt-oss-20b.config.json"), PROJECT_FIXTURES / "cpu_tiny_moe.config.json"):
         out = tmp_path / "factors.json"
         run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(trace), "--model", str(config), "--out", str(out)],
                              capture_output=True, text=True, cwd=REPO)

@@ -23,12 +23,10 @@ The engines' format strings, quoted from their published source:
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO, shared_model
+from conftest import run_cli as cli, shared_model
 from synthetic import KinetoBuilder
 from tracekit.model.batch import from_annotation
 
@@ -37,10 +35,6 @@ from tracekit.model.batch import from_annotation
 def gpt_oss_20b() -> str:
     """../shared/models/gpt-oss-20b.config.json, or the test skips (fails in CI) without ../shared."""
     return str(shared_model("gpt-oss-20b.config.json"))
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=600)
 
 
 def strict(text: str):

@@ -142,7 +142,7 @@ def test_python_code_not_a_returned_sync_holds_the_gap(tmp_path):
     b.frame("model.py(10): forward", 1.0, 60.0)
     b.op("aten::mm", 2.0, 5.0, dims=[[1024, 1024], [1024, 1024]], types=BF16)
     b.kernel(GEMM, 3.0, 10.0, 90.0)
-    b.runtime("cudaDeviceSynchronize", 95.0, 10.0)
+    b.call("cudaDeviceSynchronize", 95.0, 10.0)
     b.frame("scipy/ndimage/_interpolation.py(836): zoom", 106.0, 108.0)
     b.op("aten::mm", 215.0, 5.0, dims=[[1024, 1024], [1024, 1024]], types=BF16)
     b.kernel(GEMM, 216.0, 220.0, 90.0)
