@@ -178,3 +178,19 @@ def test_sglang_stage_and_model_wall_are_the_step_gpu_window():
     assert stage["wall_ns"] == step["duration_ns"] and stage["runs"] == 1 and stage["wall_share"] == 1.0
     assert a.throughput["total"]["outside_steps_kernels"] == int((a.kernels["step"] < 0).sum()) == 7
     assert a.throughput["steps"]["throughput"].iloc[0] == pytest.approx(32 / 10366887e-9)  # 3,086.75 tokens/s
+
+
+def test_host_stages_follow_the_users_phase_rules(tmp_path, cpu_diffusion):
+    """A CPU-only pipeline's stages are host time claimed by the phase rules in order, the
+    user's (--rules) first: a rule naming the UNet's forward takes that time from denoise.
+    (The host stage table was built from the default rules alone.)"""
+    from tracekit.api import analyze
+
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[[phase]]\nname = \"unet\"\nframe = 'unet_2d_condition\\.py\\(\\d+\\): forward$'\n")
+    stages = analyze(CPU_DIFFUSION, rules=str(rules)).throughput["stages"].set_index("stage")
+    default = cpu_diffusion.throughput["stages"].set_index("stage")
+    assert "unet" in stages.index and "unet" not in default.index
+    # the UNet's time moved out of denoise; the text encoder and the VAE keep theirs
+    assert stages.loc["unet", "wall_ns"] + stages.loc["denoise", "wall_ns"] == pytest.approx(default.loc["denoise", "wall_ns"], abs=16)
+    assert stages.loc["text_encode", "wall_ns"] == default.loc["text_encode", "wall_ns"]

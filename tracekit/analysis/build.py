@@ -77,4 +77,4 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                     kernel_summary=summary, copy_summary=copies, collectives=collectives,
                     collective_summary=per_collective, overlap=overlap,
                     findings=findings, model=prediction, flags=flags,
-                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step))
+                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules))

@@ -217,16 +217,17 @@ def _step_windows(steps: pd.DataFrame) -> np.ndarray:
 
 
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
-               frames_per_step: int | None = None) -> dict:
+               frames_per_step: int | None = None, rules=None) -> dict:
     """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
-    steps (and the kernels outside every step), "denoise_steps": tracekit.analysis.denoise}."""
+    steps (and the kernels outside every step), "denoise_steps": tracekit.analysis.denoise}.
+    `rules`: the attribution rules (a user's --rules), whose phase rules name the host stages."""
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
     if len(kernels):
         stages = stage_table(kernels, windows=windows)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
-        stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]))
+        stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
     total = None
     if len(per_step):
         wall = float(per_step["duration_ns"].sum())
