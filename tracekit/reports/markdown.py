@@ -7,7 +7,8 @@ from tracekit.analysis import Analysis
 from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
 from tracekit.reports.tables import headline, sections
-from tracekit.reports.text import markdown as md, markdown_table
+from tracekit.reports.section import section_markdown
+from tracekit.reports.text import markdown as md
 
 
 def render(a: Analysis, top: int = 15, images: bool = True) -> str:
@@ -27,11 +28,5 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     if images and a.device is not None:
         lines += ["", "![roofline](roofline.png)", "", "![breakdown](breakdown.png)"]
     for s in sections(a, top):
-        lines += ["", f"## {md(s.title)}", ""]
-        if not s.rows:
-            lines.append(md(s.empty))
-            continue
-        lines += markdown_table(s.head, s.rows, (*s.left, s.flex))
-        if s.note:
-            lines += ["", md(s.note)]
+        lines += section_markdown(s)
     return "\n".join(lines) + "\n"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tracekit.reports.format import duration, number, percent
-from tracekit.reports.section import Section
-from tracekit.reports.text import markdown as md, markdown_table
+from tracekit.reports.section import Section, section_markdown
+from tracekit.reports.text import markdown as md
 from tracekit.reports.format import UNKNOWN
 
 
@@ -71,8 +71,7 @@ def _console(lines: list[str], secs: list[Section], assumptions: list[str], con)
 def _markdown(title: str, lines: list[str], secs: list[Section], assumptions: list[str]) -> str:
     out = [f"# {title}", ""] + [f"- {md(s)}" for s in lines]
     for s in secs:
-        out += ["", f"## {md(s.title)}", ""]
-        out += markdown_table(s.head, s.rows, (*s.left, s.flex)) if s.rows else [md(s.empty)]
+        out += section_markdown(s)
     out += ["", "## Assumptions", ""] + [f"- {md(a)}" for a in assumptions]
     return "\n".join(out) + "\n"
 

@@ -38,3 +38,14 @@ class Section:
     def answer(self) -> list[str]:
         """The columns that carry the table's answer (priority 0): every width keeps them."""
         return [h for h, p in zip(self.head, self.priority) if p == 0]
+
+
+def section_markdown(s: Section) -> list[str]:
+    """A section as Markdown lines: its heading, its table (or its empty text), its note."""
+    from tracekit.reports.text import markdown as md, markdown_table
+
+    lines = ["", f"## {md(s.title)}", ""]
+    if not s.rows:
+        return lines + [md(s.empty)]
+    lines += markdown_table(s.head, s.rows, (*s.left, s.flex))
+    return lines + (["", md(s.note)] if s.note else [])
