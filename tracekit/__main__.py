@@ -32,13 +32,10 @@ def _fit_a_memory_limit() -> None:
     line, exit 2."""
     import os
 
-    try:
-        import resource
+    from tracekit.errors import address_space_limit
 
-        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
-    except (ImportError, OSError, ValueError):
-        return
-    if limit == resource.RLIM_INFINITY:
+    limit = address_space_limit()
+    if limit is None:
         return
     if not any(name in os.environ for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")):
         os.environ["OPENBLAS_NUM_THREADS"] = "1"

@@ -54,6 +54,18 @@ def interrupts_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def address_space_limit() -> int | None:
+    """The process's address-space limit (`ulimit -v`) in bytes, or None when there is none
+    (or the platform cannot say)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
 def memory_ran_out(exc: BaseException) -> bool:
     """Whether `exc` says the process could not get memory (under `ulimit -v` or a cgroup):
     MemoryError, a shared library that cannot be mapped, numpy's allocation failures."""

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from tracekit.errors import interrupts_deferred, memory_ran_out
+from tracekit.errors import address_space_limit, interrupts_deferred, memory_ran_out
 from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_address, decode_document
 from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
@@ -148,7 +148,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     # frame, and the workers' results would live on until a collection (paused during the parse).
     no_memory = (f"the parallel parse ({count} worker processes) ran out of memory; the trace was read in one process "
                  "instead (pass --workers 1 to do that from the start)")
-    limited = _address_space_limited()
+    limited = address_space_limit() is not None
     if limited:  # the caller's imports would raise this process's peak during the parse: they wait
         meanwhile = None
     try:
@@ -187,15 +187,6 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
             return None  # workers could not start or died (e.g. inside a daemon process): serial
         raise  # the caller's error (re-reading the file would not help), or an interrupt (SIGINT, SIGTERM)
     return results
-
-
-def _address_space_limited() -> bool:
-    try:
-        import resource
-
-        return resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
-    except (ImportError, OSError, ValueError):
-        return False
 
 
 @contextlib.contextmanager
