@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, host_records, top_by_cause
+from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, launching_records, top_by_cause
 from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
@@ -80,7 +80,8 @@ def compute(a) -> Findings:
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = _idle_windows(a)
-    gaps = gaps_of(a, windows)
+    launches = launch_context(a)
+    gaps = gaps_of(a, windows, launches)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
     f = Findings(headline=[], basis=basis, basis_ns=basis_ns,
                  fix_ops=_ranked(work, {"op": op_name, "shapes": _shapes(a)}, basis_ns, linked),
@@ -88,11 +89,11 @@ def compute(a) -> Findings:
                  fix_blocks=_ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=_idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
                  short_kernels=_short_kernels(a))
-    records = host_records(a.trace) if a.trace is not None else None
-    charged = idle_charges(a, gaps, records)
+    launching = launching_records(a)  # the host records gaps are charged to, once for both sets of gaps
+    charged = idle_charges(a, gaps, launching)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
     f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged, idle_by_cause)
-    f.outside = _idle_outside_gpu_windows(a, windows, records)
+    f.outside = _idle_outside_gpu_windows(a, windows, launches, launching)
     f.causes = ranked_causes(a, f)
     f.headline = headline(a, f)
     return f
@@ -162,7 +163,7 @@ def _ranked(work: dict[str, np.ndarray], keys: dict[str, Key], basis_ns: float, 
     return g[FIX_COLUMNS]
 
 
-def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], records=None) -> dict[str, Any]:
+def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], launches=None, launching=None) -> dict[str, Any]:
     """Steps measure their time on the GPU; where a step's host range reaches past its GPU
     window (before its first kernel, after its last), GPU idle time there is invisible to
     the step figures. Measured here: that idle time, by cause, with the host record behind
@@ -177,11 +178,11 @@ def _idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], records=None) -
     outside = {d: difference(wall, w) for d, w in windows.items()}
     if not any(len(o) for o in outside.values()):
         return {"wall_ns": wall_ns, "idle_ns": 0.0}
-    gaps = gaps_of(a, outside)
+    gaps = gaps_of(a, outside, launches)
     if not len(gaps):
         return {"wall_ns": wall_ns, "idle_ns": 0.0}
     by_cause = gaps.groupby("category")["idle_ns"].sum()
-    host = top_by_cause(idle_charges(a, gaps, records), by_cause.to_dict())
+    host = top_by_cause(idle_charges(a, gaps, launching), by_cause.to_dict())
     cause = str(by_cause.idxmax())
     return {"wall_ns": wall_ns, "idle_ns": float(gaps["idle_ns"].sum()), "gaps": int(len(gaps)),
             "by_cause": {str(c): float(v) for c, v in by_cause.items()}, "main_cause": cause, "host": host.get(cause)}
@@ -203,8 +204,16 @@ def _idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
     return out, "from first to last GPU activity"
 
 
-def gaps_of(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
-    """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps)."""
+def gaps_of(a, windows: dict[int, np.ndarray], launches: tuple | None = None) -> pd.DataFrame:
+    """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps).
+    `launches`: launch_context(a), when already made."""
+    launch_start, sync_calls, launch_end = launch_context(a) if launches is None else launches
+    return idle_gaps(a.kernels, launch_start, sync_calls, windows, launch_end)
+
+
+def launch_context(a) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the idle rules read of the host's calls: per kernel its launch call's start and end
+    (-1: none), and the synchronizing calls (start, end, pid)."""
     k = a.kernels
     launch_start = np.full(len(k), -1, dtype=np.int64)
     launch_end = launch_start
@@ -217,7 +226,7 @@ def gaps_of(a, windows: dict[int, np.ndarray]) -> pd.DataFrame:
         name = key_of(launches["name"], missing="nan")  # one search per distinct call name
         is_sync = np.array([bool(SYNC_API.search(str(n))) for n in name[1]], dtype=bool)[name[0]]
         sync_calls = launches.loc[is_sync, ["start", "end", "pid"]].to_numpy(np.int64)
-    return idle_gaps(k, launch_start, sync_calls, windows, launch_end)
+    return launch_start, sync_calls, launch_end
 
 
 def _idle_table(gaps: pd.DataFrame, window_ns: float) -> pd.DataFrame:

@@ -97,23 +97,40 @@ def _launching_threads(a) -> dict[int, pd.MultiIndex]:
     return out
 
 
-def charges(a, gaps: pd.DataFrame, records: list[HostRecords] | None = None) -> pd.DataFrame:
-    """One row per (gap category, kind, name): the gaps it was charged in and the idle time
-    charged to it (CAUSE_COLUMNS). `records`: host_records(a.trace), when already made."""
+Launching = list[tuple[HostRecords, dict[int, np.ndarray]]]
+
+
+def launching_records(a, records: list[HostRecords] | None = None) -> Launching:
+    """Per record kind: per device, the mask of its records on the threads that launched work
+    on that device (devices with none left out). Made once per analysis: every set of gaps
+    (inside the steps, outside their GPU windows) is charged against the same records."""
     trace = a.trace
-    if trace is None or not len(gaps) or not len(trace.launches) or not len(a.kernels):
-        return pd.DataFrame(columns=CAUSE_COLUMNS)
+    if trace is None or not len(trace.launches) or not len(a.kernels):
+        return []
     threads_by_device = _launching_threads(a)
+    out = []
+    for rec in host_records(trace) if records is None else records:
+        thread = pd.MultiIndex.from_arrays([rec.pid, rec.tid])
+        masks = {dev: mine for dev, threads in threads_by_device.items() if (mine := thread.isin(threads)).any()}
+        out.append((rec, masks))
+    return out
+
+
+def charges(a, gaps: pd.DataFrame, launching: Launching | None = None) -> pd.DataFrame:
+    """One row per (gap category, kind, name): the gaps it was charged in and the idle time
+    charged to it (CAUSE_COLUMNS). `launching`: launching_records(a), when already made."""
+    if not len(gaps):
+        return pd.DataFrame(columns=CAUSE_COLUMNS)
+    launching = launching_records(a) if launching is None else launching
     # Longest first; equal lengths by device and start, so the gaps kept at the MAX_GAPS cut do
     # not depend on the order the gap table arrived in.
     g = gaps.sort_values(["idle_ns", "device", "start"], ascending=[False, True, True], kind="stable").head(MAX_GAPS)
     categories = pd.Categorical(g["category"].astype(str))
     parts = []
-    for rec in host_records(trace) if records is None else records:
-        for dev, threads in threads_by_device.items():
+    for rec, masks in launching:
+        for dev, mine in masks.items():
             on = (g["device"] == dev).to_numpy()
-            mine = pd.MultiIndex.from_arrays([rec.pid, rec.tid]).isin(threads)
-            if not on.any() or not mine.any():
+            if not on.any():
                 continue
             part = _charged(rec, mine, g[on], categories.codes[on])
             if part is not None:
