@@ -135,10 +135,11 @@ def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray
         kernels = kernels[kernels["step"].to_numpy() >= 0]
     out: dict[str, dict[str, float]] = {}
     window = 0.0
+    steps_window = _length(np.asarray(windows, dtype=np.float64)) if in_steps else 0.0  # the same on every device
     for _, k in kernels.groupby("device", sort=False):
         k = k.sort_values("start", kind="stable")
         start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
-        window += _length(np.asarray(windows, dtype=np.float64)) if in_steps else float(end.max() - start.min())
+        window += steps_window if in_steps else float(end.max() - start.min())
         labels = k[stage].astype(object).fillna("unknown").astype(str).to_numpy()
         key = pd.factorize(pd.Series(labels) + "\x00" + k["step"].astype(str).to_numpy())[0] if in_steps else labels
         first, last, run_end = _runs(start, end, key)

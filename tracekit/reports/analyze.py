@@ -86,8 +86,8 @@ def render_console(analysis: Analysis, console: Console, top: int, warnings: boo
     console.print(terminal(f"device      {device_line(analysis)}"))
     if len(analysis.kernels):
         console.print(terminal(f"coverage    {coverage_line(analysis)}"))
-    if capture_line(analysis) is not None:
-        console.print(terminal(f"capture     {capture_line(analysis)}"))
+    if (captured := capture_line(analysis)) is not None:
+        console.print(terminal(f"capture     {captured}"))
     if analysis.device is not None:
         console.print(terminal(f"roofline    {roofline_line(analysis)}"))
     for w in analysis.warnings if warnings else []:

@@ -63,7 +63,7 @@ def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
         path=h(a.meta.get("path")), fmt=h(a.meta.get("format")), span=duration(a.meta.get("span_ns")),
         headline=[h(x) for x in headline(a)], device=h("device: " + device_line(a)),
         coverage=h("coverage: " + coverage_line(a)) if len(a.kernels) else "",
-        capture=h("capture: " + capture_line(a)) if capture_line(a) is not None else "",
+        capture=h("capture: " + captured) if (captured := capture_line(a)) is not None else "",
         roofline=h("roofline: " + roofline_line(a)) if a.device else "",
         warnings=[h(w) for w in a.warnings],
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],

@@ -19,8 +19,8 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     lines.append(f"- device: {md(device_line(a))}")
     if len(a.kernels):
         lines.append(f"- coverage: {md(coverage_line(a))}")
-    if capture_line(a) is not None:
-        lines.append(f"- capture: {md(capture_line(a))}")
+    if (captured := capture_line(a)) is not None:
+        lines.append(f"- capture: {md(captured)}")
     if a.device is not None:
         lines.append(f"- roofline: {md(roofline_line(a))}")
     for w in a.warnings:
