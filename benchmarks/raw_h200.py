@@ -42,7 +42,8 @@ FIXTURES = "/work/shared/fixtures"
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 GEMM_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
-GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|s\d+_|sm90_", re.I)
+GEMM_KERNEL_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas", re.I)
+NOT_GEMM_KERNEL_RE = re.compile(r"sdpa|fmha|flash|attention", re.I)
 
 
 # ------------------------------------------------------------------ loading
@@ -212,8 +213,11 @@ def overview(t):
     out["kernels_sharing_a_correlation_id"] = int(sum(v for v in corr_k.values() if v > 1))
     launch_names = Counter()
     for c, k in zip(t.g_corr, t.is_k):
-        j = t.launch_by_corr.get(c) if (k and c is not None) else None
+        if not k:
+            continue
+        j = t.launch_by_corr.get(c) if c is not None else None
         launch_names[t.launches[j][0] if j is not None else "(none)"] += 1
+    out["non_kernel_activities_without_launch_event"] = int((~t.is_k & (t.g_launch < 0)).sum())
     out["kernels_by_launch_call"] = dict(launch_names.most_common())
     steps = [r for r in t.ranges if r["name"].startswith("ProfilerStep#")]
     out["profiler_steps"] = [dict(name=r["name"], host_dur=r["end"] - r["ts"]) for r in steps]
@@ -479,6 +483,7 @@ def training(t):
                    tokens_per_s_window=toks / (st["window"] / 1e6) if toks and st["window"] else None,
                    forward_kernel_sum=ks(fwd & t.is_k), layers_forward_kernel_sum=ks(layers & t.is_k) if layers is not None else None,
                    recompute_A_kernel_sum=ks(kA & m), backward_kernel_sum=ks(in_bwd & m),
+                   recompute_share_of_step_union_pct=100 * ks(kA & m) / st["union"] if st["union"] else None,
                    backward_host_start_after_step_start=bw0 - s["ts"] if bw0 else None)
         ga = t.range_gpu_annotation(s)
         row["gpu_annotation_dur"] = (ga["end"] - ga["ts"]) if ga else None
@@ -491,11 +496,24 @@ def training(t):
             r["diff_window_vs_truth_step_pct"] = rel(r["window"] / 1e6, tr["step_s"])
     # --- GEMM time by weight role
     tokens = srows[0]["tokens"] if srows and srows[0]["tokens"] else None
+    # phase of each kernel: recompute (rule A) / backward (under evaluate_function, not recompute) /
+    # forward (launched inside a ProfilerStep before its first evaluate_function) / other
+    phase = np.full(len(t.g_st), "other", dtype=object)
+    for s in steps:
+        m = t.in_host_range(s)
+        bw0 = min((o["ts"] for i, o in enumerate(t.ops) if is_eval[i] and s["ts"] <= o["ts"] <= s["end"]), default=np.inf)
+        phase[m & (t.g_lts < bw0)] = "forward"
+    phase[in_bwd] = "backward"
+    phase[kA] = "recompute"
+    phase[t.is_k & (t.g_launch < 0)] = "no launch event"
+    out["kernel_sum_by_phase"] = {ph: ks(kall & (phase == ph)) for ph in
+                                  ("forward", "recompute", "backward", "other", "no launch event")}
     role_sum, role_cnt, role_rec = defaultdict(float), Counter(), defaultdict(float)
+    role_ph = defaultdict(lambda: defaultdict(float))
     name_gemm = 0.0
     for gi in np.flatnonzero(kall):
         d = t.g_en[gi] - t.g_st[gi]
-        if GEMM_KERNEL_RE.search(t.g_name[gi]):
+        if GEMM_KERNEL_RE.search(t.g_name[gi]) and not NOT_GEMM_KERNEL_RE.search(t.g_name[gi]):
             name_gemm += d
         role, _ = gemm_role(t, gi, cfg, tokens)
         if role is None:
@@ -504,12 +522,13 @@ def training(t):
         role_cnt[role] += 1
         if kA[gi]:
             role_rec[role] += d
+        role_ph[role][phase[gi]] += d
     gsum = sum(role_sum.values())
     out["gemm_by_role"] = [dict(role=r, kernels=role_cnt[r], kernel_sum=v, share_of_kernel_sum_pct=100 * v / ksum_all,
-                                of_which_recompute=role_rec[r])
+                                of_which_recompute=role_rec[r], by_phase=dict(role_ph[r]))
                            for r, v in sorted(role_sum.items(), key=lambda x: -x[1])]
     out["gemm_total_by_op"] = dict(kernel_sum=gsum, share_of_kernel_sum_pct=100 * gsum / ksum_all)
-    out["gemm_total_by_kernel_name"] = dict(pattern=GEMM_KERNEL_RE.pattern, kernel_sum=name_gemm,
+    out["gemm_total_by_kernel_name"] = dict(pattern=GEMM_KERNEL_RE.pattern + " and not " + NOT_GEMM_KERNEL_RE.pattern, kernel_sum=name_gemm,
                                             share_of_kernel_sum_pct=100 * name_gemm / ksum_all)
     return out
 
@@ -747,7 +766,8 @@ def text(res):
                   f"gpu_annotation {f((st['gpu_annotation_dur'] or 0) / 1e3, 2)} ms; tokens {st['tokens']} "
                   f"(embedding [B,T]={st['embedding_BT']}) -> {f(st['tokens_per_s_window'], 0)} tokens/s (window); "
                   f"forward ksum {f(st['forward_kernel_sum'] / 1e3, 2)} ms (layers {f((st['layers_forward_kernel_sum'] or 0) / 1e3, 2)} ms), "
-                  f"recompute ksum {f(st['recompute_A_kernel_sum'] / 1e3, 2)} ms, backward ksum {f(st['backward_kernel_sum'] / 1e3, 2)} ms; "
+                  f"recompute ksum {f(st['recompute_A_kernel_sum'] / 1e3, 2)} ms "
+                  f"({f(st['recompute_share_of_step_union_pct'], 2)}% of the step's kernel union), backward ksum {f(st['backward_kernel_sum'] / 1e3, 2)} ms; "
                   f"window vs truth step {st.get('diff_window_vs_truth_step_pct', 0):+.2f}%")
             if "truth" in s:
                 p(f"truth: {s['truth']['tokens_per_step']} tokens/step, {f(s['truth']['step_s'] * 1e3, 2)} ms/step -> "
@@ -757,7 +777,9 @@ def text(res):
               f"{f(s['gemm_total_by_kernel_name']['share_of_kernel_sum_pct'], 2)}%):")
             for g in s["gemm_by_role"]:
                 p(f"  {g['role']:32s} {g['kernels']:6d} kernels {f(g['kernel_sum'] / 1e3, 2):>9s} ms "
-                  f"{f(g['share_of_kernel_sum_pct'], 2):>6s}%  (recompute {f(g['of_which_recompute'] / 1e3, 2)} ms)")
+                  f"{f(g['share_of_kernel_sum_pct'], 2):>6s}%  by phase ms: "
+                  + ", ".join(f"{k} {f(v / 1e3, 2)}" for k, v in sorted(g["by_phase"].items())))
+            p("kernel sum by phase (ms): " + ", ".join(f"{k} {f(v / 1e3, 2)}" for k, v in s["kernel_sum_by_phase"].items()))
         if "generate" in r:
             s = r["generate"]
             p(f"-- generate: {s['rule']}")
