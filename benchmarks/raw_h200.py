@@ -59,12 +59,15 @@ class Trace:
         self.doc_keys = {k: v for k, v in doc.items() if k != "traceEvents"}
         ev = doc["traceEvents"]
         self.cat_counts = Counter()
+        self.zero_ts_counts = Counter()
         gpu, ops, launches, ranges, granges = [], [], [], [], []
         self.thread_names = {}
         for e in ev:
             cat = e.get("cat")
             ph = e.get("ph")
             self.cat_counts[f"{cat}/{ph}" if cat else f"(none)/{ph}"] += 1
+            if ph != "M" and e.get("ts") == 0:
+                self.zero_ts_counts[f"{cat}/{ph}"] += 1
             if ph == "M":
                 if e.get("name") == "thread_name":
                     self.thread_names[(e.get("pid"), e.get("tid"))] = e.get("args", {}).get("name")
@@ -189,7 +192,8 @@ def rel(a, b):
 # ------------------------------------------------------------------ 6. every trace
 def overview(t):
     nz = ~t.zero
-    out = dict(trace=t.name, event_counts=dict(sorted(t.cat_counts.items(), key=lambda x: -x[1])))
+    out = dict(trace=t.name, event_counts=dict(sorted(t.cat_counts.items(), key=lambda x: -x[1])),
+               events_with_ts_0=dict(sorted(t.zero_ts_counts.items(), key=lambda x: -x[1])))
     cats = {}
     for c in GPU_CATS:
         m = t.g_cat == c
@@ -702,6 +706,8 @@ def text(res):
         p(f"\n==================== {name}")
         ev = o["event_counts"]
         p("events: " + ", ".join(f"{k} {v}" for k, v in ev.items()))
+        if o["events_with_ts_0"]:
+            p("events with ts == 0: " + ", ".join(f"{k} {v}" for k, v in o["events_with_ts_0"].items()))
         for c, v in o["gpu_activities"].items():
             p(f"  {c:11s} {v['count']:6d}  sum {f(v['sum'])} us  ts==0&dur==0: {v['zero_ts_and_dur']}")
         p(f"kernel total {o['kernel_total']['count']} sum {f(o['kernel_total']['sum'])} us")
