@@ -23,6 +23,40 @@ Rules common to all traces
   GPU window: first start .. last end of the selected kernels.
 - busy: union of all kernels + memcpy + memset of the device. GPU span: first start .. last
   end over GPU activities (activities with ts == 0 and dur == 0 are left out and counted).
+
+Per-trace rules
+1 streaming video: the stage ranges denoise_step / kv_recompute / vae_decode (user_annotation).
+  A chunk is the ProfilerStep#N range when there is one; this trace has NONE, so a chunk is the
+  run of stage ranges ending with a vae_decode (host: first stage start .. vae_decode end).
+  Stage wall = GPU window of the kernels launched inside the stage's host range (the two
+  denoise_step windows of a chunk are added); share = stage wall / sum of the three stage
+  walls over all chunks (also given with kernel unions and with gpu_user_annotation
+  durations). frames/s = 12 / chunk GPU window; also 12 / period (start of a chunk's window
+  to the start of the next one's, i.e. including the GPU gap between chunks).
+2 training (non-reentrant checkpointing). Backward = ops nested (same thread) under an
+  `autograd::engine::evaluate_function: *` op. Recompute (rule A, the one used): a cpu_op nested
+  under evaluate_function that carries args["Sequence number"] (recorded with grad mode on,
+  i.e. a forward op building autograd graph again), is not itself a *Backward*/AccumulateGrad
+  node and has no such op above it, is a recompute root; kernels launched by a root or by an op
+  below it are recompute. In this trace every root sits INSIDE `MmBackward0` (unpacking a
+  saved tensor of the layer's first backward node triggers the recompute), so a rule of the
+  form "forward op name not inside a *Backward* op" (rule B, printed for comparison) misses
+  it entirely, and "forward op name anywhere in backward" (rule C) counts the backward's own
+  mm/mul. Tokens = B*T from aten::embedding Input Dims[1]. GEMM role: outermost
+  aten::linear/matmul/mm/addmm/bmm above the kernel; weight [out, in] = linear's Input Dims[1];
+  for a 2-D mm [M,K]x[K,N]: [K,N] if M == tokens (grad input), [M,N] if K == tokens (grad
+  weight); matched to the config: [h,h] q/o, [kv,h] k/v, [ff,h] gate/up, [h,ff] down,
+  [vocab,h] lm_head (q vs o and k vs v have the same shapes and are not told apart).
+3 HF generate: each aten::embedding call starts a model forward ([B,T]: T > 1 prefill,
+  T == 1 decode); the forward ends at the end of the last lm_head aten::linear (weight
+  [vocab, hidden]) before the next embedding; "token" = embedding .. next embedding.
+  Decode i (0-based) reads weight_bytes + kv_bytes_per_token * (prompt + 1 + i) (truth file).
+4 eager decode: per decode_step range; bytes = weights + KV read from the decode truth file;
+  attention = kernels with a cpu_op whose name contains "attention" above the launching op
+  (aten::scaled_dot_product_attention > _scaled_dot_product_cudnn_attention >
+  _cudnn_attention_forward), and separately the user range "attention" (whole block).
+5 zero-time trace: counts of ts == 0 / dur == 0 per GPU category (and ts == 0 for every
+  category), gpu_user_annotation durations, sane span = first start .. last end over them.
 """
 import argparse
 import glob
@@ -675,8 +709,15 @@ def zero_trace(t):
     host = {}
     for r in t.ranges:
         host.setdefault(r["name"], []).append(r["end"] - r["ts"])
+    host_by_ext = {r["ext"]: r for r in t.ranges if r["ext"] is not None}
+    offsets = []
+    for g in t.granges:
+        h = host_by_ext.get(g["ext"])
+        if h is not None and g["name"] in ("prefill", "decode_step"):
+            offsets.append(dict(name=g["name"], host_start=h["ts"], host_dur=h["end"] - h["ts"],
+                                gpu_start_minus_host_start=g["ts"] - h["ts"], gpu_dur=g["end"] - g["ts"]))
     by = (tr["weight_bytes_per_decode_step"] + tr["kv_read_bytes_per_decode_step"]) if tr else None
-    out = dict(categories=cats, gpu_user_annotation=summary, decode_steps=dec,
+    out = dict(categories=cats, host_vs_gpu_annotation=offsets, gpu_user_annotation=summary, decode_steps=dec,
                prefill=[a for a in anns if a["name"] == "prefill"],
                sane_span=dict(start=s0, end=s1, dur=(s1 - s0) if anns else None,
                               rule="first start .. last end over gpu_user_annotation events"),
@@ -835,7 +876,10 @@ def text(res):
             p("  decode_step periods ms:   " + ", ".join(f(a["period"] / 1e3, 3) for a in s["decode_steps"] if "period" in a))
             ss = s["sane_span"]
             p(f"sane span ({ss['rule']}): {f(ss['dur'] / 1e3, 3)} ms")
-            p(f"host ranges: {s['host_ranges']}")
+            p("host range vs its gpu_user_annotation (same External id), ms: "
+              + "; ".join(f"{x['name'][:7]} host {f(x['host_dur'] / 1e3, 2)} gpu {f(x['gpu_dur'] / 1e3, 2)} "
+                          f"gpu-start-after-host-start {f(x['gpu_start_minus_host_start'] / 1e3, 2)}"
+                          for x in s["host_vs_gpu_annotation"]))
             if "decode_bw_from_annotation_TBps" in s:
                 p(f"bandwidth from median decode annotation: {f(s['decode_bw_from_annotation_TBps']['median'], 3)} TB/s "
                   f"(truth graph step {f(s['truth']['graph_step_ms'], 3)} ms, prefill {f(s['truth']['prefill_ms'], 1)} ms)")
