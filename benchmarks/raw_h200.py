@@ -773,7 +773,8 @@ def text(res):
                   f"{f(c.get('period', 0) / 1e3 if 'period' in c else None, 2):>10s} {f(c['fps_chunk_window'], 2):>8s} "
                   + " ".join(f"{f(c['stages'][st]['window'] / 1e3, 2):>10s}/{f(c['stages'][st]['union'] / 1e3, 2):>9s}/"
                              f"{f(c['stages'][st]['kernel_sum'] / 1e3, 2):>9s}" for st in STAGES)
-                  + f"  {c['kernels_in_chunk_outside_stages']} ({f(c['kernel_sum_in_chunk_outside_stages'], 1)} us)")
+                  + f"  {c['kernels_in_chunk_outside_stages']} ({f(c['kernel_sum_in_chunk_outside_stages'], 1)} us)"
+                  + (f"  GPU gap to next chunk {f(c['gpu_gap_to_next_chunk'] / 1e3, 2)} ms" if "gpu_gap_to_next_chunk" in c else ""))
             m = s["summary"]
             if m:
                 p("stage share by window (%): " + ", ".join(f"{k} {f(v, 2)}" for k, v in m["share_by_window_pct"].items()))
