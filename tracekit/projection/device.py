@@ -87,13 +87,13 @@ def device_ratios(a, target: Device) -> pd.DataFrame:
     return r
 
 
-def replayed(a, r: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def replayed(a, r: pd.DataFrame, same_machine: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per "ratio" / "low" / "high": every kernel's replayed (start', end'), the host at its
-    measured pace for the point and at the range's paces for low and high."""
+    measured pace for the point and, on another machine, at the range's paces for low and high."""
     k = a.kernels
     launched = launch_starts(k, a.trace.launches if a.trace is not None else None)
     duration = k["duration_ns"].to_numpy(dtype=np.float64)
-    pace = {"ratio": 1.0, "low": ranges.HOST[0], "high": ranges.HOST[1]}
+    pace = {"ratio": 1.0, "low": 1.0 if same_machine else ranges.HOST[0], "high": 1.0 if same_machine else ranges.HOST[1]}
     return {col: replay(k, launched, duration * r[col].to_numpy(), pace[col]) for col in ("ratio", "low", "high")}
 
 
