@@ -57,7 +57,7 @@ class Projection:
         return dumps(self.to_dict())
 
 
-def target_device(to: str, device_file: str | None = None, source: str = "trace") -> Device:
+def target_device(to: str, device_file: str | None = None, source: str = "trace", flag: str = "--to") -> Device:
     """The GPU named by --to, through hardware.resolve (built-in table plus --device-file); an
     unknown one is a TraceError that names --to and `tracekit devices` (not --device: that
     flag names the source GPU)."""
@@ -74,7 +74,7 @@ def target_device(to: str, device_file: str | None = None, source: str = "trace"
             devices.update(load_device_file(device_file))
         near = closest(to, devices)
         hint = f"closest known: {', '.join(near)}" if near else "no known device of the same product line"
-        raise TraceError(source, f"unknown target GPU {to[:80]!r} for --to ({hint}); pass --to with a key or name from "
+        raise TraceError(source, f"unknown target GPU {to[:80]!r} for {flag} ({hint}); pass {flag} with a key or name from "
                                  "`tracekit devices`, or describe the GPU in --device-file FILE.toml") from None
     return found
 
