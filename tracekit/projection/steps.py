@@ -19,7 +19,7 @@ import pandas as pd
 
 from tracekit.trace.column_text import as_text
 
-STEP_COLUMNS = ["step", "measured_ns", "host_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
+PROJECTED_STEP_COLUMNS = ["step", "measured_ns", "host_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
                 "host_bound", "items", "unit", "throughput", "throughput_projected", "throughput_low", "throughput_high"]
 
 
@@ -51,7 +51,7 @@ def steps_frame(a, ratio: np.ndarray, ends: dict, items: pd.DataFrame | None) ->
     """`ratio`: per kernel, the point projected / measured time; `ends`: per "ratio" / "low" /
     "high", the replayed (start', end') of every kernel."""
     if not len(a.steps):
-        return pd.DataFrame(columns=STEP_COLUMNS)
+        return pd.DataFrame(columns=PROJECTED_STEP_COLUMNS)
     k = a.kernels
     start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
     excl = k["exclusive_ns"].to_numpy(dtype=np.float64)
@@ -81,7 +81,7 @@ def steps_frame(a, ratio: np.ndarray, ends: dict, items: pd.DataFrame | None) ->
                     "items": n_items, "unit": got.get("unit") or "steps",
                     "throughput": _rate(n_items, wall), "throughput_projected": _rate(n_items, moved["ratio"]),
                     "throughput_low": _rate(n_items, hi), "throughput_high": _rate(n_items, lo)})
-    return pd.DataFrame(out, columns=STEP_COLUMNS)
+    return pd.DataFrame(out, columns=PROJECTED_STEP_COLUMNS)
 
 
 def _rate(items: float, ns: float) -> float | None:
