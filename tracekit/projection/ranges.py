@@ -16,9 +16,10 @@ The bands are the hull of truth / point over the shared pairs (H100 ↔ MI300X: 
 FalconsAI ViT, bert-small; both ways), widened by 5%: `python benchmarks/projection.py`
 prints each pair's error and whether its range holds the truth. The roof band comes from the
 pairs whose time is mostly roof-set (TimeSformer: −9% … +13% at the point), the latency
-band from the launch-bound ones (bert-small, ViT: the kept time was 21–34% short on MI300X
-and 26–48% long the other way; MI300X runs the same small kernels slower, the H100 faster),
-the host band from the host-bound steps' windows (−10% … +11%). They are measured on one
+band from the launch-bound ones (bert-small, ViT: busy time 24–35% short on the MI300X and
+30–48% long the other way: the MI300X runs the same µs-scale kernels slower, by dispatch
+and library, which the device table does not describe), the host band from the host-bound
+steps' windows (−10% … +12%: the two machines' hosts). They are measured on one
 pair of GPUs (two vendors): between GPUs of one vendor and one library the error is
 expected to be smaller, so these ranges are wide there.
 """

@@ -1,20 +1,8 @@
 """The same run at another tensor-parallel degree: sharded blocks shrink, replicated ones do not.
 
-Each kernel gets a role from its op's shapes (the per-rank shapes of tensor parallelism):
-
-  sharded      an operand dim is a per-rank width of the model: with a config (--model),
-               a width of the config / the run's TP (q, k, v, fused qkv, o_proj input, FFN
-               and expert widths, vocabulary) that is not also a full width; attention ops
-               whose head dim is heads / TP; MoE ops of a MoE model (expert weights are split
-               over the TP ranks). Without a config: GEMMs with a weight [H, D] or [D, H],
-               H the hidden size (the last dim of the norms' input), D != H and D x TP >= H
-               (the slice of a projection at least as wide as the hidden size).
-  replicated   every other kernel with shapes (norms, the router, embeddings of full width,
-               VAE, text encoder, copies of full activations, ...): same work on every rank
-  collective   a TP collective (only when sharded kernels were found: otherwise the
-               collectives serve data or model parallelism and do not change with TP)
-  unknown      no op shapes: a range from unchanged to scaled like a sharded kernel
-(roles: tracekit.projection.tp_roles)
+Each kernel gets a role from its op's shapes (the per-rank shapes of tensor parallelism;
+tracekit.projection.tp_roles): sharded, replicated, a TP collective, another collective
+(data / model parallelism), or unknown (no op shapes).
 
 At TP N, from the run's TP c:
   sharded      t' = t x c / N              (compute and weight bytes both split N ways)
