@@ -61,8 +61,8 @@ def throughput_why(totals: dict, source: Device, target: Device) -> str | None:
                 f"bandwidth: {source.memory_gbps:,.0f} → {target.memory_gbps:,.0f} GB/s = ×{bw:.2f}; the rest "
                 f"(latency {share.get('latency (kept)', 0.0):.0%}, compute {share.get('compute', 0.0):.0%}) moves less")
     top = max(share, key=share.get) if share else "?"
-    return (f"{head}: not bandwidth-bound (memory roof {share.get('memory', 0.0):.0%} of GPU time; most is {top}), so {unit}/s "
-            f"does not track the HBM ratio ×{bw:.2f}")
+    return (f"{head}: not bandwidth-bound (the memory roof sets {share.get('memory', 0.0):.0%} of GPU time; the largest part: "
+            f"{top} {share.get(top, 0.0):.0%}), so {unit}/s does not track the HBM ratio ×{bw:.2f}")
 
 
 def device_assumptions(a, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:

@@ -63,7 +63,7 @@ def sections(p) -> list[Section]:
              f"{number(r['throughput_high'], '{:,.2f}')}) {r['unit']}/s"]
             for r in p.steps.to_dict(orient="records")]
     out = [Section("Steps projected (GPU window: the step's GPU-side annotation or its kernels' span, moved with its kernels "
-                   "replayed per stream; host timeline as measured)", head, rows,
+                   "replayed per stream behind their measured launches: the host timeline apart)", head, rows,
                    [0, 0, 0, 1, 1, 1, 2, 2, 1, 0], flex=0, empty="(no step annotations)")]
 
     def group(title: str, frame, keys: list[str]) -> Section:
