@@ -247,7 +247,7 @@ def test_nsys_exports_project(name, capsys):
     assert "tracekit projection" in capsys.readouterr().out
 
 
-def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path):
+def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path, monkeypatch):
     """Seen on an outside trace (an RTX 4060 Laptop GPU, not in the device table): `project
     --to b200 --device-file mine.toml` refused with "the trace does not name its GPU" although
     the trace names it and the file's device matches it. Now the file serves both ends where it
@@ -267,9 +267,15 @@ def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path):
                     'matrix_tflops = { bf16 = 60.0, fp16 = 60.0 }\nvector_tflops = { fp32 = 15.0 }\nmemory_gbps = 256\n')
     with pytest.raises(tracekit.TraceError, match="ran on 'NVIDIA GeForce RTX 4060 Laptop GPU', which is not in the device table"):
         tracekit.api.project(trace, "B200")
+    import tracekit.analysis
+
+    builds = []
+    real = tracekit.analysis.build
+    monkeypatch.setattr(tracekit.analysis, "build", lambda *args, **kw: builds.append(1) or real(*args, **kw))
     p = tracekit.api.project(trace, "B200", device_file=str(spec))
     assert p.source.key == "RTX-4060-LAPTOP" and p.target.key == "B200"
     assert not any("not in the device table" in w for w in p.warnings)
+    assert len(builds) == 1  # the source device is settled before the one build (it was built twice)
 
 
 @pytest.mark.parametrize("model", ["bert_small", "timesformer"])
