@@ -1,11 +1,12 @@
-"""Validation of `tracekit project` against measurement: the shared H100 / MI300X pairs (the
-same HF inference recorded on both GPUs). Each side is projected onto the other and compared
-with what the other side measured: GPU busy time (kernels, exclusive) and step time (the
-step's GPU window on both sides: the figure `analyze` reports and the projection projects).
+"""Validation of `tracekit project` against measurement: every pair in shared of one workload
+recorded on two GPUs (the H100 / MI300X HF inference pairs). Each side is projected onto the
+other and compared with what the other side measured: GPU busy time (kernels, exclusive) and
+step time (the step's GPU window on both sides: the figure `analyze` reports and the
+projection projects), and whether each projected range holds the measured value.
 
-Goal (issue 21): busy time within 15% where the step has more than 10 ms of kernels;
-launch-bound steps projected as host-bound (barely moving), as measured: the other GPU's
-step is host-bound too and the projected step is within 15% of the step it measured.
+Goal (issue 31): busy time and step window within ±15%, both ways, and every range holding
+the measured value. A pair is found by name: the same file name after the GPU prefix
+(`h100_x.json.gz` ↔ `mi300x_x.json.gz`); a trace without a twin is listed as such.
 
     python benchmarks/projection.py [--format markdown]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -24,42 +26,42 @@ from tracekit.api import analyze, project  # noqa: E402
 FIXTURES = ROOT.parent.parent / "shared" / "fixtures" / "torch"
 if not FIXTURES.exists():
     FIXTURES = pathlib.Path("/work/shared/fixtures/torch")
-PAIRS = ["timesformer", "falconsai_vit", "bert_small"]
-SIDES = ("h100", "mi300x")
-BIG_MS = 10.0  # the goal holds where the step has more than this much kernel time
 GOAL = 0.15
+PREFIX = re.compile(r"^([a-z0-9]+?)_(.+)$")
 
 
-def host_bound(a) -> bool:
-    """Measured: every step's GPU was idle, waiting for launches, most of its kernels' span
-    (busy < half of first start .. last end), the test the projection applies."""
-    k = a.kernels[a.kernels["step"] >= 0]
-    spans = k.groupby("step").agg(busy=("exclusive_ns", "sum"), first=("start", "min"), last=("end", "max"))
-    return bool(len(spans)) and bool((spans["busy"] < 0.5 * (spans["last"] - spans["first"])).all())
+def pairs() -> tuple[list[tuple[str, pathlib.Path, pathlib.Path]], list[str]]:
+    """(workload, first, second) for each workload recorded on two GPUs; the workloads with one."""
+    by_name: dict[str, list[pathlib.Path]] = {}
+    for path in sorted(FIXTURES.glob("*.json.gz")):
+        m = PREFIX.match(path.name)
+        if m:
+            by_name.setdefault(m.group(2), []).append(path)
+    found = [(name, *paths[:2]) for name, paths in by_name.items() if len(paths) >= 2]
+    return found, [paths[0].name for paths in by_name.values() if len(paths) == 1]
 
 
 def rows():
-    for model in PAIRS:
-        runs = {side: analyze(FIXTURES / f"{side}_{model}_hf_inference.json.gz") for side in SIDES}
-        for src, dst in (SIDES, SIDES[::-1]):
+    found, _ = pairs()
+    for name, first, second in found:
+        runs = {p: analyze(p) for p in (first, second)}
+        for src, dst in ((first, second), (second, first)):
             a, b = runs[src], runs[dst]
-            p = project(a.meta["path"], b.device.key, analysis=a)
-            t = p.totals
+            t = project(a.meta["path"], b.device.key, analysis=a).totals
             busy_b = float(b.kernels["exclusive_ns"].sum())
-            step_b = float(b.steps["duration_ns"].sum())  # the GPU window, as analyze and the projection measure a step
-            err_busy = t["busy_projected_ns"] / busy_b - 1
-            err_step = t["step_projected_ns"] / step_b - 1
-            big = t["busy_ns"] / 1e6 > BIG_MS
-            host, host_b = bool(p.steps["host_bound"].all()), host_bound(b)
-            # launch-bound: projected host-bound, measured host-bound on the other GPU too, and the projected step
-            # (barely moving) within the goal of the step the other GPU measured
-            ok = abs(err_busy) <= GOAL if big else host and host_b and abs(err_step) <= GOAL
-            yield {"model": model, "from→to": f"{src}→{dst}", "busy measured (from)": t["busy_ns"] / 1e6,
-                   "busy projected": t["busy_projected_ns"] / 1e6, "busy range": f"{t['busy_low_ns'] / 1e6:.2f}…{t['busy_high_ns'] / 1e6:.2f}",
-                   "busy measured (to)": busy_b / 1e6, "busy error": err_busy, "step measured (from)": t["step_measured_ns"] / 1e6,
-                   "step projected": t["step_projected_ns"] / 1e6, "step measured (to)": step_b / 1e6, "step error": err_step,
-                   "host-bound proj/meas": f"{'yes' if host else 'no'}/{'yes' if host_b else 'no'}",
-                   "goal": ("busy ±15%" if big else "host-bound, step ±15%") + (": met" if ok else ": MISSED")}
+            step_b = float(b.steps["duration_ns"].sum())
+            err_busy, err_step = t["busy_projected_ns"] / busy_b - 1, t["step_projected_ns"] / step_b - 1
+            in_busy = t["busy_low_ns"] <= busy_b <= t["busy_high_ns"]
+            in_step = t["step_low_ns"] <= step_b <= t["step_high_ns"]
+            ok = abs(err_busy) <= GOAL and abs(err_step) <= GOAL and in_busy and in_step
+            yield {"workload": name.replace("_hf_inference.json.gz", ""), "from→to": f"{a.device.key}→{b.device.key}",
+                   "busy measured (from)": t["busy_ns"] / 1e6, "busy projected": t["busy_projected_ns"] / 1e6,
+                   "busy range": f"{t['busy_low_ns'] / 1e6:.2f}…{t['busy_high_ns'] / 1e6:.2f}", "busy measured (to)": busy_b / 1e6,
+                   "busy error": err_busy, "busy in range": "yes" if in_busy else "NO",
+                   "step measured (from)": t["step_measured_ns"] / 1e6, "step projected": t["step_projected_ns"] / 1e6,
+                   "step range": f"{t['step_low_ns'] / 1e6:.2f}…{t['step_high_ns'] / 1e6:.2f}", "step measured (to)": step_b / 1e6,
+                   "step error": err_step, "step in range": "yes" if in_step else "NO",
+                   "goal": "±15%, in range: " + ("met" if ok else "MISSED")}
 
 
 def main() -> None:
@@ -70,16 +72,17 @@ def main() -> None:
     head = list(out[0])
     cells = [[f"{v:+.1%}" if "error" in k else f"{v:,.2f}" if isinstance(v, float) else str(v) for k, v in r.items()] for r in out]
     if args.format == "markdown":
-        print("| " + " | ".join(h + (" (ms)" if "busy" in h or "step" in h and "error" not in h else "") for h in head) + " |")
+        print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for c in cells:
             print("| " + " | ".join(c) + " |")
-        return
-    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    for c in cells:
-        print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
-    print("times in ms; error = projected / measured on the target - 1")
+    else:
+        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
+        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        for c in cells:
+            print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
+        print("times in ms; error = projected / measured on the target - 1")
+    print("traces without a twin recorded on another GPU: " + ", ".join(pairs()[1]))
 
 
 if __name__ == "__main__":

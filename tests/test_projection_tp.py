@@ -92,8 +92,8 @@ def test_gpt_oss_tp8_rank0_with_config():
     p4 = project_tp(path, 4, model=GPT_OSS_120B)
     assert p4.current_tp == 8 and p4.tp_source == "per-rank qkv weight shape"  # [2880, 640]: (64 + 2*8) / 8 x 64
     t = p4.totals
-    assert {"prefill/ffn", "prefill/attention"} <= set(t["sharded_blocks"])  # MoE experts, heads / 8
-    assert {"prefill/norm", "prefill/embedding"} <= set(t["replicated_blocks"])
+    assert {"prefill/ffn", "prefill/attention"} <= {"/".join(b) for b in t["sharded_blocks"]}  # MoE experts, heads / 8
+    assert {"prefill/norm", "prefill/embedding"} <= {"/".join(b) for b in t["replicated_blocks"]}
     sig = p4.signatures.set_index(["op", "shapes"])
     assert sig.loc[("aten::addmm", str([[640], [888, 2880], [2880, 640]])), "role"] == "sharded"  # fused qkv / 8
     assert sig.loc[("aten::addmm", str([[2880], [888, 512], [512, 2880]])), "role"] == "sharded"  # o_proj input 4096 / 8
@@ -113,6 +113,42 @@ def test_gpt_oss_tp8_rank0_with_config():
     assert p16.totals["busy_projected_ns"] < t["busy_ns"] < t["busy_projected_ns"]
 
 
+def test_b200_tp8_to_h200_tp4_composes(capsys):
+    """`project --to H200 --tp 4` on the B200 TP8 rank: each kernel's time is its TP ratio (sharded x 8/4,
+    replicated x 1, all-reduce x f(4)/f(8) = 1.5/1.75) times its device ratio (what bounds it on the B200,
+    tracekit.projection.device), so busy' = sum of t x tp_ratio x device_ratio, and the range likewise."""
+    import numpy as np
+
+    from tracekit.api import analyze, project
+    from tracekit.cli.main import main
+
+    path = TORCH / "b200_vllm_tp8_rank0_eager.json.gz"
+    both = project_tp(path, 4, model=GPT_OSS_120B, to="H200")
+    a = both.analysis
+    tp_only = project_tp(path, 4, model=GPT_OSS_120B)
+    dev_only = project(path, "H200", analysis=a)
+    assert both.target.key == "H200" and both.device.key == "B200" and both.current_tp == 8
+    excl = a.kernels["exclusive_ns"].to_numpy(dtype=np.float64)
+    for col, total in (("ratio", "busy_projected_ns"), ("low", "busy_low_ns"), ("high", "busy_high_ns")):
+        composed = tp_only.kernels[col].to_numpy() * dev_only.kernels[col].to_numpy()
+        assert both.kernels[col].to_numpy() == pytest.approx(composed)
+        assert both.totals[total] == pytest.approx(float((excl * composed).sum()))
+    # a replicated kernel moves by its device ratio alone; a sharded one by 2 x its device ratio
+    role = both.kernels["role"].to_numpy()
+    for name, tp_ratio in (("replicated", 1.0), ("sharded", 2.0)):
+        mine = role == name
+        assert both.kernels["ratio"].to_numpy()[mine] == pytest.approx(tp_ratio * dev_only.kernels["ratio"].to_numpy()[mine])
+    # the time by rule is the device projection's, and the step is replayed once with the composed durations
+    assert both.totals["rules"] == pytest.approx(dev_only.totals["rules"])
+    assert both.totals["steps"] == 1 and both.totals["step_low_ns"] <= both.totals["step_projected_ns"] <= both.totals["step_high_ns"]
+    assert analyze(path).device.key == "B200"
+    # the command: both flags together, JSON with the target named
+    main(["project", str(path), "--to", "H200", "--tp", "4", "--model", str(GPT_OSS_120B), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["target"]["key"] == "H200" and out["tp"] == {"current": 8, "source": "per-rank qkv weight shape", "target": 4}
+    assert out["totals"]["busy_projected_ns"] == pytest.approx(both.totals["busy_projected_ns"])
+
+
 def test_dlrm_8_ranks_no_tp_sharding(capsys):
     from tracekit.cli.main import main
 
@@ -125,7 +161,7 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     # nothing is TP-sharded: every rank's step stays as measured
     assert all(r["step_projected_ns"] == r["step_measured_ns"] for r in t["per_rank"])
     assert t["job_step_projected_ns"] == t["job_step_measured_ns"] == max(r["step_measured_ns"] for r in t["per_rank"])
-    assert {"forward/other", "backward/other", "optimizer/other"} <= set(t["replicated_blocks"])
+    assert {"forward/other", "backward/other", "optimizer/other"} <= {"/".join(b) for b in t["replicated_blocks"]}
     # the embedding lookups (fbgemm split tables) differ across ranks: model-parallel tables, not TP
     differs = p.ranks[~p.ranks["alike"]]
     assert differs["op"].str.contains("split_embedding_codegen_lookup").any()

@@ -105,17 +105,23 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             from tracekit.trace.capture_pairing import pair_capture
 
             trace = pair_capture(trace, captured, os.fspath(capture))
-        from tracekit.analysis import build
+        return _build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step)
 
-        gpu_work = len(trace.kernels) > 0
-        # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
-        spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
-        if gpu_work:
-            # The device question is settled here: one warning when no device was found, none
-            # when one was. The parser's note that the export names no GPU (pointing at
-            # --device) would repeat the first and be stale after the second.
-            trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-        return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step)
+
+def _build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, model=None, samples_per_step=None,
+                  frames_per_step=None) -> Analysis:
+    """The Analysis of a loaded trace on the resolved device (analyze's second half)."""
+    from tracekit.analysis import build
+
+    gpu_work = len(trace.kernels) > 0
+    # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
+    spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
+    if gpu_work:
+        # The device question is settled here: one warning when no device was found, none
+        # when one was. The parser's note that the export names no GPU (pointing at
+        # --device) would repeat the first and be stale after the second.
+        trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
+    return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step)
 
 
 def calibrate(paths: list[str], model, device: str | None = None, device_file: str | None = None,
@@ -131,69 +137,104 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
             rules: str | None = None, workers: int | None = None, samples_per_step: int | None = None,
             frames_per_step: int | None = None, analysis: Analysis | None = None):
     """Project a trace (or an `analysis` already made) onto GPU `to`: busy time, step time and
-    throughput with a range, per block and stage (tracekit.projection.device). `device`: the
-    GPU it ran on where the trace does not name it. An unknown GPU raises TraceError."""
+    throughput with a range, per block and stage, and which rule (compute, memory, latency, ...)
+    moved how much of the time (tracekit.projection.device). `device`: the GPU it ran on where
+    the trace does not name it. An unknown GPU raises TraceError."""
+    from tracekit.analysis.throughput import step_items
     from tracekit.projection.device import project_device, target_device
 
     source = os.fspath(path)
     target = target_device(to, device_file, source)  # an unknown target fails before the trace is read
-    # --device-file alone names the target's file: the source stays the trace's own GPU
-    a = analysis if analysis is not None else analyze(path, device=device, device_file=device_file if device else None,
-                                                      rules=rules, workers=workers, samples_per_step=samples_per_step,
-                                                      frames_per_step=frames_per_step)
+    a = analysis if analysis is not None else _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step,
+                                                                      frames_per_step)
+    _check_projectable(a, source)
+    p = project_device(a, target, step_items(a.trace, a.steps, samples_per_step, frames_per_step))
+    p.warnings = list(a.warnings)
+    return p
+
+
+def what_if(analysis: Analysis, to: str | list[str], device_file: str | None = None, samples_per_step: int | None = None,
+            frames_per_step: int | None = None) -> dict:
+    """The what-if of an Analysis already made, for a summary: per GPU key in `to`, the
+    projection's totals (busy and step time with their ranges, throughput, time by rule) and
+    its assumptions, as plain JSON-ready dicts. No trace is read again."""
+    targets = [to] if isinstance(to, str) else list(to)
+    out = {}
+    for name in targets:
+        p = project(analysis.meta.get("path") or "trace", name, device_file=device_file, samples_per_step=samples_per_step,
+                    frames_per_step=frames_per_step, analysis=analysis)
+        out[p.target.key] = {"target": p.target.name, "totals": p.totals, "assumptions": p.assumptions}
+    return out
+
+
+def _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step, frames_per_step) -> Analysis:
+    """analyze() for a projection, built once. --device-file alone describes the target, and
+    the source too only where one of its devices matches the GPU the trace names (a GPU the
+    built-in table lacks): that is settled before the one build."""
+    if device or not device_file:
+        return analyze(path, device=device, device_file=device_file if device else None, rules=rules, workers=workers,
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+    from tracekit.attribution import load_rules
+    from tracekit.hardware import builtin_devices, find_device, load_device_file
+
+    with _gc_paused():
+        trace = load(path, workers=workers)
+        ran_on = device_name(trace)
+        spec = None
+        if ran_on and find_device(ran_on, builtin_devices()) is None:
+            spec = find_device(ran_on, load_device_file(device_file))
+        return _build_loaded(trace, path, spec.key if spec else None, device_file if spec else None, DEFAULT_SUSTAINED,
+                             load_rules(rules), None, samples_per_step, frames_per_step)
+
+
+def _check_projectable(a: Analysis, source: str) -> None:
     if not len(a.kernels):
         raise TraceError(source, "the trace holds no GPU work (no kernel, copy or memset: a CPU-only profile): "
                                  "there is nothing to project onto a GPU")
-    ran_on = device_name(a.trace) if a.trace is not None else None
-    if a.device is None and ran_on and device_file and analysis is None:
-        # --device-file alone: the target's file, and the source's too where one of its
-        # devices matches the GPU the trace names (a GPU the built-in table lacks)
-        from tracekit.analysis import build
-        from tracekit.attribution import load_rules
-        from tracekit.hardware import find_device, load_device_file
-
-        spec = find_device(ran_on, load_device_file(device_file))
-        if spec is not None:
-            a.trace.warnings[:] = [w for w in a.trace.warnings if "--device" not in w]  # settled now
-            a = build(a.trace, spec, rules=load_rules(rules), samples_per_step=samples_per_step, frames_per_step=frames_per_step)
     if a.device is None:
+        ran_on = device_name(a.trace) if a.trace is not None else None
         if ran_on:
             raise TraceError(source, f"the trace ran on {ran_on[:80]!r}, which is not in the device table: pass --device NAME "
                                      "(see `tracekit devices`), or --device-file F.toml with a device that matches it")
         raise TraceError(source, "the trace does not name its GPU: pass --device NAME for the GPU it ran on "
                                  "(see `tracekit devices`)")
-    from tracekit.analysis.throughput import step_items
-
-    items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
-    p = project_device(a, target, items)
-    p.warnings = list(a.warnings)
-    return p
 
 
 def project_tp(path: str | os.PathLike, tp: int, run_tp: int | None = None, model: str | os.PathLike | None = None,
                device: str | None = None, device_file: str | None = None, rules: str | None = None,
-               workers: int | None = None, samples_per_step: int | None = None, frames_per_step: int | None = None):
+               workers: int | None = None, samples_per_step: int | None = None, frames_per_step: int | None = None,
+               to: str | None = None):
     """Project one rank's trace to TP degree `tp` (tracekit.projection.tp): which blocks are
     sharded and which replicated, the replicated share of the step, and the step time at TP
     `tp`. `run_tp`: the run's TP degree where neither the model config's per-rank shapes nor
     the collectives say; `model`: the model's config.json (per-rank widths = config widths /
-    TP). The ranks of one job: tracekit.ranks.project_tp_job."""
+    TP). `to`: another GPU to run it on as well (each kernel's TP ratio times its device
+    ratio). The ranks of one job: tracekit.ranks.project_tp_job."""
     from tracekit.analysis.throughput import step_items
     from tracekit.projection.tp import project_tp as run
 
     source = os.fspath(path)
     if tp < 1:
         raise TraceError(source, f"--tp must be at least 1, not {tp}")
+    target = None
+    if to is not None:
+        from tracekit.projection.device import target_device
+
+        target = target_device(to, device_file, source)
     arch = None
     if model is not None:
         from tracekit.model import load_config
 
         arch = load_config(os.fspath(model))
-    a = analyze(path, device=device, device_file=device_file, rules=rules, workers=workers,
-                samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+    if target is not None:
+        a = _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step, frames_per_step)
+        _check_projectable(a, source)
+    else:
+        a = analyze(path, device=device, device_file=device_file, rules=rules, workers=workers,
+                    samples_per_step=samples_per_step, frames_per_step=frames_per_step)
     current, why, guessed = _run_tp(a, arch, run_tp)
     items = step_items(a.trace, a.steps, samples_per_step, frames_per_step)
-    p = run(a, tp, current, why, arch, items, guessed=guessed)
+    p = run(a, tp, current, why, arch, items, guessed=guessed, target=target)
     p.analysis = a
     return p
 

@@ -27,11 +27,13 @@ from tracekit.errors import TraceError
 @click.option("--frames-per-step", type=click.IntRange(1, None), help="Frames or images per step (diffusion throughput) where the annotations do not say.")
 @click.option("--capture", type=click.Path(dir_okay=False), help="A trace of the same run's CUDA/HIP graph capture (vLLM's profiled "
               "capture): graph-replayed kernels take the ops and shapes of the kernels captured into their graphs.")
+@click.option("--what-if", "what_if", multiple=True, help="Also project the run onto this GPU (repeatable): summary.json and the "
+              "JSON output get `what_if` (busy and step time with ranges, throughput, time by rule; see `tracekit project`).")
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, capture: str | None = None, **model) -> None:
+            frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -47,9 +49,15 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
+    if what_if:  # an unknown GPU fails before the trace is read
+        from tracekit.projection.device import target_device
+
+        for name in what_if:
+            target_device(name, device_file, paths[0], flag="--what-if")
     if len(paths) > 1 or os.path.isdir(paths[0]):
-        if options is not None or capture is not None:
-            raise click.UsageError(f"{'--model' if options is not None else '--capture'} works on one trace at a time")
+        if options is not None or capture is not None or what_if:
+            flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if"
+            raise click.UsageError(f"{flag} works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
     path = paths[0]
@@ -60,10 +68,13 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
                        model=options, workers=workers, meanwhile=importer(*renderers),
                        samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture)
+        projected = _what_if(analysis, what_if, device_file, samples_per_step, frames_per_step) if what_if else None
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 
             written = write_bundle(analysis, out_dir, top)
+            if what_if:
+                _add_to_summary(os.path.join(out_dir, "summary.json"), projected)
     freeze_heap()
     for warning in analysis.warnings:
         warn(path, warning)
@@ -78,11 +89,41 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
         return markdown.render(analysis, top, images=False)
 
-    emit(fmt, json=lambda: analysis.to_json(top), markdown=markdown, table=table)
+    def summary_json() -> str:
+        if not what_if:
+            return analysis.to_json(top)
+        from tracekit.strict_json import dumps
+
+        return dumps({**analysis.to_dict(top), "what_if": projected})
+
+    emit(fmt, json=summary_json, markdown=markdown, table=table)
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)
     if to_mlflow:
         _log_to_mlflow(analysis, mlflow_run, top)
+
+
+def _what_if(analysis, targets: tuple[str, ...], device_file, samples_per_step, frames_per_step) -> dict | None:
+    """The run projected onto each --what-if GPU (tracekit.api.what_if); None for a trace with
+    no GPU work or no known GPU, which cannot be projected (the analysis' warnings say why)."""
+    from tracekit.api import what_if
+
+    if not len(analysis.kernels) or analysis.device is None:
+        return None
+    return what_if(analysis, list(targets), device_file=device_file, samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+
+
+def _add_to_summary(path: str, projected: dict) -> None:
+    """summary.json of the bundle with `what_if` added (the bundle writes the Analysis alone)."""
+    import json
+
+    from tracekit.strict_json import dumps
+
+    with open(path, encoding="utf-8") as f:
+        summary = json.load(f)
+    summary["what_if"] = projected
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(dumps(summary))
 
 
 def _check_mlflow(paths: tuple[str, ...]) -> None:

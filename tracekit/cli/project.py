@@ -24,16 +24,18 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
             frames_per_step: int | None, fmt: str, workers: int | None) -> None:
     """Project a trace onto another GPU: busy time, step time and throughput, per block and stage.
 
-    Each kernel keeps its achieved fraction of its binding roof (matrix or vector peak for
-    its dtype, HBM, interconnect, host link) and is rescaled by the target's roof; host time
-    and launch overhead stay as measured. With --tp N: the same run at TP degree N (sharded
-    blocks scale by TP/N, replicated ones stay, collectives follow the ring). See README, "Projection"."""
+    Each kernel by what bounds it on the source: the part of its time its roof sets (matrix
+    or vector peak for its dtype, HBM, interconnect, host link) follows the target's roof, the
+    rest (latency, launch, tails) keeps its time; the host timeline is replayed apart, so a
+    launch-bound step stays launch-bound. With --tp N: the same run at TP degree N (sharded
+    blocks scale by TP/N, replicated ones stay, collectives follow the ring); --to and --tp
+    together: at TP N on the other GPU. See README, "Projection"."""
     from tracekit.errors import TraceError
 
-    if (target is None) == (tp is None):
-        raise TraceError(path, "say what to project to: --to DEVICE or --tp N (one of them)")
+    if target is None and tp is None:
+        raise TraceError(path, "say what to project to: --to DEVICE, --tp N, or both")
     if tp is not None:
-        _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers)
+        _project_tp(path, tp, target, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers)
         return
     from tracekit.api import project as run
 
@@ -42,14 +44,14 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
     _show(path, p, fmt, "render_console", "render_markdown")
 
 
-def _project_tp(path, tp, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers) -> None:
+def _project_tp(path, tp, target, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers) -> None:
     import os
 
     from tracekit.api import project_tp
     from tracekit.ranks.tp import project_tp_job
 
     p = (project_tp_job if os.path.isdir(path) else project_tp)(path, tp, run_tp=run_tp, model=model, device=device, device_file=device_file, rules=rules, workers=workers,
-                   samples_per_step=samples, frames_per_step=frames_per_step)
+                   samples_per_step=samples, frames_per_step=frames_per_step, to=target)
     _show(path, p, fmt, "render_tp_console", "render_tp_markdown")
 
 

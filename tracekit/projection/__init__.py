@@ -1,7 +1,11 @@
-"""Projection: what a measured run would do elsewhere. Takes an Analysis; gives tables.
+"""Projection: what a measured run would do elsewhere. Takes `analysis.build`'s result (never
+rebuilds it); gives tables.
 
-device.py: the same run on another GPU (each kernel keeps its achieved fraction of its
-binding roof; the host timeline stays as measured). replay.py: the per-stream replay that
-turns projected kernel times into step times. tp.py: the same run at another tensor-parallel
-degree (sharded blocks shrink, replicated ones do not).
+bounds.py: what bounds each kernel on the source, and the rule that moves its time (the roof
+part by the target's roof, the rest kept). ranges.py: the error bands measured on the shared
+pairs. device.py: the same run on another GPU. replay.py: the per-stream replay that turns
+projected kernel times into step times, the host timeline apart. steps.py: step windows and
+throughput moved with their kernels. notes.py: the assumptions and the throughput verdict in
+words. tp.py (roles: tp_roles.py): the same run at another tensor-parallel degree, on the
+same or another GPU. rank_shapes.py: the ranks of one job side by side.
 """

@@ -5,7 +5,9 @@ Per (device, stream), in the measured order:
     queued kernel   (launched while its predecessor still ran):   start' = end'(prev) + measured gap
     host-bound one  (the stream was idle when it was launched):    start' = max(start, end'(prev))
 
-so a kernel never starts before the host launched it (launch overhead and host-bound gaps do
+and with the host timeline at `pace` of its measured speed (the range's other machine:
+tracekit.projection.ranges.HOST) a host-bound kernel starts at t0 + (start − t0) · pace, t0
+the stream's first kernel. So a kernel never starts before the host launched it (launch overhead and host-bound gaps do
 not move with the GPU), and a slower GPU queues work that a faster one ran at once. Kernels
 without a launch event count as queued when they started within QUEUE_GAP_NS of their
 predecessor. Dependencies across streams are not modelled (each stream replays alone).
@@ -29,8 +31,8 @@ def launch_starts(kernels: pd.DataFrame, launches: pd.DataFrame | None) -> np.nd
     return out
 
 
-def replay(kernels: pd.DataFrame, launched: np.ndarray, new_duration: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start', end') per kernel row for durations `new_duration` (ns, float)."""
+def replay(kernels: pd.DataFrame, launched: np.ndarray, new_duration: np.ndarray, pace: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """(start', end') per kernel row for durations `new_duration` (ns, float), the host at `pace`."""
     start = kernels["start"].to_numpy(dtype=np.int64)
     end = kernels["end"].to_numpy(dtype=np.int64)
     new_start = start.astype(np.float64).copy()
@@ -48,7 +50,7 @@ def replay(kernels: pd.DataFrame, launched: np.ndarray, new_duration: np.ndarray
             else:
                 gap = st[i] - prev_end
                 queued = (la[i] < prev_end) if la[i] >= 0 else (gap <= QUEUE_GAP_NS)
-                s_new = prev_new_end + max(gap, 0) if queued else max(float(st[i]), prev_new_end)
+                s_new = prev_new_end + max(gap, 0) if queued else max(st[0] + (st[i] - st[0]) * pace, prev_new_end)
             out_s[i] = s_new
             e_new = s_new + du[i]
             if prev_end is None or en[i] >= prev_end:  # a kernel inside its predecessor's span leaves the tail as it was

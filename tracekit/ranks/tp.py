@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from tracekit.errors import TraceError
-from tracekit.projection.tp import compare_ranks, rank_blocks
+from tracekit.projection.rank_shapes import compare_ranks, rank_blocks
 from tracekit.ranks.executor import rank_of, trace_paths
 
 
