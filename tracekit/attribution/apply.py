@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
-from tracekit.attribution.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
+from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
+from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
+from tracekit.trace.step_ownership import INFERRED_DOMAIN, kernel_steps, step_rows
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
 
@@ -126,6 +130,28 @@ def _autograd_phases(phase: np.ndarray, matched: np.ndarray, kernel_state: np.nd
     return phase, matched | recompute | backward
 
 
+GENERATION_STEP = re.compile(r"^(prefill|decode)#\d+ ")
+
+
+def _generation_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """Kernels no rule placed, owned by a step inferred from a generation's forwards
+    (tracekit.trace.inferred_steps: `prefill#0 [B=1 T=512]`, `decode#1 [B=1]`): that step's kind."""
+    r = trace.ranges
+    if r.empty:
+        return phase
+    steps = step_rows(trace)
+    steps = steps[as_text(r["domain"])[steps] == INFERRED_DOMAIN] if len(steps) else steps
+    names = as_text(r["name"])
+    kinds = {int(s): m.group(1) for s in steps if (m := GENERATION_STEP.match(names[s]))}
+    if not kinds:
+        return phase
+    owner = kernel_steps(trace, trace.kernels, np.array(sorted(kinds), dtype=np.int64))
+    out = phase.copy()
+    for s, kind in kinds.items():
+        out[(owner == s) & ~matched & (phase == DEFAULT_PHASE)] = kind
+    return out
+
+
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
     """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
     rules = rules or default_rules()
@@ -143,6 +169,7 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     blind = no_context.to_numpy() & ~matched
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     phase = _backward_threads(trace, phase, matched, states)
+    phase = _generation_phases(trace, phase, matched)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
     phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

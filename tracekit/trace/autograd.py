@@ -29,7 +29,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.attribution.match import NameSearch
+from tracekit.trace.column_text import rows_where
 from tracekit.trace.grouping import combine
 
 NONE, BACKWARD, RECOMPUTE = 0, 1, 2
@@ -42,8 +42,7 @@ def op_states(ops: pd.DataFrame) -> np.ndarray:
     state = np.zeros(n, dtype=np.int8)
     if not n or "parent" not in ops:
         return state
-    search = NameSearch(ops["name"])
-    node = search.hits(AUTOGRAD_NODE)[search.codes]
+    node = rows_where(ops["name"], lambda n: AUTOGRAD_NODE.search(n[:512]))
     recorded = ops["sequence"].to_numpy() >= 0
     parent, depth = ops["parent"].to_numpy(), ops["depth"].to_numpy()
     order = np.argsort(depth, kind="stable")
