@@ -63,12 +63,13 @@ def token_forwards(ops: pd.DataFrame, states: np.ndarray | None = None) -> pd.Da
 
 
 def tokens_between(forwards: pd.DataFrame, start: float, end: float, pid: int | None = None) -> tuple[int, int] | None:
-    """(forwards, tokens) of the forward passes that began inside [start, end] (in process
-    `pid` when given); None when none did."""
+    """(forwards, tokens) of the forward passes that began inside [start, end) (in process
+    `pid` when given; a step's window ends where the next one's forward begins); None when
+    none did."""
     if not len(forwards):
         return None
     t = forwards["start"].to_numpy()
-    inside = (t >= start) & (t <= end)
+    inside = (t >= start) & (t < end)
     if pid is not None and pid >= 0:
         inside &= forwards["pid"].to_numpy() == pid
     if not inside.any():
