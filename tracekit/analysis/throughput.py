@@ -279,6 +279,25 @@ def _step_windows(steps: pd.DataFrame) -> np.ndarray:
     return np.c_[lo, lo + steps["duration_ns"].to_numpy(dtype=np.float64)]
 
 
+def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows: np.ndarray) -> list[dict[str, float]]:
+    """Per step (a chunk of a streaming pipeline, an iteration): each stage's share of that
+    step's GPU window, as the stage table computes it over one step. A step-table row is its
+    range's row by name and host start (the kernels' `step` column holds range rows)."""
+    owner = kernels["step"].to_numpy() if "step" in kernels else np.full(len(kernels), -1)
+    r = trace.ranges if trace is not None else None
+    rows = step_rows(trace) if r is not None and len(r) else np.zeros(0, dtype=np.int64)
+    names = as_text(r["name"]) if len(rows) else []
+    row_of = {(names[i], int(r["start"].iat[i])): int(i) for i in rows}
+    out = []
+    for i, step in enumerate(steps.to_dict(orient="records")):
+        row = row_of.get((str(step["step"]), int(step["host_start_ns"])))
+        mine = kernels[owner == row] if row is not None else kernels.iloc[0:0]
+        table = stage_table(mine, windows=windows[i: i + 1]) if len(mine) else pd.DataFrame(columns=STAGE_COLUMNS)
+        out.append({str(t["stage"]): (float(t["wall_share"]) if t["wall_share"] is not None else None)
+                    for t in table.to_dict(orient="records")})
+    return out
+
+
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
                frames_per_step: int | None = None, rules=None) -> dict:
     """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
@@ -288,6 +307,8 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     windows = _step_windows(steps)
     if len(kernels):
         stages = stage_table(kernels, windows=windows)
+        if len(per_step):
+            per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
