@@ -22,7 +22,8 @@ duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU wo
 range), the same figure every other table uses.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
-forward, backward, ...). Its wall time is the time covered by its runs of consecutive kernels
+forward, backward, ...), or in an inference pipeline of the user's own, the user's range
+that holds it (tracekit.analysis.stage_names). Its wall time is the time covered by its runs of consecutive kernels
 (in start order, per device; a run spans first start to last end, and the runs' union counts
 time once where streams overlap): idle inside a run is the stage's, idle between runs of
 different stages is nobody's. With steps, the table covers the
@@ -292,7 +293,7 @@ def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows:
     for i, step in enumerate(steps.to_dict(orient="records")):
         row = row_of.get((str(step["step"]), int(step["host_start_ns"])))
         mine = kernels[owner == row] if row is not None else kernels.iloc[0:0]
-        table = stage_table(mine, windows=windows[i: i + 1]) if len(mine) else pd.DataFrame(columns=STAGE_COLUMNS)
+        table = stage_table(mine, "stage", windows=windows[i: i + 1]) if len(mine) else pd.DataFrame(columns=STAGE_COLUMNS)
         out.append({str(t["stage"]): (float(t["wall_share"]) if t["wall_share"] is not None else None)
                     for t in table.to_dict(orient="records")})
     return out
@@ -306,7 +307,10 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
     if len(kernels):
-        stages = stage_table(kernels, windows=windows)
+        from tracekit.analysis.stage_names import kernel_stages
+
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels))
+        stages = stage_table(kernels, "stage", windows=windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
     else:  # no GPU work: the host's time, inside the steps or over the capture
