@@ -177,3 +177,58 @@ def test_training_without_profiler_steps(tmp_path):
     # each iteration's GPU window is one training step: 0.427 s unprofiled (truth), within 10%
     step_s = _truth(TRAIN)["step_s"]
     assert all(abs(d * 1e-9 / step_s - 1) <= 0.10 for d in a.steps["duration_ns"]), a.steps["duration_ns"].tolist()
+
+
+def test_autograd_states_reentrant_and_non_reentrant():
+    """op_states on a hand-built op tree. Non-reentrant: the saved-tensor hook re-runs the
+    layer (aten::linear, recorded for autograd: a sequence number) inside MmBackward0, next
+    to the node's own aten::mm (no sequence number). Reentrant: CheckpointFunctionBackward
+    re-runs the forward, then runs its inner backward (autograd nodes again)."""
+    import pandas as pd
+
+    from tracekit.trace.autograd import BACKWARD, NONE, RECOMPUTE, op_states
+
+    rows = [  # name, sequence, parent
+        ("aten::linear", 5, -1),                                          # 0 forward
+        ("aten::mm", -1, 0),                                              # 1 its mm
+        ("autograd::engine::evaluate_function: MmBackward0", -1, -1),     # 2
+        ("MmBackward0", 5, 2),                                            # 3 the node (its seq)
+        ("aten::linear", 9, 3),                                           # 4 recompute
+        ("aten::mm", -1, 4),                                              # 5 inside it: recompute
+        ("aten::mm", -1, 3),                                              # 6 the node's own math
+        ("autograd::engine::evaluate_function: CheckpointFunctionBackward", -1, -1),  # 7
+        ("CheckpointFunctionBackward", 7, 7),                             # 8
+        ("aten::gelu", 11, 8),                                            # 9 reentrant recompute
+        ("autograd::engine::evaluate_function: GeluBackward0", -1, 8),    # 10 its inner backward
+        ("aten::gelu_backward", -1, 10),                                  # 11
+        ("Optimizer.step#AdamW.step", -1, -1),                            # 12
+    ]
+    parent = [p for _, _, p in rows]
+    depth = []
+    for p in parent:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    ops = pd.DataFrame({"name": pd.Categorical([n for n, _, _ in rows]), "sequence": [s for _, s, _ in rows],
+                        "parent": parent, "depth": depth})
+    want = [NONE, NONE, BACKWARD, BACKWARD, RECOMPUTE, RECOMPUTE, BACKWARD, BACKWARD, BACKWARD, RECOMPUTE,
+            BACKWARD, BACKWARD, NONE]
+    assert op_states(ops).tolist() == want
+
+
+def test_range_cycles_find_the_period():
+    """Top-level ranges a, a, b, c repeated 3 times: 3 steps, each from its first `a` to the
+    next cycle's first `a`; the last to its `c`'s end."""
+    import pandas as pd
+
+    from tracekit.trace.frames import Trace
+    from tracekit.trace.inferred_steps import range_cycles
+
+    names = ["a", "a", "b", "c"] * 3
+    start = [10 * i for i in range(12)]
+    ranges = pd.DataFrame({"name": pd.Categorical(names), "domain": pd.Categorical(["user"] * 12), "pid": 1, "tid": 1,
+                           "start": start, "end": [s + 8 for s in start], "parent": -1, "depth": 0})
+    empty = pd.DataFrame()
+    got = range_cycles(Trace(empty, empty, empty, ranges))
+    assert [(n, a, b) for n, a, b, _, _ in got] == [("a..c#0", 0, 40), ("a..c#1", 40, 80), ("a..c#2", 80, 118)]
+    # no repeat: no steps
+    one = ranges.iloc[:4].copy()
+    assert range_cycles(Trace(empty, empty, empty, one)) == []
