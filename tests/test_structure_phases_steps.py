@@ -232,3 +232,49 @@ def test_range_cycles_find_the_period():
     # no repeat: no steps
     one = ranges.iloc[:4].copy()
     assert range_cycles(Trace(empty, empty, empty, one)) == []
+
+
+def _frames_trace(frames):
+    """A Trace whose ranges are Python frames: (name, parent row)."""
+    import pandas as pd
+
+    from tracekit.trace.frames import Trace
+
+    depth = []
+    for _, p in frames:
+        depth.append(0 if p < 0 else depth[p] + 1)
+    ranges = pd.DataFrame({"name": pd.Categorical([n for n, _ in frames]), "domain": pd.Categorical(["python"] * len(frames)),
+                           "pid": 1, "tid": 1, "start": range(len(frames)), "end": range(1, len(frames) + 1),
+                           "parent": [p for _, p in frames], "depth": depth})
+    return Trace(pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), ranges)
+
+
+def test_python_functions_name_the_stages_of_a_users_pipeline():
+    """Inference with with_stack and no ranges: below the shared frames (main), the stacks
+    branch into the user's functions encode_prompt / denoise / decode_video: those are the
+    stages, whatever library code runs inside them."""
+    import pandas as pd
+
+    from tracekit.analysis.stage_names import kernel_stages
+
+    trace = _frames_trace([
+        ("pipe.py(40): main", -1),                                  # 0
+        ("pipe.py(12): encode_prompt", 0),                          # 1
+        ("nn.Module: T5Encoder", 1),                                # 2
+        ("pipe.py(20): denoise", 0),                                # 3
+        ("site-packages/diffusers/models/transformer.py(9): forward", 3),  # 4
+        ("pipe.py(30): decode_video", 0),                           # 5
+    ])
+    kernels = pd.DataFrame({"phase": pd.Categorical(["forward"] * 5 + ["optimizer"]), "range": -1,
+                            "frame": [2, 4, 4, 5, 0, 4]})
+    assert kernel_stages(trace, kernels).tolist() == ["encode_prompt", "denoise", "denoise", "decode_video", "main", "optimizer"]
+    # one model's forward: the stacks branch only into its modules (a library): stays forward
+    model = _frames_trace([("run.py(5): main", -1), ("nn.Module: LlamaModel", 0), ("nn.Module: LlamaAttention", 1),
+                           ("nn.Module: LlamaMLP", 1)])
+    kernels = pd.DataFrame({"phase": pd.Categorical(["forward"] * 2), "range": -1, "frame": [2, 3]})
+    assert kernel_stages(model, kernels).tolist() == ["forward", "forward"]
+    # an installed library's functions (torch.profiler writes their path inside the package): not the user's stages
+    pipeline = _frames_trace([("run.py(5): main", -1), ("transformers/pipelines/base.py(1173): _ensure_tensor_on_device", 0),
+                              ("transformers/pipelines/video_classification.py(150): _forward", 0)])
+    kernels = pd.DataFrame({"phase": pd.Categorical(["forward"] * 2), "range": -1, "frame": [1, 2]})
+    assert kernel_stages(pipeline, kernels).tolist() == ["forward", "forward"]
