@@ -145,6 +145,10 @@ def test_generate_prefill_and_decode_steps(generate):
     items = generate.throughput["steps"]
     # tokens: the embedding's indices [1, 512] at prefill, [1, 1] at each decode step
     assert items["items"].tolist() == [float(truth["prompt"])] + [1.0] * 16 and set(items["unit"]) == {"tokens"}
+    # decode rate apart from the prompt: 16 tokens / the decode steps' GPU windows
+    decode = generate.throughput["total"]["by_main_stage"]["decode"]
+    wall = float(items["duration_ns"].iloc[1:].sum())
+    assert decode["steps"] == 16 and decode["items"] == 16 and decode["throughput"] == pytest.approx(16 / (wall * 1e-9))
 
 
 def test_generate_bytes_per_decode_step(generate):

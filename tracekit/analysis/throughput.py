@@ -299,6 +299,24 @@ def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows:
     return out
 
 
+def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
+    """Steps grouped by the stage that holds most of each one's window (a generation's one
+    prefill and its decode steps): per group, steps, items, wall and items per second, so a
+    decode rate is not diluted by the prompt's tokens. None unless the steps fall in two or
+    more such groups of one unit."""
+    if "per_stage" not in per_step or per_step["unit"].nunique() != 1:
+        return None
+    main = [max(d, key=lambda k: d[k] or 0) if isinstance(d, dict) and d else None for d in per_step["per_stage"]]
+    if None in main or len(set(main)) < 2:
+        return None
+    out = {}
+    for stage in dict.fromkeys(main):
+        mine = per_step[[m == stage for m in main]]
+        wall, items = float(mine["duration_ns"].sum()), float(mine["items"].sum())
+        out[stage] = {"steps": int(len(mine)), "items": items, "wall_ns": wall, "throughput": items / wall * 1e9 if wall > 0 else None}
+    return out
+
+
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
                frames_per_step: int | None = None, rules=None) -> dict:
     """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
@@ -325,6 +343,9 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
                  "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None,
                  "outside_steps_kernels": int(outside.sum()),
                  "outside_steps_busy_ns": float(kernels["exclusive_ns"].to_numpy()[outside].sum()) if outside.any() else 0.0}
+        by_stage = _by_main_stage(per_step)
+        if by_stage:
+            total["by_main_stage"] = by_stage
     from tracekit.analysis.denoise import denoise_steps
 
     return {"steps": per_step, "stages": stages, "total": total, "denoise_steps": denoise_steps(trace, kernels)}

@@ -30,6 +30,9 @@ def sections(a: Analysis) -> list[Section]:
     total = t["total"]
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
+    for stage, g in ((total or {}).get("by_main_stage") or {}).items():
+        note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "
+                 f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")
     out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation, "
                    "else the token embedding's input; frames: diffusion, or the frames a VAE stage's last convolution works on; "
                    "images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
