@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
+from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
 from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, kernel_steps, step_rows
@@ -94,7 +94,7 @@ def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray, stat
     PyTorch runs a CUDA/HIP backward pass on its own autograd thread. Work launched there
     outside an `evaluate_function` op (DDP's reducer copying buckets into gradients, a
     gradient hook) matches no backward rule and would default to forward. Such a thread runs
-    autograd node ops (structure: `states`, tracekit.attribution.autograd), and its placed
+    autograd node ops (structure: `states`, tracekit.trace.autograd), and its placed
     kernels are at least BACKWARD_THREAD_SHARE backward (of BACKWARD_THREAD_MIN or more;
     recomputation counts, it runs there too). A thread without autograd ops never is, whatever
     a user's range placed there: an inference pipeline's `kv_recompute` stage on the main
