@@ -282,3 +282,15 @@ def test_python_functions_name_the_stages_of_a_users_pipeline():
                               ("transformers/pipelines/video_classification.py(150): _forward", 0)])
     kernels = pd.DataFrame({"phase": pd.Categorical(["forward"] * 2), "range": -1, "frame": [1, 2]})
     assert kernel_stages(pipeline, kernels).tolist() == ["forward", "forward"]
+
+
+def test_per_layer_ranges_are_not_steps():
+    """The graph-capture trace: one forward (a single token embedding, indices [16, 1])
+    under 32 cycles of per-layer ranges `attention`, `mlp`: the layers, not 32 steps."""
+    from tracekit.api import load
+    from tracekit.trace.forwards import token_forwards
+    from tracekit.trace.inferred_steps import inferred_windows, range_cycles
+
+    trace = load(shared("torch", "h200_llama3-8b_cudagraph_decode_bs16_capture.json.gz"))
+    assert len(range_cycles(trace)) == 32 and len(token_forwards(trace.ops)) == 1
+    assert inferred_windows(trace) == []  # one forward: no repeated forwards either

@@ -9,7 +9,8 @@ user's step annotation: tracekit.trace.step_ownership.step_rows finds none). In 
 2. the user's own pipeline: the top-level ranges of one thread repeat a cycle of names
    (`denoise_step, denoise_step, kv_recompute, vae_decode` per video chunk): one step per
    cycle, from its first range's start to the next cycle's first start (the last: to its
-   last range's end). Their annotations win over what the ops say.
+   last range's end). Their annotations win over what the ops say, unless the cycle is
+   finer than the model's forward passes (per-layer ranges).
 3. inference: one step per forward pass of the model (tracekit.trace.forwards: the token
    embedding's indices [B, T]), from its embedding op to the next one's (the last: to the
    end of the thread's last op). In a generation (some forward has T = 1) a forward of T > 1
@@ -95,9 +96,10 @@ def optimizer_iterations(trace: Trace) -> list[Window]:
     return out
 
 
-def forward_steps(trace: Trace) -> list[Window]:
-    """Inference steps, one per forward pass of the model (see the module docstring)."""
-    forwards = token_forwards(trace.ops)
+def forward_steps(trace: Trace, forwards: pd.DataFrame | None = None) -> list[Window]:
+    """Inference steps, one per forward pass of the model (see the module docstring);
+    `forwards`: token_forwards(trace.ops), when the caller has it."""
+    forwards = token_forwards(trace.ops) if forwards is None else forwards
     if len(forwards) < 2:
         return []
     # the thread that ran most of them (one model, one loop)
@@ -123,10 +125,19 @@ def forward_steps(trace: Trace) -> list[Window]:
 
 
 def inferred_windows(trace: Trace) -> list[Window]:
-    """The steps of a trace without step ranges, by the first rule that finds any; [] else."""
+    """The steps of a trace without step ranges, by the first rule that finds any; [] else.
+    A cycle of ranges finer than the model's forward passes (more cycles than forwards: the
+    per-layer `attention`, `mlp` ranges of one forward) is the model's layers, not steps."""
     if len(step_rows(trace)):
         return []
-    return optimizer_iterations(trace) or range_cycles(trace) or forward_steps(trace)
+    iterations = optimizer_iterations(trace)
+    if iterations:
+        return iterations
+    forwards = token_forwards(trace.ops)
+    cycles = range_cycles(trace)
+    if cycles and (not len(forwards) or len(cycles) <= len(forwards)):
+        return cycles
+    return forward_steps(trace, forwards)
 
 
 def with_inferred_steps(trace: Trace) -> Trace:
