@@ -24,6 +24,7 @@ from tracekit.hardware.roofline import roofline
 from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
+from tracekit.trace.inferred_steps import with_inferred_steps
 from tracekit.trace.step_ownership import kernel_steps
 from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 
@@ -33,6 +34,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
           frames_per_step: int | None = None) -> Analysis:
     """With a `model`, its costs fill the kernels the op shapes leave uncosted (order:
     shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict)."""
+    trace = with_inferred_steps(trace)  # steps from the trace's structure where it marks none
     costs = kernel_costs(trace)
     labels = attribute(trace, costs["kernel_class"], rules)
     owner = kernel_steps(trace, trace.kernels)  # row in trace.ranges of the step that owns each kernel, -1 for none

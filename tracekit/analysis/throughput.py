@@ -9,13 +9,21 @@ Per step, the work it did and in what unit:
   images    a diffusion pipeline call (a step from its `__call__` frame) that decodes image
             latents: the batch of the 4-D latents its VAE decodes (the first input of the
             first op inside the VAE's decode frame); video latents (5-D) need --frames-per-step
+  frames    a pipeline whose step holds a VAE stage range (`vae_decode`, `vae`): the frames its
+            last convolution works on, the VAE's output side: N of a 4-D [N, C, H, W] input
+            (frames decoded as a batch of images), B x T of a 5-D [B, C, T, H, W] one (a video
+            VAE that upsamples time shows its output frames there)
+  tokens    a token model's steps: the tokens its forward passes inside the step took, from
+            the token embedding's indices [B, T] (tracekit.trace.forwards): B x T for a
+            training step or a prefill, B at decode
   steps     otherwise (the work is not known: throughput is steps per second)
 throughput = items / step time, the step time being its GPU window (the step table's
 duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU work: its host
 range), the same figure every other table uses.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
-forward, backward, ...). Its wall time is the time covered by its runs of consecutive kernels
+forward, backward, ...), or in an inference pipeline of the user's own, the user's range
+that holds it (tracekit.analysis.stage_names). Its wall time is the time covered by its runs of consecutive kernels
 (in start order, per device; a run spans first start to last end, and the runs' union counts
 time once where streams overlap): idle inside a run is the stage's, idle between runs of
 different stages is nobody's. With steps, the table covers the
@@ -39,6 +47,9 @@ from tracekit.trace.timeline import difference, intersection, union
 
 FRAMES = re.compile(r"(?i)\b(?:num_)?(?:frames|images)[=:_ ]?(\d+)\b")
 VAE_DECODE = re.compile(r"(autoencoder|vae)\w*\.py\(\d+\): (decode|_decode|tiled_decode)$")
+# a user's VAE stage range (the default rules' vae_decode range rule: `vae_decode`, `vae`, `decode_vae`)
+VAE_RANGE = re.compile(r"(?i)(^|[^a-z])vae([^a-z]|$)|vae_?decod")
+CONVOLUTION_OP = re.compile(r"^aten::(conv\d?d|convolution)$")
 THROUGHPUT_STEP_COLUMNS = ["step", "duration_ns", "items", "unit", "source", "throughput", "per_stage"]
 STAGE_COLUMNS = ["stage", "kernels", "busy_ns", "wall_ns", "wall_share", "runs", "wall_per_run_ns"]
 
@@ -47,8 +58,12 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     """Per step: items, unit and where the count came from (see the module docstring)."""
     from tracekit.model.batch import from_annotation
 
+    from tracekit.trace.forwards import token_forwards, tokens_between
+
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
+    forwards = token_forwards(trace.ops) if trace is not None and not samples_per_step and not frames_per_step else None
+    vae = vae_ranges(trace) if trace is not None and not samples_per_step and not frames_per_step else None
     for r in steps.to_dict(orient="records"):
         name = str(r["step"])
         batch = from_annotation(name)
@@ -67,12 +82,60 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
             items, unit, source = float(samples_per_step), "samples", "--samples-per-step"
         elif images:
             items, unit, source = float(images), "images", "batch of the latents the VAE decoded"
+        elif (decoded := _in_host_window(r, lambda lo, hi: vae_frames(trace, vae, lo, hi))) is not None:
+            items, unit, source = float(decoded), "frames", "frames of the VAE stage's last convolution"
+        elif (seen := _in_host_window(r, lambda lo, hi: tokens_between(forwards, lo, hi))) is not None:
+            items, unit, source = float(seen[1]), "tokens", f"token embedding input of {seen[0]} forward pass(es)"
         else:
             items, unit, source = 1.0, "steps", "no batch in the trace (pass --samples-per-step or --frames-per-step)"
         duration = float(r["duration_ns"])
         rows.append({"step": name, "duration_ns": duration, "items": items, "unit": unit, "source": source,
                      "throughput": items / duration * 1e9 if duration > 0 else None})
     return pd.DataFrame(rows, columns=THROUGHPUT_STEP_COLUMNS[:-1])
+
+
+def _in_host_window(step: dict, find):
+    """find(lo, hi) over the step's host range; None for a step without one."""
+    if "host_start_ns" not in step or step["host_start_ns"] is None:
+        return None
+    lo = float(step["host_start_ns"])
+    return find(lo, lo + float(step["host_duration_ns"]))
+
+
+def vae_ranges(trace) -> np.ndarray:
+    """Rows of the ranges table that are a user's VAE stage ranges (host side)."""
+    if trace is None or not len(trace.ranges):
+        return np.zeros(0, dtype=np.int64)
+    r = trace.ranges
+    host = ~np.isin(as_text(r["domain"]), ["python", "gpu"])
+    return np.flatnonzero(host & rows_where(r["name"], lambda n: VAE_RANGE.search(n[:256])))
+
+
+def vae_frames(trace, rows: np.ndarray | None, lo: float, hi: float) -> int | None:
+    """Frames the VAE stage ranges (`rows`) inside [lo, hi] produced: over each outermost one,
+    the frames of the input of the last convolution op inside it (see the module docstring)."""
+    if rows is None or not len(rows) or not len(trace.ops):
+        return None
+    r, o = trace.ranges, trace.ops
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    inside = rows[(start[rows] >= lo) & (end[rows] <= hi)]
+    if not len(inside):
+        return None
+    conv = rows_where(o["name"], lambda n: CONVOLUTION_OP.search(n[:64]))
+    o_start, o_tid, dims = o["start"].to_numpy(), o["tid"].to_numpy(), o["input_dims"].to_numpy()
+    total, reach = 0, -np.inf
+    for i in inside[np.argsort(start[inside], kind="stable")]:
+        if start[i] < reach:
+            continue  # inside a VAE range already counted
+        reach = end[i]
+        mine = np.flatnonzero(conv & (o_start >= start[i]) & (o_start <= end[i]) & (o_tid == r["tid"].iat[i]))
+        if not len(mine):
+            continue
+        last = dims[mine[np.argmax(o_start[mine])]]
+        first = last[0] if isinstance(last, (list, tuple)) and last else None
+        if isinstance(first, (list, tuple)) and len(first) in (4, 5):
+            total += int(first[0]) * (int(first[2]) if len(first) == 5 else 1)
+    return total or None
 
 
 def vae_decode_frames(trace) -> np.ndarray:
@@ -217,6 +280,43 @@ def _step_windows(steps: pd.DataFrame) -> np.ndarray:
     return np.c_[lo, lo + steps["duration_ns"].to_numpy(dtype=np.float64)]
 
 
+def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows: np.ndarray) -> list[dict[str, float]]:
+    """Per step (a chunk of a streaming pipeline, an iteration): each stage's share of that
+    step's GPU window, as the stage table computes it over one step. A step-table row is its
+    range's row by name and host start (the kernels' `step` column holds range rows)."""
+    owner = kernels["step"].to_numpy() if "step" in kernels else np.full(len(kernels), -1)
+    r = trace.ranges if trace is not None else None
+    rows = step_rows(trace) if r is not None and len(r) else np.zeros(0, dtype=np.int64)
+    names = as_text(r["name"]) if len(rows) else []
+    row_of = {(names[i], int(r["start"].iat[i])): int(i) for i in rows}
+    out = []
+    for i, step in enumerate(steps.to_dict(orient="records")):
+        row = row_of.get((str(step["step"]), int(step["host_start_ns"])))
+        mine = kernels[owner == row] if row is not None else kernels.iloc[0:0]
+        table = stage_table(mine, "stage", windows=windows[i: i + 1]) if len(mine) else pd.DataFrame(columns=STAGE_COLUMNS)
+        out.append({str(t["stage"]): (float(t["wall_share"]) if t["wall_share"] is not None else None)
+                    for t in table.to_dict(orient="records")})
+    return out
+
+
+def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
+    """Steps grouped by the stage that holds most of each one's window (a generation's one
+    prefill and its decode steps): per group, steps, items, wall and items per second, so a
+    decode rate is not diluted by the prompt's tokens. None unless the steps fall in two or
+    more such groups of one unit."""
+    if "per_stage" not in per_step or per_step["unit"].nunique() != 1:
+        return None
+    main = [max(d, key=lambda k: d[k] or 0) if isinstance(d, dict) and d else None for d in per_step["per_stage"]]
+    if None in main or len(set(main)) < 2:
+        return None
+    out = {}
+    for stage in dict.fromkeys(main):
+        mine = per_step[[m == stage for m in main]]
+        wall, items = float(mine["duration_ns"].sum()), float(mine["items"].sum())
+        out[stage] = {"steps": int(len(mine)), "items": items, "wall_ns": wall, "throughput": items / wall * 1e9 if wall > 0 else None}
+    return out
+
+
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
                frames_per_step: int | None = None, rules=None) -> dict:
     """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
@@ -225,7 +325,12 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
     if len(kernels):
-        stages = stage_table(kernels, windows=windows)
+        from tracekit.analysis.stage_names import kernel_stages
+
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels))
+        stages = stage_table(kernels, "stage", windows=windows)
+        if len(per_step):
+            per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
@@ -238,6 +343,9 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
                  "wall_ns": wall, "throughput": float(per_step["items"].sum()) / wall * 1e9 if wall > 0 and len(units) == 1 else None,
                  "outside_steps_kernels": int(outside.sum()),
                  "outside_steps_busy_ns": float(kernels["exclusive_ns"].to_numpy()[outside].sum()) if outside.any() else 0.0}
+        by_stage = _by_main_stage(per_step)
+        if by_stage:
+            total["by_main_stage"] = by_stage
     from tracekit.analysis.denoise import denoise_steps
 
     return {"steps": per_step, "stages": stages, "total": total, "denoise_steps": denoise_steps(trace, kernels)}

@@ -1,8 +1,12 @@
 """Attribution: every GPU kernel gets exactly one phase and one block, from ordered rules.
 
-Phases come from what encloses the kernel's launch (ranges, Python frames, ops): decode,
-prefill, recompute, forward, backward, optimizer, or a user-named phase; "unknown" for a
-kernel with no launch and no GPU-side range (launched before the capture began). Blocks: attention,
+Phases come from the autograd structure first (tracekit.trace.autograd: work of autograd
+nodes is backward, forward ops recorded for autograd inside them are recompute; no autograd
+ops, no backward), then from what encloses the kernel's launch (ranges, Python frames, ops):
+decode, prefill, recompute, forward, backward, optimizer, a pipeline stage (vae_decode,
+denoise, text_encode) or a user-named phase; a step inferred from a generation's forwards
+(tracekit.trace.inferred_steps) gives prefill / decode to what no rule placed; "unknown" for
+a kernel with no launch and no GPU-side range (launched before the capture began). Blocks: attention,
 ffn, collective, norm, embedding, memory, other.
 """
 

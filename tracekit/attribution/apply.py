@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
+from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
+from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
+from tracekit.trace.step_ownership import INFERRED_DOMAIN, kernel_steps, step_rows
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
 
@@ -83,31 +88,68 @@ def _first_match(matcher: _Matcher, rules: tuple[Rule, ...], default: str) -> tu
 BACKWARD_THREAD_SHARE, BACKWARD_THREAD_MIN = 0.9, 10
 
 
-def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
+def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray, states: np.ndarray) -> np.ndarray:
     """Kernels no rule placed, launched on a thread that does backward work: backward.
 
     PyTorch runs a CUDA/HIP backward pass on its own autograd thread. Work launched there
     outside an `evaluate_function` op (DDP's reducer copying buckets into gradients, a
-    gradient hook) matches no backward rule and would default to forward. A thread whose
-    placed kernels are at least BACKWARD_THREAD_SHARE backward (of BACKWARD_THREAD_MIN or
-    more; recomputation counts, it runs there too) is such a thread; the main thread, which
-    launches the forward, never is."""
+    gradient hook) matches no backward rule and would default to forward. Such a thread runs
+    autograd node ops (structure: `states`, tracekit.trace.autograd), and its placed
+    kernels are at least BACKWARD_THREAD_SHARE backward (of BACKWARD_THREAD_MIN or more;
+    recomputation counts, it runs there too). A thread without autograd ops never is, whatever
+    a user's range placed there: an inference pipeline's `kv_recompute` stage on the main
+    thread makes nothing on it backward."""
     k = trace.kernels
     launch = k["launch"].to_numpy()
     has = launch >= 0
     if not has.any() or not len(trace.launches):
         return phase
     rows = launch[has]
+    pid, tid = (trace.launches[c].to_numpy(np.int64)[rows] for c in ("pid", "tid"))
     thread = np.full(len(k), -1, dtype=np.int64)
-    thread[has] = combine([trace.launches[c].to_numpy(np.int64)[rows] for c in ("pid", "tid")])
+    thread[has] = combine([pid, tid])
+    autograd = np.zeros(len(k), dtype=bool)
+    autograd[has] = on_autograd_threads(trace.ops, states, pid, tid)
     n = int(thread.max()) + 1
     placed = has & matched
-    # recomputation under activation checkpointing runs on the autograd thread too
     backward = np.bincount(thread[placed & np.isin(phase, ["backward", "recompute"])], minlength=n)
     total = np.bincount(thread[placed], minlength=n)
     on_backward_thread = (total >= BACKWARD_THREAD_MIN) & (backward >= BACKWARD_THREAD_SHARE * np.maximum(total, 1))
-    move = has & ~matched & on_backward_thread[np.maximum(thread, 0)]
+    move = has & ~matched & autograd & on_backward_thread[np.maximum(thread, 0)]
     return np.where(move, "backward", phase)
+
+
+def _autograd_phases(phase: np.ndarray, matched: np.ndarray, kernel_state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Structure before names: a kernel a recomputed forward op launched is recompute, one an
+    autograd node launched is backward, unless a rule placed it in another phase (a user's
+    own phase, the optimizer): only the forward / backward names are overruled."""
+    overrulable = ~matched | np.isin(phase, ["forward", "backward"])
+    recompute = (kernel_state == RECOMPUTE) & overrulable
+    backward = (kernel_state == BACKWARD) & ~matched
+    phase = np.where(recompute, "recompute", np.where(backward, "backward", phase))
+    return phase, matched | recompute | backward
+
+
+GENERATION_STEP = re.compile(r"^(prefill|decode)#\d+ ")
+
+
+def _generation_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """Kernels no rule placed, owned by a step inferred from a generation's forwards
+    (tracekit.trace.inferred_steps: `prefill#0 [B=1 T=512]`, `decode#1 [B=1]`): that step's kind."""
+    r = trace.ranges
+    if r.empty:
+        return phase
+    steps = step_rows(trace)
+    steps = steps[as_text(r["domain"])[steps] == INFERRED_DOMAIN] if len(steps) else steps
+    names = as_text(r["name"])
+    kinds = {int(s): m.group(1) for s in steps if (m := GENERATION_STEP.match(names[s]))}
+    if not kinds:
+        return phase
+    owner = kernel_steps(trace, trace.kernels, np.array(sorted(kinds), dtype=np.int64))
+    out = phase.copy()
+    for s, kind in kinds.items():
+        out[(owner == s) & ~matched & (phase == DEFAULT_PHASE)] = kind
+    return out
 
 
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
@@ -115,6 +157,8 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     rules = rules or default_rules()
     matcher = _Matcher(trace, kernel_class)
     phase, matched = _first_match(matcher, rules.phase, DEFAULT_PHASE)
+    states = op_states(trace.ops)
+    phase, matched = _autograd_phases(phase, matched, kernel_states(trace.kernels, states))
     # "forward" is the default only for work a framework op launched (an inference without
     # phase ranges). No launch and no GPU-side range, or a launch outside any op (a CUDA
     # application, an MPI code, an extension's cuLaunchKernel): nothing says which phase it
@@ -124,7 +168,8 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     no_context = ((k["launch"] < 0) & (k["gpu_range"] < 0)) | ((k["launch"] >= 0) & (k["op"] < 0))
     blind = no_context.to_numpy() & ~matched
     phase = np.where(blind, UNKNOWN_PHASE, phase)
-    phase = _backward_threads(trace, phase, matched)
+    phase = _backward_threads(trace, phase, matched, states)
+    phase = _generation_phases(trace, phase, matched)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
     phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

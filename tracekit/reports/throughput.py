@@ -11,19 +11,32 @@ if TYPE_CHECKING:
     from tracekit.analysis import Analysis
 
 
+def _stage_shares(shares) -> str:
+    """A step's stages, largest first: `denoise 61%, recompute 31%, vae_decode 5.6%`."""
+    if not isinstance(shares, dict) or not shares:
+        return "—"
+    ranked = sorted(shares.items(), key=lambda kv: -(kv[1] or 0))
+    return ", ".join(f"{name} {percent(share)}" for name, share in ranked)
+
+
 def sections(a: Analysis) -> list[Section]:
     t = a.throughput
     if t is None:
         return []
-    head = ["step", "wall", "work", "throughput", "from"]
+    head = ["step", "wall", "work", "throughput", "stages (share of the step)", "from"]
     rows = [[r["step"], duration(r["duration_ns"]), f"{number(r['items'], '{:,.0f}')} {r['unit']}",
-             f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s", r["source"]] for r in t["steps"].to_dict(orient="records")]
+             f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s", _stage_shares(r.get("per_stage")), r["source"]]
+            for r in t["steps"].to_dict(orient="records")]
     total = t["total"]
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
-    out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation; "
-                   "frames: diffusion; images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
-                   "else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
+    for stage, g in ((total or {}).get("by_main_stage") or {}).items():
+        note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "
+                 f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")
+    out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation, "
+                   "else the token embedding's input; frames: diffusion, or the frames a VAE stage's last convolution works on; "
+                   "images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
+                   "else steps)", head, rows, [0, 0, 0, 0, 1, 2], flex=0, left=(0, 4, 5), note=note,
                    empty="(no step annotations)")]
     in_steps = total is not None
     host = len(a.kernels) == 0

@@ -4,6 +4,9 @@ operations.
 Takes the tables a parser read; gives them linked (kernel -> launch -> op -> ranges,
 link.py), grouped on integer codes (grouping.py), as intervals (intervals.py,
 timeline.py), and with the one rule of which step owns which kernel (step_ownership.py).
+What the ops' structure says: autograd.py (backward and recomputed forward ops),
+forwards.py (a token model's forward passes), inferred_steps.py (steps of a trace that
+marks none).
 The column contract is schema.py; tables.py holds it as numpy columns, frames.py as the
 pandas DataFrames of a `Trace`.
 """

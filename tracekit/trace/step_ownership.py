@@ -43,16 +43,22 @@ SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(|^execute_new_\d+_cache
 # video), a step of its own where no step range overlaps it. The outermost call only (an
 # xDiT pipeline calls into diffusers').
 PIPELINE_CALL = re.compile(r"(diffusers|xfuser)/(.*/)?pipelines?/.*\.py\(\d+\): __call__$")
+# The domain of the steps tracekit.trace.inferred_steps adds to a trace that marks none.
+INFERRED_DOMAIN = "inferred"
 
 def step_rows(trace: Trace) -> np.ndarray:
     """Rows of trace.ranges that are steps on the host: step ranges (not GPU-side copies), and
     where no step range overlaps them, serving batch ranges and diffusion pipeline calls
-    (Python frames: PIPELINE_CALL)."""
+    (Python frames: PIPELINE_CALL); the inferred steps (INFERRED_DOMAIN), where a trace that
+    marks none was given them."""
     r = trace.ranges
     if r.empty:
         return np.zeros(0, dtype=np.int64)
     domain = as_text(r["domain"])
-    host = ~np.isin(domain, ["python", "gpu"])
+    inferred = np.flatnonzero(domain == INFERRED_DOMAIN)
+    if len(inferred):
+        return inferred
+    host = ~np.isin(domain, ["python", "gpu", INFERRED_DOMAIN])
 
     def matching(pattern: re.Pattern) -> np.ndarray:  # one search per distinct name, not per range
         return rows_where(r["name"], lambda n: pattern.search(n[:256]))
