@@ -11,7 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.common import reader_gone, safe
-from tracekit.errors import TraceError, memory_ran_out
+from tracekit.errors import TraceError, memory_ran_out, out_of_memory
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -177,19 +177,11 @@ def _aborted_code() -> int:
 
 
 def _out_of_memory(argv: list[str] | None) -> str:
-    """One line for a run that ran out of memory: how large the inputs are, and what a
-    trace of that size needs (the decoded events and tables take about 6x the JSON)."""
-    sizes = []
-    for arg in (sys.argv[1:] if argv is None else argv):
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            if os.path.isfile(arg):
-                size = os.path.getsize(arg)
-                sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
-    needed = 6 * max(sizes) if sizes else 0
-    amount = f"{needed / 1e9:,.1f} GB" if needed >= 1e9 else f"{needed / 1e6:,.0f} MB"  # (not "0.0 GB" for a small trace)
-    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {amount} of memory" if sizes else ""
-    # (a parallel parse that runs out falls back to one process by itself: no option to suggest)
-    return f"tracekit: error: out of memory{need}: raise the memory limit"
+    """One line for a run that ran out of memory: the trace, and what this command needs on
+    it (measured: errors.MEMORY_NEED_MB). A parallel parse that runs out falls back to one
+    process by itself: no option to suggest."""
+    path, reason = out_of_memory(argv)
+    return f"tracekit: error: {safe(path) + ': ' if path is not None else ''}{safe(reason)}"
 
 
 def main(argv: list[str] | None = None) -> None:
