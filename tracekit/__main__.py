@@ -28,9 +28,11 @@ def entry() -> None:
     run()
 
 
-# Below this not even the imports fit: numpy maps ~100 MB, its BLAS buffer 32 MB, pyarrow and
-# pandas ~190 MB more (VmSize after each import, MALLOC_ARENA_MAX=1, system allocator).
-MIN_ADDRESS_SPACE = 320 << 20
+# Below this no command can run: the interpreter maps ~13 MB, numpy ~85 MB more, its BLAS
+# buffer 32 MB (VmSize after each, one malloc arena); `info` needs ~155 MB in all, `analyze`
+# ~300 MB (pandas, pyarrow): benchmarks/memory_need.py. Between this and a command's need,
+# the run ends with the out-of-memory line when an allocation fails.
+MIN_ADDRESS_SPACE = 144 << 20
 # OpenBLAS's buffer for one thread (BUFFER_SIZE on x86-64: 32 MiB), with room for its guard pages.
 BLAS_BUFFER = 40 << 20
 
