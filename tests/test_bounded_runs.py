@@ -195,6 +195,19 @@ def test_the_out_of_memory_line_names_the_trace_and_its_measured_need(capsys, mo
                           f"{fixed + per_mb * json_mb:,.0f} MB of address space: raise the memory limit"), err
 
 
+def test_a_thread_that_cannot_start_is_running_out_of_memory(capsys, monkeypatch):
+    """A 46 MB trace under a limit: "internal error: RuntimeError: can't start new thread"
+    (exit 1). A thread's stack is address space: that is the out-of-memory line, exit 2."""
+    import tracekit.api
+
+    def no_thread(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(tracekit.api, "scan", no_thread)
+    code, _, err = run(capsys, "info", TINY)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"tracekit: error: {TINY}: out of memory"), err
+
+
 def test_the_need_depends_on_the_command_and_the_format():
     from tracekit.errors import MEMORY_NEED_MB, out_of_memory
 

@@ -115,6 +115,7 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
             before = threading.stack_size(256 << 10)  # it only waits: 256 KiB of stack, not 8 MiB of address space
         threading.Thread(target=watch, name="tracekit-interrupt-watchdog", daemon=True).start()
         signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        os.register_at_fork(after_in_child=lambda: _forget_wakeup(read_end, write_end))
     except (RuntimeError, ValueError, OSError):  # no thread to be had: the handlers alone
         for fd in (read_end, write_end):
             with contextlib.suppress(OSError):
@@ -123,6 +124,21 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
         if before is not None:
             with contextlib.suppress(ValueError, RuntimeError):
                 threading.stack_size(before)
+
+
+def _forget_wakeup(read_end: int, write_end: int) -> None:
+    """In a forked child (a parse or rank worker): a signal to it is not this run's interrupt,
+    so it must not reach the parent's watchdog through the shared pipe. (The write end is
+    closed only once no handler writes to it: its number could name another file later.)"""
+    import signal
+
+    ends = [read_end]
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+        ends.append(write_end)
+    for fd in ends:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def address_space_limit() -> int | None:
@@ -143,6 +159,8 @@ def memory_ran_out(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError) or type(exc).__name__ == "_ArrayMemoryError":
         return True
     text = str(exc)
+    if isinstance(exc, RuntimeError) and "can't start new thread" in text:  # its stack could not be mapped
+        return True
     return isinstance(exc, (ImportError, SystemError, OSError)) and any(
         words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError"))
 
