@@ -92,7 +92,8 @@ def problems(r: dict) -> list[str]:
     found = []
     lines = r["stderr"].splitlines()
     errors = [line for line in lines if line.startswith("tracekit: error:")]
-    others = [line for line in lines if not line.startswith(("tracekit: warning:", "tracekit: error:", "tracekit: wrote"))]
+    # (a blank line: click writes one before it raises Abort for an interrupt)
+    others = [line for line in lines if line.strip() and not line.startswith(("tracekit: warning:", "tracekit: error:", "tracekit: wrote"))]
     if r["after_signal"] is not None:
         if r["after_signal"] > 5:
             found.append(f"ended {r['after_signal']:.1f} s after SIGTERM")

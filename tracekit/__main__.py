@@ -106,8 +106,10 @@ def _refuse(why: str) -> None:
             from tracekit.reports.text import plain_terminal
 
             path = plain_terminal(path)
-        except (MemoryError, ImportError, OSError):  # no room even for that: the path's control characters escaped by hand
-            path = path.encode("unicode_escape").decode("ascii", "replace")
+        except (MemoryError, ImportError, OSError):  # no room even for that: escaped by hand
+            from tracekit.errors import printable
+
+            path = printable(path)
     line = f"tracekit: error: {path + ': ' if path is not None else ''}{reason}\n"
     os.write(2, line.encode("utf-8", "backslashreplace"))
     os._exit(2)

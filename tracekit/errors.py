@@ -228,6 +228,12 @@ def memory_need_mb(kind: str, command: str, trace_mb: float) -> float:
     return fixed + per_mb * trace_mb
 
 
+def printable(text: str) -> str:
+    """`text` with every character outside printable ASCII escaped (\\x1b, \\udcff): for a line
+    that must be written when there is no memory left to import reports.text's escaping."""
+    return "".join(c if " " <= c < "\x7f" and c != "\\" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def out_of_memory(argv: list[str] | None, why: str = "out of memory") -> tuple[str | None, str]:
     """For a run that ran out of memory (or cannot start in the limit it has): the largest
     input (None when there is none) and the reason, with what this command needs on it,
