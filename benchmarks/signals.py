@@ -152,11 +152,13 @@ def startup_run(trace: str, delay: float) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "tracekit", "info", trace], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": REPO})
     started = time.monotonic()
-    owned = False
+    owned, owned_after = False, None
     while time.monotonic() - started < delay:
-        owned = owned or bool(owns_signals(proc.pid))
+        if not owned and owns_signals(proc.pid):
+            owned, owned_after = True, time.monotonic() - started
         time.sleep(0.0005)
-    owned = owned or bool(owns_signals(proc.pid))
+    if not owned and owns_signals(proc.pid):
+        owned, owned_after = True, time.monotonic() - started
     sent = proc.poll() is None
     if sent:
         os.kill(proc.pid, signal.SIGINT)
@@ -165,8 +167,16 @@ def startup_run(trace: str, delay: float) -> dict:
     traceback = "Traceback" in err
     after = sent and owned
     ok = (not sent) or (not owned) or (not traceback and proc.returncode in (0, 130) and (proc.returncode == 0 or "tracekit: aborted" in err))
-    return {"delay": round(delay, 4), "sent": sent, "tracekit_started": owned, "rc": proc.returncode, "traceback": traceback,
+    return {"delay": round(delay, 4), "sent": sent, "tracekit_started": owned,
+            "owned_after": None if owned_after is None else round(owned_after, 4), "rc": proc.returncode, "traceback": traceback,
             "after_tracekit": after, "ok": ok, "stderr_tail": err[-200:]}
+
+
+def _quantiles(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return {"min": values[0], "median": values[len(values) // 2], "max": values[-1], "n": len(values)}
 
 
 def startup_sweep(runs: int, max_delay: float, seed: int) -> int:
@@ -184,7 +194,9 @@ def startup_sweep(runs: int, max_delay: float, seed: int) -> int:
                                           "exit_codes": sorted({r["rc"] for r in after}), "not_ok": sum(not r["ok"] for r in after)},
                "before_tracekit_started": {"runs": len(before), "tracebacks": sum(r["traceback"] for r in before),
                                            "exit_codes": sorted({r["rc"] for r in before})},
-               "tracebacks": sum(r["traceback"] for r in results)}
+               "tracebacks": sum(r["traceback"] for r in results),
+               # when tracekit's first line had run (its handler in SigCgt), over the runs that saw it
+               "tracekit_started_after_s": _quantiles([r["owned_after"] for r in results if r["owned_after"] is not None])}
     print(json.dumps(summary, indent=2))
     return 0 if summary["after_tracekit_started"]["not_ok"] == 0 else 1
 
