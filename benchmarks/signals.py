@@ -165,11 +165,12 @@ def startup_run(trace: str, delay: float) -> dict:
     _, err = proc.communicate(timeout=120)
     err = err.decode("utf-8", "replace")
     traceback = "Traceback" in err
+    in_tracekit = traceback and f"{os.sep}tracekit{os.sep}" in err  # a frame in the package's own files
     after = sent and owned
-    ok = (not sent) or (not owned) or (not traceback and proc.returncode in (0, 130) and (proc.returncode == 0 or "tracekit: aborted" in err))
+    ok = not in_tracekit and ((not sent) or (not owned) or (not traceback and proc.returncode in (0, 130) and (proc.returncode == 0 or "tracekit: aborted" in err)))
     return {"delay": round(delay, 4), "sent": sent, "tracekit_started": owned,
             "owned_after": None if owned_after is None else round(owned_after, 4), "rc": proc.returncode, "traceback": traceback,
-            "after_tracekit": after, "ok": ok, "stderr_tail": err[-200:]}
+            "traceback_in_tracekit": in_tracekit, "after_tracekit": after, "ok": ok, "stderr_tail": err[-200:]}
 
 
 def _quantiles(values: list[float]) -> dict | None:
@@ -195,6 +196,7 @@ def startup_sweep(runs: int, max_delay: float, seed: int) -> int:
                "before_tracekit_started": {"runs": len(before), "tracebacks": sum(r["traceback"] for r in before),
                                            "exit_codes": sorted({r["rc"] for r in before})},
                "tracebacks": sum(r["traceback"] for r in results),
+               "tracebacks_through_tracekit_files": sum(r["traceback_in_tracekit"] for r in results),
                # when tracekit's first line had run (its handler in SigCgt), over the runs that saw it
                "tracekit_started_after_s": _quantiles([r["owned_after"] for r in results if r["owned_after"] is not None])}
     print(json.dumps(summary, indent=2))
