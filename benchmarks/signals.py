@@ -24,6 +24,14 @@ the signal is sent the mask is polled; a signal sent before SIGTERM was seen the
 "before tracekit"; after it, every check applies (an exit of -2 or -15 is a failure).
 
 Prints one JSON object with the counts.
+
+    python benchmarks/signals.py --startup 200 [--max-delay 0.1]
+
+The start-up sweep (issue 33): SIGINT at a uniformly random moment in the first 100 ms of
+`python -m tracekit info TINY` (the command does not matter: what is measured is the start),
+200 runs. Each run is classed as above (tracekit's handler seen in SigCgt before the signal,
+or not); a traceback, or an exit other than 0 or 130, after tracekit's first line is a
+failure. Runs sent before it are counted with their exits and tracebacks, apart.
 """
 
 from __future__ import annotations
@@ -139,6 +147,62 @@ def one_run(trace: str, signum: int, delay: float, workers: int) -> dict:
     return result
 
 
+def startup_run(trace: str, delay: float) -> dict:
+    """`info` interrupted by SIGINT `delay` s after it starts; whether tracekit had started."""
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "info", trace], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": REPO})
+    started = time.monotonic()
+    owned, owned_after = False, None
+    while time.monotonic() - started < delay:
+        if not owned and owns_signals(proc.pid):
+            owned, owned_after = True, time.monotonic() - started
+        time.sleep(0.0005)
+    if not owned and owns_signals(proc.pid):
+        owned, owned_after = True, time.monotonic() - started
+    sent = proc.poll() is None
+    if sent:
+        os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    err = err.decode("utf-8", "replace")
+    traceback = "Traceback" in err
+    in_tracekit = traceback and f"{os.sep}tracekit{os.sep}" in err  # a frame in the package's own files
+    after = sent and owned
+    ok = not in_tracekit and ((not sent) or (not owned) or (not traceback and proc.returncode in (0, 130) and (proc.returncode == 0 or "tracekit: aborted" in err)))
+    return {"delay": round(delay, 4), "sent": sent, "tracekit_started": owned,
+            "owned_after": None if owned_after is None else round(owned_after, 4), "rc": proc.returncode, "traceback": traceback,
+            "traceback_in_tracekit": in_tracekit, "after_tracekit": after, "ok": ok, "stderr_tail": err[-200:]}
+
+
+def _quantiles(values: list[float]) -> dict | None:
+    if not values:
+        return None
+    values = sorted(values)
+    return {"min": values[0], "median": values[len(values) // 2], "max": values[-1], "n": len(values)}
+
+
+def startup_sweep(runs: int, max_delay: float, seed: int) -> int:
+    trace = os.path.join(REPO, "fixtures", "cpu_tiny_dense_generate.json.gz")
+    rng = random.Random(seed)
+    results = []
+    for _ in range(runs):
+        results.append(startup_run(trace, rng.uniform(0.0, max_delay)))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    before = [r for r in results if r["sent"] and not r["tracekit_started"]]
+    after = [r for r in results if r["after_tracekit"]]
+    summary = {"runs": len(results), "max_delay_s": max_delay, "signal_sent": sum(r["sent"] for r in results),
+               "finished_first": sum(not r["sent"] for r in results),
+               "after_tracekit_started": {"runs": len(after), "tracebacks": sum(r["traceback"] for r in after),
+                                          "exit_codes": sorted({r["rc"] for r in after}), "not_ok": sum(not r["ok"] for r in after)},
+               "before_tracekit_started": {"runs": len(before), "tracebacks": sum(r["traceback"] for r in before),
+                                           "exit_codes": sorted({r["rc"] for r in before})},
+               "tracebacks": sum(r["traceback"] for r in results),
+               "tracebacks_through_tracekit_files": sum(r["traceback_in_tracekit"] for r in results),
+               # when tracekit's first line had run (its handler in SigCgt), over the runs that saw it
+               "tracekit_started_after_s": _quantiles([r["owned_after"] for r in results if r["owned_after"] is not None])}
+    print(json.dumps(summary, indent=2))
+    return 0 if summary["after_tracekit_started"]["not_ok"] == 0 else 1
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace")
@@ -146,7 +210,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", help="also write every run's record here")
+    parser.add_argument("--startup", type=int, metavar="RUNS", help="the start-up sweep instead: SIGINT in the first --max-delay s")
+    parser.add_argument("--max-delay", type=float, default=0.1)
     args = parser.parse_args()
+    if args.startup:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return startup_sweep(args.startup, args.max_delay, args.seed)
     # Started in the background by a non-interactive shell (`cmd &`, nohup), this process and
     # so every run it starts would begin with SIGINT ignored, which tracekit leaves alone until
     # its command starts (a SIGINT before that was lost: exit 0). A user's Ctrl-C meets a

@@ -161,3 +161,9 @@ def raw_step_ns(path, name):
              and e.get("args", {}).get("correlation") in launched]
     spans += [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == name and e.get("cat") == "gpu_user_annotation"]
     return round((max(e for _, e in spans) - min(s for s, _ in spans)) * 1000)
+
+
+def pytest_configure(config):
+    # `heavy`: a test that runs many processes (tests/test_memory_limit_sweep.py). The README's
+    # test command runs it; `-m "not heavy"` leaves it out of a quick local run.
+    config.addinivalue_line("markers", "heavy: runs many processes for minutes; in the README's test command, `-m 'not heavy'` skips it")

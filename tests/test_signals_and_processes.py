@@ -135,11 +135,9 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     code, _, err = run(capsys, "info", TINY)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
-    # the gzip file inflates ~8x; the trace then needs ~6x its JSON: 48x the file
-    size_mb = TINY.stat().st_size * 8 / 1e6
-    assert f"a trace of {size_mb:,.0f} MB" in lines[0] and "out of memory" in lines[0] and "raise the memory limit" in lines[0]
+    # the trace named, and what `info` needs on it (test_bounded_runs.py checks the figure)
+    assert lines[0].startswith(f"tracekit: error: {TINY}: out of memory") and "raise the memory limit" in lines[0]
     assert "--workers 1" not in lines[0]  # a parallel parse that runs out falls back to one process by itself
-    assert f"needs about {6 * size_mb:,.0f} MB of memory" in lines[0]  # not "0.0 GB"
 
 
 def test_non_utf8_count_does_not_depend_on_the_split(tmp_path, monkeypatch):
@@ -286,7 +284,7 @@ def test_real_memory_limits_end_promptly_with_exit_0_or_one_line(big_trace, tmp_
         assert "Traceback" not in err and "OpenBLAS" not in err, err[-2000:]
         if proc.returncode == 2:
             errors = [line for line in err.splitlines() if line.startswith("tracekit: error:")]
-            assert len(errors) == 1 and errors[0].startswith("tracekit: error: out of memory") and err.endswith(errors[0] + "\n"), err
+            assert len(errors) == 1 and errors[0].startswith(f"tracekit: error: {big_trace}: out of memory") and err.endswith(errors[0] + "\n"), err
         else:
             json.loads(proc.stdout)
 

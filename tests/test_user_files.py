@@ -42,8 +42,8 @@ memory_gbps = 1000
 @pytest.mark.parametrize("text, fragments", [
     (DEVICE.replace("bf16 = 100.0", 'bf16 = "100"'), ("[MYGPU].matrix_tflops.bf16", "must be a finite number, not a string")),
     ('devices = ["H100"]\n', ("[devices]", "must be a table of device figures, not a list")),
-    (DEVICE.replace("memory_gbps = 1000", "memory_gbps = -5"), ("[MYGPU].memory_gbps", "greater than 0")),
-    (DEVICE.replace("memory_gbps = 1000", "memory_gbps = 0"), ("[MYGPU].memory_gbps", "greater than 0")),
+    (DEVICE.replace("memory_gbps = 1000", "memory_gbps = -5"), ("[MYGPU].memory_gbps", "must be at least 1")),
+    (DEVICE.replace("memory_gbps = 1000", "memory_gbps = 0"), ("[MYGPU].memory_gbps", "must be at least 1")),
     (DEVICE.replace("memory_gbps = 1000", "memory_gbps = inf"), ("[MYGPU].memory_gbps", "finite")),
     (DEVICE.replace("memory_gbps = 1000", ""), ("[MYGPU].memory_gbps", "missing")),
     (DEVICE + 'match = ["(?<!G)B200"]\n', ("[MYGPU].match[0]", "RE2")),

@@ -2,9 +2,10 @@
 
 
 def entry() -> None:
-    """Interrupts are handled before anything is imported: a SIGINT or SIGTERM during the
-    imports (the first ~0.2 s) ends the run with one line, not a Python traceback; once the
-    command runs, cli.main.run() handles them so that what it writes is cleaned up."""
+    """Interrupts are handled before anything is imported (tracekit/__init__.py installs the
+    first handler): a SIGINT or SIGTERM during the imports (the first ~0.2 s) ends the run
+    with one line, not a Python traceback; once the command runs, cli.main.run() handles
+    them so that what it writes is cleaned up."""
     import os
     import signal
 
@@ -14,35 +15,104 @@ def entry() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, early)
-    _fit_a_memory_limit()
+    from tracekit.errors import address_space_limit, start_interrupt_watchdog
+
+    limit = address_space_limit()
+    if limit is not None:
+        _bound_the_pools()
+    start_interrupt_watchdog()  # (after the pools are bounded: its thread then takes no malloc arena of its own)
+    if limit is not None:
+        _fit_a_memory_limit(limit)
     from tracekit.cli import run
 
     run()
 
 
-MIN_ADDRESS_SPACE = 128 << 20  # below this not even the imports fit (numpy alone maps ~130 MB)
+# Below this no command can run: the interpreter maps ~13 MB, numpy ~85 MB more, its BLAS
+# buffer 32 MB (VmSize after each, one malloc arena); `info` needs ~155 MB in all, `analyze`
+# ~300 MB (pandas, pyarrow): benchmarks/memory_need.py. Between this and a command's need,
+# the run ends with the out-of-memory line when an allocation fails.
+MIN_ADDRESS_SPACE = 144 << 20
+# OpenBLAS's buffer for one thread (BUFFER_SIZE on x86-64: 32 MiB), with room for its guard pages.
+BLAS_BUFFER = 40 << 20
 
 
-def _fit_a_memory_limit() -> None:
-    """Under an address-space limit (`ulimit -v`), before numpy is imported: OpenBLAS starts a
-    thread per core, each with a stack and buffers, and when that allocation fails it prints
-    its own line and ends the process with exit 1 (at 80-120 MB on 2 cores; far more on a
-    many-core machine). tracekit's arithmetic is elementwise, so one BLAS thread costs
-    nothing (unless the user chose a count). Below MIN_ADDRESS_SPACE nothing can run: one
-    line, exit 2."""
+def _bound_the_pools() -> None:
+    """Under an address-space limit (`ulimit -v`), before numpy is imported, every thread pool
+    and native allocator is made to fail in a way this process can catch (issue 33):
+
+    - OpenBLAS: one thread (tracekit's arithmetic is elementwise), and its buffer taken now.
+      OpenBLAS maps a 32 MiB buffer at its first matrix product and, when the map fails,
+      prints "Memory allocation still failed" and ends the process (exit 1): it is taken
+      here, after checking that it fits, not in the middle of a report;
+    - pyarrow: the system allocator (mimalloc reserves ~64 MiB of address space per arena and
+      aborts when it cannot), one CPU and one I/O thread (a thread that cannot start ends the
+      process with std::terminate, or leaves a reader waiting on it forever);
+    - glibc malloc: one arena (each thread's own reserves 64 MiB, kept after it ends; a thread
+      that cannot get it aborts: "cannot allocate memory for thread-local data").
+
+    A variable the user set is kept. Without a limit nothing changes."""
     import os
 
-    from tracekit.errors import address_space_limit
+    for name, value in (("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1"), ("ARROW_DEFAULT_MEMORY_POOL", "system"),
+                        ("ARROW_IO_THREADS", "1"), ("MALLOC_ARENA_MAX", "1")):
+        if name == "OMP_NUM_THREADS" and "OPENBLAS_NUM_THREADS" in os.environ and os.environ["OPENBLAS_NUM_THREADS"] != "1":
+            continue  # the user chose BLAS threads: OMP_NUM_THREADS would override them
+        os.environ.setdefault(name, value)  # (MALLOC_ARENA_MAX for the parse workers' children; this process: mallopt)
+    _one_malloc_arena()
 
-    limit = address_space_limit()
-    if limit is None:
-        return
-    if not any(name in os.environ for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")):
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+def _fit_a_memory_limit(limit: int) -> None:
+    """Below MIN_ADDRESS_SPACE nothing can run: one line, exit 2. Above it, numpy is imported
+    and OpenBLAS's buffer taken now, where running out is one line too (_bound_the_pools)."""
     if limit < MIN_ADDRESS_SPACE:
-        os.write(2, (f"tracekit: error: out of memory: the address-space limit (ulimit -v) of {limit / 2**20:,.0f} MB is below the "
-                     f"{MIN_ADDRESS_SPACE >> 20} MB tracekit needs to start: raise the memory limit\n").encode())
-        os._exit(2)
+        _refuse(f"the address-space limit (ulimit -v) of {limit / 2**20:,.0f} MB is below the {MIN_ADDRESS_SPACE >> 20} MB "
+                "tracekit needs to start")
+    try:
+        import mmap
+
+        import numpy
+
+        mmap.mmap(-1, BLAS_BUFFER).close()  # the buffer fits (else OpenBLAS would end the process)
+        square = numpy.ones((256, 256))
+        square @ square  # OpenBLAS maps its buffer now, and keeps it
+    except (MemoryError, OSError, ImportError) as exc:
+        from tracekit.errors import memory_ran_out
+
+        if not isinstance(exc, (MemoryError, OSError)) and not memory_ran_out(exc):
+            raise
+        _refuse(f"the address-space limit (ulimit -v) of {limit / 2**20:,.0f} MB does not hold tracekit's libraries")
+
+
+def _one_malloc_arena() -> None:
+    import contextlib
+
+    with contextlib.suppress(OSError, AttributeError, ValueError):
+        import ctypes
+
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (glibc); elsewhere no such symbol: nothing to do
+
+
+def _refuse(why: str) -> None:
+    """Out of memory before the command started: one line naming the trace (the reason says
+    what this command needs on it), exit 2."""
+    import os
+
+    from tracekit.errors import out_of_memory
+
+    path, reason = out_of_memory(None, f"out of memory: {why}")
+    if path is not None:
+        try:
+            from tracekit.reports.text import plain_terminal
+
+            path = plain_terminal(path)
+        except (MemoryError, ImportError, OSError):  # no room even for that: escaped by hand
+            from tracekit.errors import printable
+
+            path = printable(path)
+    line = f"tracekit: error: {path + ': ' if path is not None else ''}{reason}\n"
+    os.write(2, line.encode("utf-8", "backslashreplace"))
+    os._exit(2)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,15 @@ class TraceError(Exception):
 INTERRUPTS: list[int] = []
 
 
+# The staging files and directories this run holds (reports/atomic.py), path -> the locked
+# descriptor: removed by the interrupt watchdog when it has to end the run itself.
+STAGING: dict[str, int] = {}
+
+# After SIGINT / SIGTERM the run has this long to clean up and end through its handlers;
+# then the watchdog ends it (a main thread blocked in native code never runs a handler).
+INTERRUPT_GRACE_S = 2.5
+
+
 def raise_if_interrupted() -> None:
     if INTERRUPTS:
         raise KeyboardInterrupt
@@ -54,6 +63,84 @@ def interrupts_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> None:
+    """Bounded interrupts: Python runs a signal handler only between bytecodes of the main
+    thread, so a main thread waiting in native code (a pyarrow read whose pool thread could
+    not start, under `ulimit -v`) never sees SIGINT or SIGTERM. The C-level handler still
+    writes the signal's number to the wakeup descriptor; a thread waits on it and, when the
+    run has not ended INTERRUPT_GRACE_S after the first signal, removes this run's staging
+    and ends the process with the abort line and 128 + signal. Main thread only; the
+    watchdog's own thread blocks the signals, so they still reach the main thread."""
+    import shutil
+    import signal
+    import threading
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+
+    def watch() -> None:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        while True:
+            try:
+                got = os.read(read_end, 1)
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+            if not got:
+                return
+            if got[0] in (signal.SIGINT, signal.SIGTERM):
+                break
+        signum = got[0]
+        if signum not in INTERRUPTS:
+            INTERRUPTS.append(signum)  # nothing is installed from here on (raise_if_interrupted), handler or not
+        time.sleep(INTERRUPT_GRACE_S)
+        for path in list(STAGING):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        with contextlib.suppress(OSError):
+            os.write(2, aborted_line)
+        os._exit(128 + INTERRUPTS[0])
+
+    before = None
+    try:
+        with contextlib.suppress(ValueError, RuntimeError):
+            before = threading.stack_size(256 << 10)  # it only waits: 256 KiB of stack, not 8 MiB of address space
+        threading.Thread(target=watch, name="tracekit-interrupt-watchdog", daemon=True).start()
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        os.register_at_fork(after_in_child=lambda: _forget_wakeup(read_end, write_end))
+    except (RuntimeError, ValueError, OSError):  # no thread to be had: the handlers alone
+        for fd in (read_end, write_end):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    finally:
+        if before is not None:
+            with contextlib.suppress(ValueError, RuntimeError):
+                threading.stack_size(before)
+
+
+def _forget_wakeup(read_end: int, write_end: int) -> None:
+    """In a forked child (a parse or rank worker): a signal to it is not this run's interrupt,
+    so it must not reach the parent's watchdog through the shared pipe. (The write end is
+    closed only once no handler writes to it: its number could name another file later.)"""
+    import signal
+
+    ends = [read_end]
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
+        ends.append(write_end)
+    for fd in ends:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 def address_space_limit() -> int | None:
     """The process's address-space limit (`ulimit -v`) in bytes, or None when there is none
     (or the platform cannot say)."""
@@ -72,5 +159,102 @@ def memory_ran_out(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError) or type(exc).__name__ == "_ArrayMemoryError":
         return True
     text = str(exc)
+    if isinstance(exc, RuntimeError) and "can't start new thread" in text:  # its stack could not be mapped
+        return True
     return isinstance(exc, (ImportError, SystemError, OSError)) and any(
         words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError"))
+
+
+# --- out of memory: one line naming the file and what a run on it needs ---------------------
+
+# What a run needs, in address space (what `ulimit -v` limits; its resident peak is about half),
+# per trace format and command: a fixed cost (the interpreter and the libraries the command
+# imports) and a cost per MB of trace (the JSON, uncompressed; an Nsight export's SQLite file).
+# Measured by benchmarks/memory_need.py: VmPeak of `python -m tracekit ...` under a limit, on
+# the bert trace and tiles of it (1 to 51 MB), the llama3-8b eager trace (98 MB of JSON),
+# timesformer (18 MB), and the FSDP export replicated 1x, 5x, 20x (2 to 39 MB); each line
+# is the least-squares fit, raised to cover every point (within 10% of each). The smallest
+# limit under which `analyze --out` of the 51 MB tile ends with exit 0 is 375 MB (bisected),
+# the line says 396. The parse workers (separate processes, each under the same limit) are
+# not counted: one that runs out hands its piece back to this process.
+MEMORY_NEED_MB = {
+    # (format, command): (fixed MB, MB per MB of trace)
+    ("kineto", "info"): (155, 1.2),
+    ("kineto", "analyze"): (300, 1.45),
+    ("kineto", "analyze --out"): (355, 0.8),
+    ("nsys", "info"): (300, 5.0),
+    ("nsys", "analyze"): (300, 5.2),
+    ("nsys", "analyze --out"): (350, 4.9),
+}
+COMMANDS = ("analyze", "info", "export", "diff", "check", "calibrate", "project")
+
+
+def trace_kind_and_mb(path: str) -> tuple[str, float]:
+    """The trace's kind (kineto, nsys) and its size in MB as the parser sees it: a gzip's
+    uncompressed size (its trailer, modulo 4 GiB, corrected by the file's size), a plain
+    file's own."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(16)
+        if head.startswith(b"SQLite format 3"):
+            return "nsys", size / 1e6
+        if head.startswith(b"\x1f\x8b") and size >= 18:
+            f.seek(-4, os.SEEK_END)
+            inflated = int.from_bytes(f.read(4), "little")
+            while inflated < size:  # ISIZE holds the size modulo 2**32; JSON compresses, never grows
+                inflated += 1 << 32
+            return "kineto", inflated / 1e6
+    return "kineto", size / 1e6
+
+
+def _command_and_inputs(argv: list[str]) -> tuple[str, list[str]]:
+    """The command (`analyze --out` apart: it writes the bundle) and the files it reads."""
+    command = next((a for a in argv if a in COMMANDS), "analyze")
+    if command == "analyze" and any(a == "--out" or a.startswith("--out=") for a in argv):
+        command = "analyze --out"
+    outputs = {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--out", "--junit", "--perfetto")}
+    inputs = []
+    for a in argv:
+        with contextlib.suppress(ValueError, TypeError):
+            if not a.startswith("-") and a not in outputs and os.path.isfile(a):
+                inputs.append(a)
+    return command, inputs
+
+
+def memory_need_mb(kind: str, command: str, trace_mb: float) -> float:
+    """MB of address space `command` needs on a trace of `trace_mb` (a command not measured
+    is taken as `analyze --out`, the most costly)."""
+    fixed, per_mb = MEMORY_NEED_MB.get((kind, command), MEMORY_NEED_MB[(kind, "analyze --out")])
+    return fixed + per_mb * trace_mb
+
+
+def printable(text: str) -> str:
+    """`text` with every character outside printable ASCII escaped (\\x1b, \\udcff): for a line
+    that must be written when there is no memory left to import reports.text's escaping."""
+    return "".join(c if " " <= c < "\x7f" and c != "\\" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def out_of_memory(argv: list[str] | None, why: str = "out of memory") -> tuple[str | None, str]:
+    """For a run that ran out of memory (or cannot start in the limit it has): the largest
+    input (None when there is none) and the reason, with what this command needs on it,
+    measured (MEMORY_NEED_MB), and the limit when one is set. The caller escapes the path."""
+    import sys
+
+    argv = sys.argv[1:] if argv is None else [os.fspath(a) for a in argv]
+    command, inputs = _command_and_inputs(argv)
+    sized = []
+    for path in inputs:
+        try:
+            sized.append((*trace_kind_and_mb(path), path))
+        except OSError:
+            continue
+    limit = address_space_limit()
+    limit_text = f" (the address-space limit is {limit / 2**20:,.0f} MB)" if limit is not None and "limit" not in why else ""
+    if not sized:
+        return None, f"{why}{limit_text}: raise the memory limit"
+    kind, trace_mb, path = max(sized, key=lambda s: s[1])
+    need = memory_need_mb(kind, command, trace_mb)
+    amount = f"{need / 1e3:,.1f} GB" if need >= 1e3 else f"{need:,.0f} MB"
+    size = f"{trace_mb:,.1f} MB" if trace_mb < 10 else f"{trace_mb:,.0f} MB"
+    what = "Nsight export" if kind == "nsys" else "Kineto trace"
+    return path, f"{why}{limit_text}: `{command}` on this {size} {what} needs about {amount} of address space: raise the memory limit"

@@ -11,7 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.common import reader_gone, safe
-from tracekit.errors import TraceError, memory_ran_out
+from tracekit.errors import TraceError, memory_ran_out, out_of_memory, printable
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -52,6 +52,10 @@ def run() -> None:
     except KeyboardInterrupt:  # outside main()'s handlers: between the handler's install and main's `try`, or after it
         _say_aborted()  # (later interrupts are ignored: the handler did that before raising)
         code = _aborted_code()
+    except MemoryError:  # outside main()'s handlers (in one of them: making its line, printing it)
+        with contextlib.suppress(MemoryError, OSError):
+            _say_out_of_memory(None)
+        code = 2
 
     if code in (130, 143):  # interrupted: every `finally` has run; do not wait on threads the interrupt cut short
         for stream in (sys.stdout, sys.stderr):
@@ -176,20 +180,19 @@ def _aborted_code() -> int:
     return 128 + (INTERRUPTS[0] if INTERRUPTS else signal.SIGINT)
 
 
-def _out_of_memory(argv: list[str] | None) -> str:
-    """One line for a run that ran out of memory: how large the inputs are, and what a
-    trace of that size needs (the decoded events and tables take about 6x the JSON)."""
-    sizes = []
-    for arg in (sys.argv[1:] if argv is None else argv):
-        with contextlib.suppress(OSError, ValueError, TypeError):
-            if os.path.isfile(arg):
-                size = os.path.getsize(arg)
-                sizes.append(size * (8 if arg.endswith(".gz") else 1))  # a gzip trace inflates ~8x
-    needed = 6 * max(sizes) if sizes else 0
-    amount = f"{needed / 1e9:,.1f} GB" if needed >= 1e9 else f"{needed / 1e6:,.0f} MB"  # (not "0.0 GB" for a small trace)
-    need = f"; a trace of {max(sizes) / 1e6:,.0f} MB needs about {amount} of memory" if sizes else ""
-    # (a parallel parse that runs out falls back to one process by itself: no option to suggest)
-    return f"tracekit: error: out of memory{need}: raise the memory limit"
+def _say_out_of_memory(argv: list[str] | None) -> None:
+    """One line for a run that ran out of memory: the trace, and what this command needs on
+    it (measured: errors.MEMORY_NEED_MB). A parallel parse that runs out falls back to one
+    process by itself: no option to suggest. Making the line can run out too (the escaping
+    imports its library): then the path is escaped by hand and written with one system call."""
+    path, reason = out_of_memory(argv)
+    try:
+        click.echo(f"tracekit: error: {safe(path) + ': ' if path is not None else ''}{safe(reason)}", err=True)
+    except (MemoryError, ImportError):
+        line = f"tracekit: error: {printable(path) + ': ' if path is not None else ''}{reason}\n"
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.write(2, line.encode("utf-8", "backslashreplace"))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -226,7 +229,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug in tracekit, not in the input
         _aborted_if_interrupted()
         if memory_ran_out(exc):  # MemoryError, or an import or allocation refused under a memory limit
-            click.echo(_out_of_memory(argv), err=True)
+            import traceback
+
+            traceback.clear_frames(exc.__traceback__)  # the trace and its tables, freed before the line is made
+            _say_out_of_memory(argv)
             sys.exit(2)
         if debug:
             raise

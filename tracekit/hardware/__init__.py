@@ -54,10 +54,17 @@ DEVICE_KEYS = ("name", "matrix_tflops", "vector_tflops", "memory_gbps", "interco
 MAX_DEVICES = 10_000
 
 
+# Physical ranges of a device's figures: below a GB/s or 0.01 TFLOP/s no GPU was ever made
+# (and a denormal peak, 5e-324, overflows every division by it); above a PB/s or an
+# exaflop neither (and x 1e9 or 1e12 would reach infinity).
+MIN_GBPS, MAX_GBPS = 1.0, 1e6
+MIN_TFLOPS, MAX_TFLOPS = 0.01, 1e6
+
+
 def _from_table(key: str, t: Any, path: str = "devices.toml") -> Device:
-    """One device table, every key typed and in range: peaks and bandwidths finite and
-    greater than 0 (a zero bandwidth would divide by zero; a negative one is a typo), the
-    `match` and `exclude` patterns valid for RE2."""
+    """One device table, every key typed and in its physical range (MIN_GBPS, MIN_TFLOPS: a
+    zero bandwidth would divide by zero, a negative one is a typo, a denormal one
+    overflows), the `match` and `exclude` patterns valid for RE2."""
     from tracekit.userfile import Fields
 
     f = Fields(path, f"[{key}]", t, "table of device figures")
@@ -65,7 +72,7 @@ def _from_table(key: str, t: Any, path: str = "devices.toml") -> Device:
     peaks = {}
     for unit in ("matrix_tflops", "vector_tflops"):
         table = f.sub(unit, {})
-        peaks[unit] = {str(dtype): table.number(dtype, positive=True) for dtype in table.table}
+        peaks[unit] = {str(dtype): table.number(dtype, minimum=MIN_TFLOPS, maximum=MAX_TFLOPS) for dtype in table.table}
     matches, excludes = f.strings("match"), f.strings("exclude")
     for name, patterns in (("match", matches), ("exclude", excludes)):
         for i, pattern in enumerate(patterns):
@@ -75,11 +82,19 @@ def _from_table(key: str, t: Any, path: str = "devices.toml") -> Device:
                 raise f.error(f"{name}[{i}]", f"bad regular expression for RE2 ({exc}); lookaround and backreferences are not supported") from None
     return Device(
         key=key, name=f.string("name", key), matrix_tflops=peaks["matrix_tflops"], vector_tflops=peaks["vector_tflops"],
-        memory_gbps=f.number("memory_gbps", positive=True), interconnect_gbps=f.number("interconnect_gbps", 0.0, minimum=0.0),
-        host_link_gbps=f.number("host_link_gbps", 32.0, positive=True), memory_gb=f.number("memory_gb", None, positive=True),
+        memory_gbps=f.number("memory_gbps", minimum=MIN_GBPS, maximum=MAX_GBPS), interconnect_gbps=_interconnect(f),
+        host_link_gbps=f.number("host_link_gbps", 32.0, minimum=MIN_GBPS, maximum=MAX_GBPS), memory_gb=f.number("memory_gb", None, positive=True),
         l2_mb=f.number("l2_mb", None, positive=True), sm_count=f.number("sm_count", None, positive=True, integer=True),
         source=f.string("source", ""), match=matches, aliases=f.strings("aliases"), exclude=excludes,
     )
+
+
+def _interconnect(f) -> float:
+    """0 says the GPU has no interconnect (or it is unknown); any other value is a bandwidth."""
+    value = f.number("interconnect_gbps", 0.0, minimum=0.0, maximum=MAX_GBPS)
+    if 0 < value < MIN_GBPS:
+        raise f.error("interconnect_gbps", f"must be 0 (none) or at least {MIN_GBPS:g}, not {value}")
+    return value
 
 
 @functools.lru_cache(maxsize=4096)

@@ -130,7 +130,11 @@ def _as_int(values: Any, as_float: np.ndarray) -> np.ndarray:
     values = np.asarray(values)
     if values.dtype.kind in "iu":
         return values.astype(np.int64)
-    return np.where(np.isfinite(as_float), as_float, 0).astype(np.int64)
+    # Only values int64 holds are cast (a REAL of 1e300 is finite, and numpy warns casting it);
+    # the rest are 0 here, and their rows dropped by the caller, with its count.
+    with np.errstate(invalid="ignore"):
+        fits = np.isfinite(as_float) & (np.abs(as_float) < 2.0**63)
+    return np.where(fits, as_float, 0).astype(np.int64)
 
 
 def _numpy(values: Any) -> Any:

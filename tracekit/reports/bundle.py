@@ -11,7 +11,12 @@
 
 A bundle is written whole or not at all: every file goes into a temporary directory beside
 DIR, which is renamed into place at the end (`atomic_dir`), so an interrupted or failed run
-never leaves files that look like a complete report.
+never leaves files that look like a complete report. The temporary directory is locked
+while its run lives; the next run into DIR removes those of runs that were killed.
+
+pyarrow writes and reads back the tables on this thread alone (no pool): under a memory
+limit a pool thread that cannot start ended the process (std::terminate) or left the read
+waiting for it forever (issue 33).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import tempfile
 from typing import Iterator
 
 from tracekit.analysis import Analysis
-from tracekit.errors import TraceError, interrupts_deferred, raise_if_interrupted
+from tracekit.errors import TraceError, interrupts_deferred, memory_ran_out, raise_if_interrupted
 
 # The file whose presence says "this bundle is complete" (summary.json of one trace,
 # ranks.json of several): where DIR already holds other files, it is removed first and
@@ -66,12 +71,18 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
 def atomic_dir(out_dir: str) -> Iterator[str]:
     """Yields a temporary directory to write the bundle into; on success its content
     takes the place of `out_dir`, on any error or interrupt it is removed."""
+    from tracekit.reports.atomic import STAGING_MARK, hold, release, remove_stale, staging_prefix
+
     target = os.path.realpath(out_dir)  # through a symlink: the directory it names is written, the link kept
-    tmp = None
+    tmp = held = None
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
+        remove_stale(os.path.dirname(target), staging_prefix(target))  # left by killed runs into the same place
+        if os.path.isdir(target):
+            remove_stale(target, STAGING_MARK)
         with interrupts_deferred():  # so that `tmp` is known (and removed) whenever Ctrl-C comes
-            tmp = _make_temporary(target)
+            tmp = held = _make_temporary(target)
+            hold(held)
         yield tmp
         verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
         with interrupts_deferred():  # the renames are not torn apart halfway
@@ -83,18 +94,22 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
+        if held is not None:
+            release(held)
 
 
 def _make_temporary(target: str) -> str:
     """Beside the target (one rename puts it in place); inside it when only the target
     itself is writable (then its entries are moved in one by one). mkdtemp makes it 0700:
     the bundle gets the mode any directory the user makes would have (umask)."""
+    from tracekit.reports.atomic import STAGING_MARK, staging_prefix
+
     try:
-        path = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-", dir=os.path.dirname(target))
+        path = tempfile.mkdtemp(prefix=staging_prefix(target), dir=os.path.dirname(target))
     except PermissionError:
         if not os.path.isdir(target):
             raise
-        path = tempfile.mkdtemp(prefix=".tracekit-", dir=target)
+        path = tempfile.mkdtemp(prefix=STAGING_MARK, dir=target)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o777 & ~umask)
@@ -116,14 +131,19 @@ def verify(directory: str, out_dir: str) -> None:
                 if name.endswith(".parquet"):
                     import pyarrow.parquet as pq
 
-                    pq.read_table(path)
+                    # one row group at a time, on this thread: bounded memory, no pool to wait on
+                    with pq.ParquetFile(path, pre_buffer=False) as table:
+                        for group in range(table.num_row_groups):
+                            table.read_row_group(group, use_threads=False)
                 elif name.endswith(".json"):
                     with open(path, "rb") as f:
                         json.loads(f.read())
-            except (OSError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - running out of memory is not a torn file
+                if memory_ran_out(exc):
+                    raise
+                if not isinstance(exc, (OSError, ValueError)):
+                    raise TraceError(out_dir, f"{rel} did not read back ({type(exc).__name__}: {exc}); nothing was written") from None
                 raise TraceError(out_dir, f"{rel} did not read back ({exc}); nothing was written") from None
-            except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a torn file
-                raise TraceError(out_dir, f"{rel} did not read back ({type(exc).__name__}: {exc}); nothing was written") from None
 
 
 def _install(tmp: str, target: str) -> None:
@@ -139,10 +159,14 @@ def _install(tmp: str, target: str) -> None:
         return
     if set(entries) <= set(os.listdir(tmp)):
         # A previous bundle: swap the directories, then drop the old one.
-        old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.tracekit-old-", dir=os.path.dirname(target))
+        from tracekit.reports.atomic import hold, release, staging_prefix
+
+        old = tempfile.mkdtemp(prefix=f"{staging_prefix(target)}old-", dir=os.path.dirname(target))
+        hold(old)  # (another run's clean-up leaves it alone)
         os.rename(target, os.path.join(old, "bundle"))
         os.rename(tmp, target)
         shutil.rmtree(old, ignore_errors=True)
+        release(old)
         return
     _install_entries(tmp, target)
 
@@ -178,6 +202,16 @@ MEASURED_INT_COLUMNS = ("bytes", "registers", "shared_memory", "coll_in_elems", 
                         "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z")
 
 
+def _write_parquet(frame, path: str) -> None:
+    """A DataFrame as parquet, converted and written on this thread (pandas' to_parquet
+    converts columns in a pool of cpu_count threads: "can't start new thread" under a
+    memory limit)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), path)
+
+
 def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     with atomic_dir(out_dir) as tmp:
         names = write_files(a, tmp, top)
@@ -211,9 +245,9 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     for col in kernels.columns:  # parquet wants one type per column; categories of str
         if kernels[col].dtype == object:
             kernels[col] = kernels[col].astype("string")
-    kernels.to_parquet(os.path.join(out_dir, "kernels.parquet"), index=False)
+    _write_parquet(kernels, os.path.join(out_dir, "kernels.parquet"))
     written.append("kernels.parquet")
-    a.ops.astype({c: "string" for c in a.ops.columns if a.ops[c].dtype == object}).to_parquet(os.path.join(out_dir, "ops.parquet"), index=False)
+    _write_parquet(a.ops.astype({c: "string" for c in a.ops.columns if a.ops[c].dtype == object}), os.path.join(out_dir, "ops.parquet"))
     written.append("ops.parquet")
     a.blocks.to_csv(os.path.join(out_dir, "blocks.csv"), index=False)
     written.append("blocks.csv")

@@ -215,10 +215,10 @@ def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
     """diff.json (every matched item) and diff.md (the tables) into out_dir."""
     import os
 
-    from tracekit.reports.atomic import write_file
+    from tracekit.reports.atomic import write_files
 
-    return [write_file(os.path.join(out_dir, "diff.json"), to_json(d) + "\n"),
-            write_file(os.path.join(out_dir, "diff.md"), to_markdown(d, top))]
+    # published together: a failure at diff.md (a full disk) leaves no diff.json behind
+    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): to_markdown(d, top)})
 
 
 def rank_sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
@@ -272,7 +272,7 @@ def render_ranks(d: dict, console, top: int = 15) -> None:
 def write_ranks(d: dict, out_dir: str, top: int = 15) -> list[str]:
     import os
 
-    from tracekit.reports.atomic import write_file
+    from tracekit.reports.atomic import write_files
 
-    return [write_file(os.path.join(out_dir, "diff.json"), to_json(d) + "\n"),
-            write_file(os.path.join(out_dir, "diff.md"), ranks_markdown(d, top))]
+    # published together: a failure at diff.md (a full disk) leaves no diff.json behind
+    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): ranks_markdown(d, top)})
