@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.errors import TraceError
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
+from tracekit.trace import health
 from tracekit.trace.link import link
 from tracekit.parsers import as_trace, parse_tables
 from tracekit.trace import Trace
@@ -36,7 +37,7 @@ def scan(path: str | os.PathLike, progress=None, workers: int | None = None, mea
     comes back as linked numpy column tables (tracekit.tables.ColumnTrace), which is all
     `tracekit info` needs and costs no pandas import; Nsight Systems traces as a Trace."""
     with _gc_paused():
-        return link(parse_tables(path, progress, workers, meanwhile))
+        return health.check(link(parse_tables(path, progress, workers, meanwhile)))
 
 
 @contextlib.contextmanager
