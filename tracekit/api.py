@@ -108,7 +108,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             trace = pair_capture(trace, captured, os.fspath(capture))
         from tracekit.analysis import build
 
-        gpu_work = len(trace.kernels) > 0
+        gpu_work = len(trace.kernels) > 0 or health.kernel_times_unknown(trace.meta)  # its GPU times lost, not absent
         # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
         spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
         if gpu_work:
