@@ -228,10 +228,14 @@ def _missing_markers(trace: Any) -> list[Problem]:
     if trace.meta.get("format") != "kineto" or not (len(trace.kernels) or kernel_times_unknown(trace.meta)):
         return []
     out = []
-    names = coded(trace.ranges, "name").where(lambda n: str(n).startswith(_PROFILER_STEP)) if len(trace.ranges) else np.zeros(0, dtype=bool)
-    if not names.any():
-        out.append(Problem("range", "ProfilerStep#N marker is missing (no profiler schedule step)", 1, 0,
-                           "steps fall back to other step ranges or GPU annotations, else none"))
+    names = coded(trace.ranges, "name") if len(trace.ranges) else None
+    if names is None or not names.where(lambda n: str(n).startswith(_PROFILER_STEP)).any():
+        # a missing marker matters where no other step range (decode, serving) stands in for it
+        from tracekit.trace.step_ownership import SERVING_STEP, STEP
+
+        if names is None or not names.where(lambda n: bool(STEP.search(str(n)[:256]) or SERVING_STEP.search(str(n)[:256]))).any():
+            out.append(Problem("range", "ProfilerStep#N marker is missing, and no other step range stands in for it", 1, 0,
+                               "steps are the GPU annotations where the kernels' times are lost, else none: per-step figures are absent"))
     if not trace.meta.get("devices"):
         out.append(Problem("trace", "deviceProperties marker is missing (the GPU is unnamed)", 1, 0,
                            "the device comes from --device, else the roofline is unknown"))
