@@ -176,7 +176,7 @@ def test_zero_kernel_times_span_and_steps_come_from_what_kept_its_times(zero_doc
     assert all(s["kernels"] is None and s["busy_ns"] is None and s["coverage"] is None for s in d["steps"])
     assert d["coverage"]["kernel_time_ns"] is None and d["coverage"]["efficiency"] is None
     assert d["headline"][0].startswith("The profiler lost the times of every GPU activity (21,781 kernels, copies and memsets")
-    assert d["device"]["key"] == "h200"
+    assert d["device"]["key"] == "H200"
 
 
 def test_zero_kernel_times_with_a_model_bandwidth_is_model_bytes_over_the_window():
