@@ -84,7 +84,7 @@ def log_analysis(analysis, run_id: str | None = None, top: int = 15, artifact_pa
 # How long the tracking server has to answer its health check before any work is done: a
 # server that is down or unreachable is named in seconds, not after the analysis and
 # MLflow's own retries (minutes).
-SERVER_TIMEOUT_S = 5.0
+SERVER_TIMEOUT_S = 10.0
 # MLflow's HTTP retries, where the user has not set them: a server that answered the
 # health check and then fails is reported after a few seconds, not ~250 s of backoff.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
