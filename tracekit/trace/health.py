@@ -235,7 +235,7 @@ def _missing_markers(trace: Any) -> list[Problem]:
 
         if names is None or not names.where(lambda n: bool(STEP.search(str(n)[:256]) or SERVING_STEP.search(str(n)[:256]))).any():
             out.append(Problem("range", "ProfilerStep#N marker is missing, and no other step range stands in for it", 1, 0,
-                               "steps are the GPU annotations where the kernels' times are lost, else none: per-step figures are absent"))
+                               "steps come from the trace's structure where it shows them, else per-step figures are absent"))
     if not trace.meta.get("devices"):
         out.append(Problem("trace", "deviceProperties marker is missing (the GPU is unnamed)", 1, 0,
                            "the device comes from --device, else the roofline is unknown"))
