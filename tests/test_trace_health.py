@@ -123,7 +123,7 @@ def test_truncated_file_is_named(tmp_path):
     out = tmp_path / "cut.json"
     out.write_text(text[: int(len(text) * 0.7)])  # the job died 70% into writing it
     trace = tracekit.load(out)
-    [p] = _problems(trace, "cut short")
+    [p] = _problems(trace, "truncated")
     assert p["kind"] == "trace" and "last whole event" in p["action"]
 
 

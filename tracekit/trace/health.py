@@ -93,7 +93,7 @@ def check(trace: Any) -> Any:
     problems += _duplicated_ids(trace.launches)
     problems += _missing_markers(trace)
     if trace.meta.get("cut_short"):
-        problems.append(Problem("trace", "file is cut short (the job died mid-write, or an event cap)", 1, 0,
+        problems.append(Problem("trace", "file is truncated (the job died mid-write, or an event cap)", 1, 0,
                                 "read up to the last whole event; the last step may be partial"))
     meta = {**trace.meta, "health": [p.to_dict() if isinstance(p, Problem) else p for p in problems]}
     warnings = list(trace.warnings)
