@@ -16,6 +16,12 @@ strings, booleans; deep nesting; quantization_config variants; text_config nesti
 layer_types of the wrong length), through `devices`, `analyze`, `export`, `check`, `diff`,
 multi-rank `analyze`, `calibrate` and `project`; `--kinds model` runs only the model-config
 cases; `--kinds all` alternates traces and files.
+
+`--kinds pathologies` (issue 29) gives real traces the ways profilers fail
+(tests/fuzz_pathologies.py): lost (zero) kernel times, kernels before their launch, a GPU
+clock offset, duplicated correlation ids, orphan activities, missing ProfilerStep or
+deviceProperties, stream overlaps, negative durations, an event cap, a file cut short;
+run through `analyze --format json` and `analyze`.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
 
 import fuzz_cases  # noqa: E402
 import fuzz_files  # noqa: E402
+import fuzz_pathologies  # noqa: E402
 
 _PROBLEM_KEYS = {"exit": "exit", "traceback": "exit", "exit 2 without one error line": "stderr", "invalid JSON": "json",
                  "python warning": "warning"}
@@ -61,8 +68,9 @@ def main() -> int:
     parser.add_argument("--cases", type=int, default=2000)
     parser.add_argument("--time-bound", type=float, default=10.0, help="seconds one command may take")
     parser.add_argument("--log", help="write one JSON line per case here")
-    parser.add_argument("--kinds", choices=("traces", "files", "model", "all"), default="traces",
-                        help="model: only the model-config cases of `files`")
+    parser.add_argument("--kinds", choices=("traces", "files", "model", "pathologies", "all"), default="traces",
+                        help="model: only the model-config cases of `files`; pathologies: the ways profilers fail "
+                             "(tests/fuzz_pathologies.py)")
     args = parser.parse_args()
 
     counts: collections.Counter[str] = collections.Counter()
@@ -78,8 +86,12 @@ def main() -> int:
             seed = args.seed + i
             files = args.kinds in ("files", "model") or (args.kinds == "all" and i % 2)
             case_kinds = ("model",) if args.kinds == "model" else fuzz_files.KINDS
-            job = pool.apply_async(files_case, (seed, work, args.time_bound, case_kinds)) if files else \
-                pool.apply_async(fuzz_cases.run_case, (seed, work, args.time_bound))
+            if args.kinds == "pathologies":
+                job = pool.apply_async(fuzz_pathologies.run_case, (seed, work, args.time_bound))
+            elif files:
+                job = pool.apply_async(files_case, (seed, work, args.time_bound, case_kinds))
+            else:
+                job = pool.apply_async(fuzz_cases.run_case, (seed, work, args.time_bound))
             try:
                 result = job.get(timeout=args.time_bound * len(fuzz_cases.COMMANDS) + 30)
             except multiprocessing.TimeoutError:

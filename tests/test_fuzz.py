@@ -72,3 +72,17 @@ def test_model_config_cases_exit_0_or_2(tmp_path):
     assert not failing, "\n".join(failing)
     codes = {run["exit"] for r in results for run in r["results"]}
     assert {0, 2} <= codes
+
+
+def test_profiler_pathology_cases_exit_0_or_2(tmp_path):
+    """The ways profilers fail (tests/fuzz_pathologies.py: lost kernel times, kernels before
+    their launch, clock offsets, duplicated ids, missing markers, caps and cuts), a CI-sized
+    run through both the JSON and the terminal table; thousands: benchmarks/fuzz_inputs.py
+    --kinds pathologies."""
+    import fuzz_pathologies
+
+    results = [fuzz_pathologies.run_case(SEED + i, str(tmp_path), TIME_BOUND_S, fuzz_pathologies.COMMANDS) for i in range(12)]
+    failing = [f"seed {r['seed']} {r['mutations']}: {r['problems']}" for r in results if r["problems"]]
+    assert not failing, "\n".join(failing)
+    assert {run["code"] for r in results for run in r["runs"]} <= {0, 2}
+    assert any(run["code"] == 0 for r in results for run in r["runs"])

@@ -356,15 +356,19 @@ def test_calibrate_with_steps_of_unknown_kv_length(tmp_path):
 def test_calibrate_a_cpu_trace_put_on_a_gpu_has_nothing_to_fit(tmp_path):
     """A CPU-only profile with --device: its steps have no GPU busy time. The fit divided by
     it (numpy's raw RuntimeWarning on stderr, an exit 1 under -W error), printed "inf%" and
-    fitted efficiencies of 0.001; now those steps are left out and nothing is fitted."""
+    fitted efficiencies of 0.001; then it printed "(none)" and exited 0 without a reason. Now
+    the trace is left out with its reason and, with no trace to fit, calibrate exits 2."""
     out = tmp_path / "factors.json"
-    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(PROJECT_FIXTURES / "cpu_tiny_dense_generate.json.gz"),
+    trace = PROJECT_FIXTURES / "cpu_tiny_dense_generate.json.gz"
+    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(trace),
                           "--model", str(PROJECT_FIXTURES / "cpu_tiny_dense.config.json"), "--device", "h100", "--out", str(out)],
                          capture_output=True, text=True, cwd=REPO)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 2, run.stderr
     assert "Warning" not in run.stderr and "inf%" not in run.stdout, run.stderr
-    (device,) = json.loads(out.read_text())["devices"].values()
-    assert device["steps"] == 0 and device["matrix_efficiency"] is None and device["mape_fitted"] is None
+    lines = run.stderr.splitlines()
+    assert lines[0] == f"tracekit: warning: {trace}: left out of the fit: its steps have no GPU busy time (no kernel ran in them, or the kernels' times were lost)"
+    assert lines[-1].startswith(f"tracekit: error: {trace}: no trace can be used to calibrate")
+    assert not out.exists()
 
 
 def test_markdown_and_console_show_the_prediction():

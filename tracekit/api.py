@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.errors import TraceError
 from tracekit.hardware import DEFAULT_SUSTAINED, resolve
+from tracekit.trace import health
 from tracekit.trace.link import link
 from tracekit.parsers import as_trace, parse_tables
 from tracekit.trace import Trace
@@ -36,7 +37,7 @@ def scan(path: str | os.PathLike, progress=None, workers: int | None = None, mea
     comes back as linked numpy column tables (tracekit.tables.ColumnTrace), which is all
     `tracekit info` needs and costs no pandas import; Nsight Systems traces as a Trace."""
     with _gc_paused():
-        return link(parse_tables(path, progress, workers, meanwhile))
+        return health.check(link(parse_tables(path, progress, workers, meanwhile)))
 
 
 @contextlib.contextmanager
@@ -113,7 +114,7 @@ def _build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, 
     """The Analysis of a loaded trace on the resolved device (analyze's second half)."""
     from tracekit.analysis import build
 
-    gpu_work = len(trace.kernels) > 0
+    gpu_work = len(trace.kernels) > 0 or health.kernel_times_unknown(trace.meta)  # its GPU times lost, not absent
     # A CPU-only profile has nothing to put on a GPU roofline; its ops are still costed.
     spec, no_device = resolve(device_name(trace), device, device_file, source=os.fspath(path)) if gpu_work or device or device_file else (None, None)
     if gpu_work:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import plausibility
+from tracekit.analysis.annotation_steps import annotation_step_table, model_step_bytes
 from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
@@ -24,6 +25,7 @@ from tracekit.hardware.roofline import roofline
 from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
+from tracekit.trace.health import kernel_times_unknown
 from tracekit.trace.inferred_steps import with_inferred_steps
 from tracekit.trace.step_ownership import kernel_steps
 from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
@@ -55,8 +57,12 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     ops = ops_table(kernels, trace) if len(k) else cpu_ops_table(trace)
     devices = device_time(k, exclusive, int(trace.meta.get("span_ns") or 0))
     kernels["step"] = owner
-    steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
-    measured = Measured(kernels=kernels, ops=ops, coverage=coverage(kernels), device=device, sustained=sustained,
+    if kernel_times_unknown(trace.meta):  # the profiler lost every GPU time: the GPU annotations are the steps
+        steps = annotation_step_table(trace, device.bandwidth if device else None, sustained,
+                                      model_step_bytes(run) if run is not None else None)
+    else:
+        steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
+    measured = Measured(kernels=kernels, ops=ops, coverage=_lost_times_unknown(coverage(kernels), trace.meta), device=device, sustained=sustained,
                         meta=trace.meta, warnings=list(trace.warnings), blocks=block_table(kernels), steps=steps,
                         devices=devices, trace=trace, model_notes=list(run.notes) if run is not None else None)
     collectives = collective_table(measured)
@@ -80,3 +86,10 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                     collective_summary=per_collective, overlap=overlap,
                     findings=findings, model=prediction, flags=flags,
                     throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules))
+
+
+def _lost_times_unknown(cov: dict, meta: dict) -> dict:
+    """Kernel and copy time are unknown, not zero, where the profiler lost every GPU time."""
+    if not kernel_times_unknown(meta):
+        return cov
+    return {**cov, "kernel_time_ns": None, "modeled_time_ns": None, "copies_time_ns": None}

@@ -28,6 +28,7 @@ from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idl
 from tracekit.analysis.ops import shape_key
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
+from tracekit.trace.health import kernel_times_unknown
 from tracekit.parsers.launch_api import SYNC_API
 from tracekit.trace.timeline import IDLE_CATEGORIES, difference, idle_gaps, union
 from tracekit.costs.unknown import MIN_COVERAGE
@@ -97,6 +98,22 @@ def compute(a) -> Findings:
     f.causes = ranked_causes(a, f)
     f.headline = headline(a, f)
     return f
+
+
+def _lost_times_headline(a) -> str:
+    """The trace's GPU activities had no times (trace.health): what is known is the GPU
+    annotations' windows, used as the steps."""
+    lost = sum(p["count"] for p in a.meta.get("health") or [] if p["kind"] in ("kernel", "memcpy", "memset")
+               and p["problem"].startswith("have ts 0"))
+    text = (f"The profiler lost the times of every GPU activity ({lost:,} kernels, copies and memsets have ts 0 and dur 0): "
+            "kernel-level figures (GPU time, idle, shares, efficiency) are unknown.")
+    if len(a.steps):
+        wall = a.steps["duration_ns"].to_numpy(dtype=np.float64)
+        text += (f" The {len(wall):,} steps are the GPU annotations' windows ({duration(float(wall.sum()))} in all, "
+                 f"median {duration(float(np.median(wall)))}).")
+    else:
+        text += " No GPU annotation kept its time either: the trace has no step on the GPU."
+    return text
 
 
 def _work(k: pd.DataFrame, in_steps: bool) -> dict[str, np.ndarray]:
@@ -498,6 +515,8 @@ def headline(a, f: Findings) -> list[str]:
 
 
 def _cpu_headline(a) -> list[str]:
+    if kernel_times_unknown(a.meta):
+        return [_lost_times_headline(a)]
     if any("cut short" in w for w in a.warnings):  # a GPU trace may have lost its GPU events
         return ["The part of the trace that could be read (it is cut short) holds no GPU activity: "
                 "its ops are costed against CPU time, with no roofline."]

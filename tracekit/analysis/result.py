@@ -89,6 +89,8 @@ class Analysis(Measured):
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
             "coverage": self.coverage,
+            # what in the trace cannot be true, per activity kind, and what the analysis did (trace.health)
+            "health": list(self.meta.get("health") or []),
             "blocks": records(self.blocks),
             "devices": records(self.devices),
             "steps": records(self.steps),

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import (WORKERS_HELP, console, emit, format_option, freeze_heap, importer, model_from, model_options,
+from tracekit.cli.common import (WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, importer, model_from, model_options,
                                  progress, safe, status, warn)
 from tracekit.errors import TraceError
 
 
 @click.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
+@click.option("--device", callback=checked_device, help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own.")
 @click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml).")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend (or replace) the defaults.")
 @click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
@@ -139,6 +139,9 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
                                "(a local one: mlflow server --host 127.0.0.1 --port 5000; see README)")
     if len(paths) > 1 or os.path.isdir(paths[0]):
         raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
+    from tracekit.integrations.mlflow import check_server
+
+    check_server(os.environ["MLFLOW_TRACKING_URI"].strip())
 
 
 def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import console, device_options, emit, format_option, model_details, model_from, status
+from tracekit.cli.common import console, device_options, emit, format_option, model_details, model_from, status, warn
 
 
 @click.command()
@@ -26,6 +26,13 @@ def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_fi
 
     with status(f"analysing {len(paths)} traces"):
         result = fit(list(paths), model_from(config, **model), device=device, device_file=device_file)
+    for left in result["left_out"]:  # never dropped from the fit without a word
+        warn(left["path"], f"left out of the fit: {left['reason']}")
+    if not result["traces"]:
+        from tracekit.errors import TraceError
+
+        why = "; ".join(f"{left['path']}: {left['reason']}" for left in result["left_out"])
+        raise TraceError(paths[0], f"no trace can be used to calibrate ({why})")
     if out_file is not None:
         from tracekit.reports.atomic import write_file
 

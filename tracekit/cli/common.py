@@ -61,10 +61,21 @@ def safe(text) -> str:
     return plain_terminal(text)
 
 
+def checked_device(ctx, param, value: str | None) -> str | None:
+    """Checked before any trace is read (tracekit.hardware.check_device_name)."""
+    if value is not None:
+        from tracekit.hardware import MAX_NAME
+
+        if len(value.strip()) > MAX_NAME:
+            raise click.BadParameter(f"{len(value.strip()):,} characters long; a device key or name has at most {MAX_NAME} "
+                                     "(see `tracekit devices`)")
+    return value
+
+
 def device_options(command):
     """--device and --device-file: the GPU a trace is put on."""
     options = [
-        click.option("--device", help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own."),
+        click.option("--device", callback=checked_device, help="GPU to put the trace on (a key or name from `tracekit devices`); default: the trace's own."),
         click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (format: tracekit/hardware/devices.toml)."),
     ]
     for option in reversed(options):

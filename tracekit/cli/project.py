@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import WORKERS_HELP, console, emit, format_option, freeze_heap, warn
+from tracekit.cli.common import WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, warn
 
 
 @click.command()
 @click.argument("path")
-@click.option("--to", "target", help="The GPU to project onto (a key or name from `tracekit devices`).")
+@click.option("--to", "target", callback=checked_device, help="The GPU to project onto (a key or name from `tracekit devices`).")
 @click.option("--tp", type=click.IntRange(1, 1024), help="The tensor-parallel degree to project to (PATH: one rank's trace, or a directory of the ranks of one job).")
 @click.option("--run-tp", type=click.IntRange(1, 1024), help="With --tp: the run's own TP degree, where the model config's per-rank shapes and the collectives do not say.")
 @click.option("--model", "model", type=click.Path(dir_okay=False), help="With --tp: the model's config.json (per-rank widths = config widths / TP).")
-@click.option("--device", help="The GPU the trace ran on, where the trace does not name it (nsys exports without TARGET_INFO_GPU).")
+@click.option("--device", callback=checked_device, help="The GPU the trace ran on, where the trace does not name it (nsys exports without TARGET_INFO_GPU).")
 @click.option("--device-file", type=click.Path(dir_okay=False), help="TOML file with device specs (for --to and --device).")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules that extend the defaults.")
 @click.option("--batch", "--samples-per-step", "samples", type=click.IntRange(1, None), help="Samples per training step (throughput) where the trace does not say.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import WORKERS_HELP, emit, format_option, console, importer, safe, scan_trace, status
+from tracekit.cli.common import WORKERS_HELP, checked_device, emit, format_option, console, importer, safe, scan_trace, status
 
 
 @click.command()
@@ -26,7 +26,7 @@ def info(path: str, fmt: str, top: int, workers: int | None) -> None:
 @click.command()
 @click.argument("path")
 @click.option("--perfetto", "out", required=True, type=click.Path(dir_okay=False), help="Output JSON for Perfetto / chrome://tracing.")
-@click.option("--device", help="GPU to put the trace on; default: the trace's own.")
+@click.option("--device", callback=checked_device, help="GPU to put the trace on; default: the trace's own.")
 @click.option("--device-file", type=click.Path(dir_okay=False))
 @click.option("--rules", type=click.Path(dir_okay=False))
 def export(path: str, out: str, device: str | None, device_file: str | None, rules: str | None) -> None:

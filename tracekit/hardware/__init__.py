@@ -150,6 +150,14 @@ _PRODUCT_LINE = re.compile(r"\b(RTX\s*PRO|RTX\s*A(?=\d)|RTX|GTX|MI|GB|GH|[A-Z])\
 MAX_NAME = 120  # device names come from the trace: bounded before any regex runs
 
 
+def check_device_name(requested: str, source: str = "--device") -> None:
+    """A --device value longer than any device name is refused, never cut: matched cut, a
+    long name could select a different device than the one typed."""
+    if len(requested.strip()) > MAX_NAME:
+        raise TraceError(source, f"--device value is {len(requested.strip()):,} characters long; a device key or name has at most "
+                                 f"{MAX_NAME} (see `tracekit devices`)")
+
+
 def _normal(name: str) -> str:
     """Lower case, vendor words and punctuation dropped: "NVIDIA H100" and "h-100" -> "h100"."""
     return re.sub(r"[^a-z0-9]", "", _VENDOR_WORDS.sub("", name.lower()))
@@ -233,6 +241,7 @@ def resolve(trace_device_name: str | None, requested: str | None = None, device_
         if requested is None and len(extra) == 1:
             return next(iter(extra.values())), None
     if requested:
+        check_device_name(requested, source)
         device = find_device(requested, devices)
         if device is None:
             raise TraceError(source, f"unknown device {requested[:MAX_NAME]!r} ({_suggestion(requested, devices)}); "

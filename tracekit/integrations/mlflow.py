@@ -81,6 +81,46 @@ def log_analysis(analysis, run_id: str | None = None, top: int = 15, artifact_pa
     return run_id
 
 
+# How long the tracking server has to answer its health check before any work is done: a
+# server that is down or unreachable is named in seconds, not after the analysis and
+# MLflow's own retries (minutes).
+SERVER_TIMEOUT_S = 10.0
+# MLflow's HTTP retries, where the user has not set them: a server that answered the
+# health check and then fails is reported after a few seconds, not ~250 s of backoff.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def check_server(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
+    """Raise TraceError (one line, exit 2) unless the HTTP tracking server at `uri` answers
+    its /health endpoint within `timeout` seconds. Other stores (databricks, a local path)
+    are MLflow's to check."""
+    import os
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from tracekit.errors import TraceError
+
+    for key, value in _HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+            if response.status == 200:
+                return
+            why = f"HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        why = f"HTTP {exc.code} from /health"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        why = "no answer within {:g} s".format(timeout) if "timed out" in str(reason) else str(reason)
+    raise TraceError(uri, f"the MLflow tracking server cannot be reached ({why}); nothing was analysed or logged "
+                          "(start it, or set MLFLOW_TRACKING_URI to one that runs)")
+
+
 def _key(name: Any) -> str:
     return _KEY_UNSAFE.sub("_", str(name))[:100] or "_"
 

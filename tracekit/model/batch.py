@@ -332,6 +332,7 @@ class BatchReader:
         self.op_names = ops["name"].astype(str).to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
         self.dims = ops["input_dims"].to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
         self.concrete = ops["concrete_inputs"].to_numpy()[self.op_rows] if len(ops) else np.zeros(0, dtype=object)
+        self.decoded_after: dict[int, int] = {}  # prefill attention op -> the decode steps that followed it so far
 
     def step(self, rows: list[int], batch: int | None, context: int | None) -> StepBatch:
         """The batch of the step made of range `rows` (the step and the annotations nesting with it)."""
@@ -347,9 +348,33 @@ class BatchReader:
         if found is None or not found.complete:
             r, step = self.ranges, rows[0]
             found = _better(found, self.from_ops(int(r["pid"].iat[step]), int(r["start"].iat[step]), int(r["end"].iat[step])))
+        if found is None and batch is None:
+            r, step = self.ranges, rows[0]
+            found = self.after_prompts(int(r["pid"].iat[step]), int(r["start"].iat[step]))
         if found is None:
             return from_options(batch, context)
         return with_context(found, context)
+
+    def after_prompts(self, pid: int, start: int) -> StepBatch | None:
+        """A step whose own ops tell no batch (a CUDA-graph replay launches none) that follows
+        an eager causal forward over whole prompts (its latest attention op before the step has
+        query length = key length: a prefill of B prompts of P tokens): the decode of those B
+        requests, one new token each, attending P + the tokens decoded since (the steps that
+        took their batch from the same prefill before this one)."""
+        before = np.flatnonzero((self.op_start < start) & np.isin(self.op_names, list(_ATTENTION_OPS)))
+        if pid >= 0:
+            before = before[(self.op_pid[before] == pid) | (self.op_pid[before] < 0)]
+        if not len(before):
+            return None
+        i = int(before[-1])
+        shape = _attention_shape(self.dims[i], self.concrete[i], _ATTENTION_OPS[self.op_names[i]])
+        if not shape or not shape[3] or shape[1] != shape[2] or shape[1] < 2:
+            return None
+        b, prompt = shape[0], shape[2]
+        decoded = self.decoded_after.get(i, 0)
+        self.decoded_after[i] = decoded + 1
+        return StepBatch((Requests(b, b, b * (prompt + decoded + 1)),), f"decode after a prefill's op shapes ({b} prompts of {prompt:,} tokens)",
+                         logit_tokens=b, note=f"{decoded} decode steps since the prefill")
 
     def from_ops(self, pid: int, start: int, end: int) -> StepBatch | None:
         """An eager step's batch from its ops' shapes: attention (query and key lengths) and,

@@ -89,9 +89,10 @@ def block_efficiency(blocks: pd.DataFrame) -> dict[str, Any]:
 def calibrate(analyses: list) -> dict[str, Any]:
     """Fit per device over analyses built with a model (tracekit.analysis.Analysis with .model)."""
     per_device: dict[str, list] = {}
-    traces = []
+    traces, left_out = [], []
     for a in analyses:
-        if a.model is None or a.device is None:
+        if (reason := unusable(a)) is not None:
+            left_out.append({"path": a.meta.get("path"), "reason": reason})
             continue
         pred = a.model
         key = a.device.key
@@ -99,7 +100,8 @@ def calibrate(analyses: list) -> dict[str, Any]:
         terms = pred.terms.assign(step_key=lambda t: f"{path}::" + t["step_row"].astype(str)) if len(pred.terms) else pred.terms
         per_device.setdefault(key, []).append((a, terms))
     out: dict[str, Any] = {"schema": SCHEMA, "model": "predicted step = sum over blocks and layers of max(flops / (peak * matrix_efficiency), "
-                           "bytes / (bandwidth * bandwidth_efficiency)); measured = GPU busy time of the step", "devices": {}, "traces": traces}
+                           "bytes / (bandwidth * bandwidth_efficiency)); measured = GPU busy time of the step", "devices": {}, "traces": traces,
+                           "left_out": left_out}
     for key, items in per_device.items():
         terms = pd.concat([t for _, t in items if len(t)], ignore_index=True) if any(len(t) for _, t in items) else pd.DataFrame()
         result = fit(terms) if len(terms) else fit(pd.DataFrame(columns=["step_key"]))
@@ -115,6 +117,23 @@ def calibrate(analyses: list) -> dict[str, Any]:
                            "mape_fitted": float(np.mean(errors)) if errors else None,
                            "busy_ns": [s[4] for s in steps]})
     return out
+
+
+def unusable(a) -> str | None:
+    """Why an analysis gives the fit nothing to use (None: it has steps to fit)."""
+    if a.model is None:
+        return "it was analysed without a model"
+    if a.device is None:
+        return ("its GPU is unnamed or not in the device table, so no roofline time can be put against its steps: "
+                "pass --device NAME (see `tracekit devices`)")
+    if not len(a.model.steps):
+        return "it has no step (ProfilerStep#N, decode_step, a serving engine's step range) to fit"
+    if not len(a.model.terms):
+        return ("none of its steps has a batch the trace describes completely (requests, tokens, KV length): "
+                "pass --batch B --context C")
+    if not _step_arrays(a.model.terms.assign(step_key=a.model.terms["step_row"].astype(str))):
+        return "its steps have no GPU busy time (no kernel ran in them, or the kernels' times were lost)"
+    return None
 
 
 def _peak_blocks(a) -> pd.DataFrame:

@@ -51,6 +51,7 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges"
                                + (f" that can be read ({'; '.join(lost)})" if lost else ""))
     trace = tables.build(path, source, document)
+    trace.meta["cut_short"] = source.cut_short or document.cut_short
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
     if fallback:

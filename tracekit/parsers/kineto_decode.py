@@ -69,8 +69,10 @@ class Document:
     raw_events: list[msgspec.Raw]
     header: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    cut_short: bool = False  # the JSON ended mid-event and was closed after its last whole one
 
 
+CUT_SHORT = "trace is cut short"
 _TRACE_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _MAX_CUT_ATTEMPTS = 64
 
@@ -88,7 +90,7 @@ def decode_document(path: str, data: Any) -> Document:
         # deeper than a handful of levels, so such a file is not a trace (or is damaged).
         raise TraceError(path, "JSON is nested too deeply to read (arrays or objects over ~1,000 levels deep): not a torch.profiler trace") from None
     header = {f: getattr(doc, f) for f in doc.__struct_fields__ if f != "traceEvents"}
-    return Document(doc.traceEvents, header, warnings)
+    return Document(doc.traceEvents, header, warnings, any(w.startswith(CUT_SHORT) for w in warnings))
 
 
 def _decode(path: str, data: Any, warnings: list[str]) -> _Document:
@@ -250,7 +252,7 @@ def _salvage_truncated(path: str, data: Any, warnings: list[str]) -> _Document:
             continue
         lost = len(data) - (cut + 1)
         warnings.append(
-            f"trace is cut short: kept {len(doc.traceEvents or ()):,} whole events; "
+            f"{CUT_SHORT}: kept {len(doc.traceEvents or ()):,} whole events; "
             f"the last {lost:,} bytes (at least one partial event) were lost"
         )
         return doc

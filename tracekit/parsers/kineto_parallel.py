@@ -128,6 +128,7 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     if tables.empty():
         return None  # the serial parser words the error
     trace = tables.build(path, source, document)
+    trace.meta["cut_short"] = source.cut_short or document.cut_short
     trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
     return trace

@@ -22,6 +22,7 @@ from tracekit.parsers.kineto_decode import Document, Event, json_array
 from tracekit.parsers.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.source import Source
 from tracekit.trace.tables import Coded, ColumnTable, ColumnTrace, Interner
+from tracekit.trace.health import Problem, zero_time_problems, zero_times
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS
 
 CHUNK_EVENTS = 200_000
@@ -36,6 +37,7 @@ _CATEGORY_KIND = {
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset")
 _RANGE_DOMAINS = ("user", "gpu", "python")
+_HEALTH_KIND = {"launch": "runtime call", "op": "CPU op", "range": "range"}
 
 # In the 2021 schema record_function ranges are `Operator` events too.
 _LEGACY_USER_RANGE = re.compile(r"^ProfilerStep#\d+$|#|^## .* ##$")
@@ -163,6 +165,12 @@ class _Columns:
         for name, values in columns.items():
             self.parts[name].append(values)
         self.rows += len(next(iter(columns.values())))
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Only the rows where `rows` (a mask over all the pieces) is True, as one piece."""
+        for name, parts in self.parts.items():
+            self.parts[name] = [np.concatenate(parts)[rows]]
+        self.rows = int(rows.sum())
 
     def array(self, name: str, dtype=np.int64) -> np.ndarray:
         parts = self.parts.get(name)
@@ -339,16 +347,44 @@ class KinetoTables:
         rank = np.empty(len(names), dtype=np.int64)
         rank[sorted(range(len(names)), key=names.__getitem__)] = np.arange(len(names))
         self._renumber_thread_names(_name_code(rank))
+        health = self._drop_zero_times()
         clock = _Clock([c for c in (self.gpu, self.launch, self.op, self.range) if c.rows], self.windows)
         kernels = self._kernel_table(clock)
         launches = self._launch_table(clock, kernels["correlation"])
         ops = self._op_table(clock)
         ranges = self._range_table(clock)
         meta = _meta(path, source, _checked_header(document.header, self.checks), self.legacy, clock)
+        meta["health"] = [p.to_dict() for p in health]
+        meta["kernel_times_unknown"] = bool(health) and not self.gpu.rows
         if meta.get("rank") is not None:
             kernels = kernels.with_columns(rank=np.full(len(kernels), meta["rank"], dtype=np.int32))
         warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
         return ColumnTrace(kernels, launches, ops, ranges, meta, warnings)
+
+    def _drop_zero_times(self) -> list[Problem]:
+        """Events whose ts and dur are both 0 while the rest of the capture lies far from
+        zero (the profiler lost their times: every kernel, copy, memset and runtime call of
+        a session that replayed a CUDA graph, seen with torch 2.11 / CUDA 13) leave the
+        tables before the clock is set, or the span would reach back to the epoch;
+        trace.health records them."""
+        tables = {"gpu": self.gpu, "launch": self.launch, "op": self.op, "range": self.range}
+        times = {name: (c.array("ts", np.float64), c.array("dur", np.float64)) for name, c in tables.items() if c.rows}
+        zero = {name: (ts == 0) & (dur == 0) for name, (ts, dur) in times.items()}
+        if not any(z.any() for z in zero.values()):
+            return []
+        rest = [float(ts[~zero[name]].min()) for name, (ts, _) in times.items() if (~zero[name]).any()]
+        first = min(rest, default=None)
+        problems: list[Problem] = []
+        for name, (ts, dur) in times.items():
+            dropped = zero_times(ts, dur, first)
+            if not dropped.any():
+                continue
+            if name == "gpu":
+                problems += zero_time_problems(self.gpu.array("kind", np.int8), dropped, _GPU_KINDS)
+            else:
+                problems += zero_time_problems(np.zeros(len(ts), dtype=np.int8), dropped, (_HEALTH_KIND[name],))
+            tables[name].keep(~dropped)
+        return problems
 
     def _kernel_table(self, clock: "_Clock") -> ColumnTable:
         c = self.gpu

@@ -25,6 +25,7 @@ class Source:
     data: bytes | bytearray | mmap.mmap  # the uncompressed bytes (an mmap for plain files: no copy)
     compressed: bool
     warnings: list[str] = field(default_factory=list)
+    cut_short: bool = False  # the gzip stream ended early or broke: what follows is lost
 
 
 def check_readable(path: str | os.PathLike) -> str:
@@ -49,7 +50,7 @@ def read_source(path: str) -> Source:
     """The file's uncompressed content. The file is opened read-only and never written."""
     if read_head(path, 2) == GZIP_MAGIC:
         data, warnings = _gunzip(path)
-        return Source(path, data, True, warnings)
+        return Source(path, data, True, warnings, cut_short=bool(warnings))
     with open(path, "rb") as f:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return Source(path, data, False)

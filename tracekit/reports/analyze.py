@@ -70,6 +70,8 @@ def roofline_line(analysis: Analysis) -> str:
 
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
+    if c.get("kernel_time_ns") is None:  # the profiler lost the kernels' times (trace health)
+        return "— : the kernels' times are lost (see Trace health), so no efficiency can be stated"
     if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
         return (f"— : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
                 f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")

@@ -143,7 +143,7 @@ def step_rows(a: Analysis) -> Section:
             "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW"]
     mark = _marks(a, "steps")
     rows = [[r["step"], duration(r["duration_ns"]), duration(r.get("host_duration_ns")), duration(r.get("gpu_lag_ns")),
-             f"{r['kernels']:,}", f"{r.get('copies') or 0:,}", mark(i, "busy_in_window_ns", duration(r.get("busy_in_window_ns"))),
+             number(r["kernels"], "{:,}"), number(r.get("copies"), "{:,}"), mark(i, "busy_in_window_ns", duration(r.get("busy_in_window_ns"))),
              duration(r["busy_ns"]), percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"),
              mark(i, "bandwidth_share_peak", percent(r["bandwidth_share_peak"])), percent(r["bandwidth_share_sustained"])]
             for i, r in enumerate(a.steps.to_dict(orient="records"))]
@@ -180,7 +180,7 @@ def op_rows(a: Analysis, top: int) -> Section:
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"),
              mark(i, "efficiency", percent(r["efficiency"])), text(r["bound"])]
             for i, r in enumerate(a.ops.head(top).to_dict(orient="records"))]
-    title = "Top ops by GPU time" if a.device is not None else "Top CPU ops by time (outermost op with a cost model)"
+    title = "Top ops by GPU time" if a.device is not None and len(a.kernels) else "Top CPU ops by time (outermost op with a cost model)"
     return Section(title, head, rows, [0, 0, 0, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
@@ -218,10 +218,15 @@ def sections(a: Analysis, top: int) -> list[Section]:
     from tracekit.reports.prediction import sections as prediction_sections
     from tracekit.reports.throughput import sections as throughput_sections
 
+    from tracekit.reports.health import health_section
+    from tracekit.trace.health import kernel_times_unknown
+
+    if kernel_times_unknown(a.meta):  # GPU times lost: the steps are the GPU annotations' windows
+        return [health_section(a), step_rows(a), op_rows(a, top), *throughput_sections(a), *prediction_sections(a)]
     if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time; steps and stages on the host
-        return [op_rows(a, top), *throughput_sections(a)]
+        return [health_section(a), op_rows(a, top), *throughput_sections(a)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
-    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
+    return [health_section(a), fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
             block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
             collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]

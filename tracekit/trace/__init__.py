@@ -3,7 +3,9 @@ operations.
 
 Takes the tables a parser read; gives them linked (kernel -> launch -> op -> ranges,
 link.py), grouped on integer codes (grouping.py), as intervals (intervals.py,
-timeline.py), and with the one rule of which step owns which kernel (step_ownership.py).
+timeline.py), and with the one rule of which step owns which kernel (step_ownership.py);
+health.py names what the trace holds that cannot be true (lost, early or overlapping
+times, unlinked or duplicated ids, missing markers) and what the analysis does about it.
 What the ops' structure says: autograd.py (backward and recomputed forward ops),
 forwards.py (a token model's forward passes), inferred_steps.py (steps of a trace that
 marks none).
