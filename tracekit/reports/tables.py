@@ -59,12 +59,27 @@ def headline(a: Analysis) -> list[str]:
     return list(a.findings.headline) if a.findings is not None else []
 
 
+def fix_first(a: Analysis) -> Section:
+    """The one ranked list of every cause (analysis.causes), each in time and as a share of
+    the same denominator; the running total counts the GPU-time rows only (host-time rows
+    overlap the host-wait idle)."""
+    f = a.findings
+    head = ["#", "cause", "where (host code, op, kernel, copy)", "time", "share", "cumulative"]
+    rows = [[str(i + 1), c["what"], c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
+            for i, c in enumerate(f.causes)]
+    return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
+                   head, rows, [3, 0, 0, 0, 0, 2], flex=2, left=(1, 2), wrap=(1,),
+                   note=f"share: of {f.denominator}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
+                        "disjoint slices of the denominator); host-time rows ('—') overlap the host-wait idle. The tables "
+                        "below break each row down.")
+
+
 def fix_ops(a: Analysis, top: int) -> Section:
     f = a.findings
     head = ["#", "op", "input shapes", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
-    return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
+    return Section("Recoverable kernel time by op (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
                    [4, 0, 0, 3, 2, 2, 0, 0, 1], flex=2, note=_coverage_note(a), left=(1, 2))
 
 
@@ -73,7 +88,7 @@ def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
     head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
-    return Section("What to fix first: kernels", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
+    return Section("Recoverable kernel time by kernel", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
 
 
 def fix_blocks(a: Analysis, top: int) -> Section:
@@ -81,7 +96,7 @@ def fix_blocks(a: Analysis, top: int) -> Section:
     head = ["phase / block", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[r["what"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]), percent(r["share"]),
              percent(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
-    return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2],
+    return Section("Recoverable kernel time by block", head, rows, [0, 1, 2, 1, 0, 0, 2],
                    note="recoverable = the sum over the group's kernels of max(0, time - roofline minimum): a kernel "
                         "faster than its roofline (cache-resident data) takes nothing back from the slower ones")
 
@@ -222,6 +237,6 @@ def sections(a: Analysis, top: int) -> list[Section]:
         return [op_rows(a, top), *throughput_sections(a)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
-    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
+    return [fix_first(a), fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
             block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
             collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]
