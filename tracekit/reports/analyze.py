@@ -7,7 +7,7 @@ from rich.text import Text
 
 from tracekit.analysis import Analysis
 from tracekit.reports.format import duration, number, percent
-from tracekit.reports.tables import headline, sections
+from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
 from tracekit.strict_json import dumps
@@ -83,6 +83,8 @@ def render_console(analysis: Analysis, console: Console, top: int, warnings: boo
     console.print(Text.assemble(terminal(meta.get("path"), "bold"), f"  ({terminal(meta.get('format'))}, span {duration(meta.get('span_ns'))})"))
     for sentence in headline(analysis):
         console.print(terminal(sentence, "bold"))
+    for section in lead(analysis):
+        print_section(section, console)
     console.print(terminal(f"device      {device_line(analysis)}"))
     if len(analysis.kernels):
         console.print(terminal(f"coverage    {coverage_line(analysis)}"))

@@ -228,6 +228,11 @@ def _coverage_note(a: Analysis) -> str:
             f"time without one is listed under 'Kernels without a cost'")
 
 
+def lead(a: Analysis) -> list[Section]:
+    """What every report leads with, right under the headline: the ranked list of causes."""
+    return [fix_first(a)] if len(a.kernels) and a.findings is not None else []
+
+
 def sections(a: Analysis, top: int) -> list[Section]:
     """Every section, in the order a reader needs them: what to fix, then the detail."""
     from tracekit.reports.prediction import sections as prediction_sections
@@ -237,6 +242,6 @@ def sections(a: Analysis, top: int) -> list[Section]:
         return [op_rows(a, top), *throughput_sections(a)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
-    return [fix_first(a), fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
+    return [fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
             block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
             collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]
