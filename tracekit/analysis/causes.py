@@ -138,11 +138,13 @@ def recoverable_row(f, work: dict[str, np.ndarray], a, of_ns: float) -> dict[str
 
 def launch_row(f, of_ns: float) -> dict[str, Any] | None:
     """Host time in launch calls that took longer than the kernel they launched."""
+    from tracekit.trace.kernel_names import labels
+
     s = f.short_kernels
     if not s.get("count"):
         return None
     top = s["top"][0]["name"] if s.get("top") else ""
-    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", top, s["launch_ns"], of_ns,
+    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", s["launch_ns"], of_ns,
                 {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"])})
 
 
