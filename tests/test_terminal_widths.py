@@ -1,4 +1,4 @@
-"""At 80 and 100 columns, every table of `analyze`, `diff` and `check` on every shared trace
+"""At 80, 100 and 120 columns, every table of `analyze`, `diff` and `check` on every shared trace
 keeps its answer columns (each Section declares them: priority 0), fits the width, and never
 prints two rows the same when their data differ (long text elides in the middle, or wraps
 where eliding would make two values look alike). Each trace is analysed once, in-process,
@@ -12,7 +12,7 @@ from rich.console import Console
 from conftest import SHARED
 from golden import DEVICES, fixtures
 
-WIDTHS = (80, 100)
+WIDTHS = (80, 100, 120)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,33 @@ def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
         console.print(fit(section, width, plain=True))
         lines = console.export_text().splitlines()
         assert max(len(line.rstrip()) for line in lines) <= width, (where, section.title)
+        checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("width", (80, 120))
+def test_no_number_is_cut(analyses, width):
+    """Issue 30: numbers were cut (`456.644 …`) where a table did not fit and rich squeezed
+    its columns. A table fits when its planned widths do (rich then prints each column at
+    the width given); every number column (right-aligned: not a text column) keeps its
+    widest cell, so a number is always printed whole, and text columns give way first."""
+    from tracekit.reports.terminal import _table_width, plan
+
+    from tracekit.reports.tables import lead
+
+    checked = 0
+    sections = list(_sections(analyses)) + [(f"analyze {n}", s) for n in sorted(analyses) for s in lead(analyses[n])]
+    for where, section in sections:
+        if not section.rows:
+            continue
+        layout = plan(section, width)
+        assert _table_width([layout.widths[i] for i in layout.keep]) <= width, (where, section.title, width)
+        for i in layout.keep:
+            if i in section.left or i == section.flex:
+                continue
+            widest = max(len(str(row[i])) for row in section.rows)
+            assert layout.widths[i] >= widest, (where, section.title, section.head[i], width)
+            assert all("…" not in cell[i].plain for cell in layout.cells), (where, section.title, section.head[i])
         checked += 1
     assert checked > 100
 

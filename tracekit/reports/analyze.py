@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.analysis import Analysis
-from tracekit.reports.format import duration, number, percent
+from tracekit.reports.format import duration, number, percent, percent_against
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
@@ -71,7 +71,7 @@ def roofline_line(analysis: Analysis) -> str:
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
     if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
-        return (f"— : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
+        return (f"— : only {percent_against(c.get('modeled_share') or 0.0, MIN_COVERAGE)} of GPU kernel time has a cost, "
                 f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
     return (f"kernel time at {percent(eff)} of the peak roofline, {percent(sus)} of the sustained one "
             f"(sum t_min / sum time over the kernels with a cost)")

@@ -122,12 +122,14 @@ def idle(a: Analysis) -> Section:
 
 def idle_host(a: Analysis) -> Section:
     f = a.findings
-    head = ["host was in", "name", "gaps", "idle time covered", "of idle"]
+    head = ["host was in", "name", "gaps", "idle time covered", "of idle (per kind)"]
     h = getattr(f, "idle_host", None)
     rows = [[r["kind"], r["name"], f"{r['gaps']:,}", duration(r["idle_ns"]), percent(r["share_of_idle"])]
             for r in records(h)] if h is not None and len(h) else []
     return Section(f"Host code behind GPU idle {f.idle_window} (innermost frame / op / range open on the launching threads, "
-                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1))
+                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1),
+                   note="each kind (frame, op, range) is charged on its own: a frame and the op it calls cover the same "
+                        "idle time, so the shares add up to at most 100% within a kind, not across kinds")
 
 
 def block_rows(a: Analysis) -> Section:
