@@ -111,3 +111,25 @@ def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
     layout = plan(c, 30)
     assert not layout.wrap and layout.cells[0][1].plain != layout.cells[1][1].plain  # the ends tell them apart
     assert "…" in layout.cells[0][1].plain
+
+
+@pytest.mark.parametrize("width", (80, 120))
+def test_devices_prints_every_key_and_name_whole_one_line_each(width):
+    """`tracekit devices` cut the GPU names (`NVIDIA A10…SXM4 40GB`) and wrapped each source
+    over 6 lines: the key (what --device takes) and the name stay whole, one line per device;
+    the sources give way first (they are in devices.toml)."""
+    import io
+
+    from tracekit.hardware import builtin_devices
+    from tracekit.reports.analyze import render_devices
+
+    devices = builtin_devices()
+    out = io.StringIO()
+    render_devices(devices, Console(file=out, width=width, force_terminal=False))
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "key" not in line]
+    assert len(rows) == len(devices)
+    assert all(len(line) <= width for line in lines)
+    for d, line in zip(devices.values(), rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == d.key and cells[1] == d.name
