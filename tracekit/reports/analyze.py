@@ -110,7 +110,7 @@ def render_devices(devices: dict, console: Console) -> None:
     from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
-    head = ["key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
+    head = ["key", "name", "bf16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
     rows = []
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
@@ -118,4 +118,4 @@ def render_devices(devices: dict, console: Console) -> None:
                      f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), _short_source(d.source)])
     print_section(Section("Known devices (dense peaks; the full sources are in tracekit/hardware/devices.toml)", head, rows,
                           # the key (what --device takes) and the name whole; the source gives way first
-                          [0, 1, 0, 2, 2, 0, 2, 3, 2], flex=1, left=(0, 1, 7, 8)), console)
+                          [0, 1, 0, 2, 3, 0, 3, 4, 3], flex=1, left=(0, 1, 7, 8)), console)
