@@ -96,11 +96,15 @@ def plan(section: Section, width: int) -> Layout:
 
     def readable(i: int, keep: list[int]) -> int:
         """A text column's width before anything is dropped for it: its part of half the
-        width, shared among the text columns (a short one takes only what it needs)."""
-        cols = sorted((j for j in keep if j in text_cols), key=lambda j: natural[j])
+        width, shared among the text columns (a short one takes only what it needs). The
+        flex column (the long names) gives way first: it is served last."""
+        cols = sorted((j for j in keep if j in text_cols), key=lambda j: (j == flex, natural[j]))
         budget = int(width * FLEX_SHARE)
+        others = [j for j in cols if j != flex]
         for n, j in enumerate(cols):
             share = budget // (len(cols) - n)
+            if j != flex and flex in cols:  # the other text columns share all but the flex column's minimum
+                share = (budget - MIN_FLEX) // (len(others) - others.index(j))
             given = min(natural[j], max(_min_width(head[j], natural[j]), share))
             if j == i:
                 return given
