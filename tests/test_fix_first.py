@@ -108,5 +108,5 @@ def test_every_report_leads_with_the_ranked_list(runs, tmp_path):
     for text in (out.getvalue(), markdown.render(a), html.render(a, {})):
         first = text.index("What to fix first: every cause")
         assert first < text.index("coverage") < text.index("Recoverable kernel time by op")
-        assert text.index("GPU busy time inside the steps") < first
+        assert text.index("GPU time went to") < first
         assert "GPU idle: host late to launch" in text[first:first + 2000]

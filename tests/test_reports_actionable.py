@@ -367,7 +367,7 @@ def test_bundle_has_no_mangled_label_and_keeps_the_full_name(tmp_path, name):
         text = (tmp_path / report).read_text()
         assert "_ZN" not in text
         # the headline comes first, then the ranked list, before the device, coverage and tables
-        assert text.lstrip("# ").index("GPU busy time ") < text.index("What to fix first") < text.index("coverage: ")
+        assert text.lstrip("# ").index("GPU time went to") < text.index("What to fix first") < text.index("coverage: ")
     kernels = pd.read_parquet(tmp_path / "kernels.parquet")
     mangled = kernels[kernels["name"].str.startswith("_Z")]
     assert len(mangled) > 0 and not mangled["label"].str.startswith("_Z").any()

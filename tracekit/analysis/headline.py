@@ -12,7 +12,7 @@ import pandas as pd
 
 from tracekit.analysis.causes import IDLE_WHAT
 from tracekit.costs.unknown import MIN_COVERAGE
-from tracekit.reports.format import duration, middle, percent_against, rounded_percent
+from tracekit.reports.format import duration, middle, percent, percent_against, rounded_percent
 from tracekit.trace.grouping import key_of
 
 HEADLINE_MIN_SHARE = 0.01  # a loss under 1% of the denominator is no headline
@@ -109,21 +109,10 @@ def _how_to_cost(a) -> str:
     return f"{record}, or pass --model config.json"
 
 
-def _block_shares(a) -> tuple[list[tuple[tuple[str, str], float]], str]:
-    """Phase x block shares of GPU time for the headline's first line, in the same scope as
-    the idle share beside it: inside the steps where the trace has steps (kernels launched
-    before the capture or between steps are not the steps' time), else the whole capture."""
-    k = a.kernels
-    if not len(a.steps):
-        return [((r["phase"], r["block"]), r["share"]) for r in a.blocks.to_dict(orient="records")], ""
-    inside = k["step"].to_numpy() >= 0
-    time = pd.Series(k["exclusive_ns"].to_numpy(dtype=np.float64)[inside])
-    by = time.groupby([k["phase"].astype(str).to_numpy()[inside], k["block"].astype(str).to_numpy()[inside]]).sum()
-    total = by.sum()
-    if not total:
-        return [], "inside the steps "
-    by = by.sort_values(ascending=False, kind="stable") / total
-    return [(key, float(v)) for key, v in by.items()], "inside the steps "
+def _block_shares(a) -> list[tuple[tuple[str, str], float]]:
+    """Phase x block shares of GPU time: the blocks table's own figures, so the headline and
+    the table never print two numbers for one thing."""
+    return [((r["phase"], r["block"]), r["share"]) for r in a.blocks.to_dict(orient="records")]
 
 
 def headline(a, f) -> list[str]:
@@ -133,10 +122,10 @@ def headline(a, f) -> list[str]:
     b = a.blocks
     sentences = []
     if len(b):
-        shares, scope = _block_shares(a)
-        parts = [f"{phase} / {block} {rounded_percent(share)}" for (phase, block), share in shares[:3]]
+        shares = _block_shares(a)
+        parts = [f"{phase} / {block} {percent(share)}" for (phase, block), share in shares[:3]]
         idle = (f.idle["idle_ns"].sum() if len(f.idle) else 0.0) + float(f.outside.get("idle_ns") or 0.0)
-        where = f"GPU busy time {scope}went to {', '.join(parts)}"
+        where = f"GPU time went to {', '.join(parts)} (of all GPU time, as in the blocks table)"
         if f.denominator_ns:
             where += f"; the GPU was idle {rounded_percent(idle / f.denominator_ns)} of the {f.denominator}"
         sentences.append(where + ".")

@@ -74,9 +74,15 @@ def fix_first(a: Analysis) -> Section:
                         "below break each row down.")
 
 
+def _held(f) -> str:
+    """The recoverable tables' time: GPU time each kernel holds alone (compute owns what it
+    overlaps), in the steps where the trace has steps: less than the blocks table's GPU time."""
+    return "time alone in steps" if f.basis == "step time" else "time alone"
+
+
 def fix_ops(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["#", "op", "input shapes", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["#", "op", "input shapes", "GPU activities", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
     return Section("Recoverable kernel time by op (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
@@ -85,7 +91,7 @@ def fix_ops(a: Analysis, top: int) -> Section:
 
 def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
     f = a.findings
-    head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["#", "kernel", "calls", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
     return Section("Recoverable kernel time by kernel", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
@@ -93,7 +99,7 @@ def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
 
 def fix_blocks(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["phase / block", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["phase / block", "GPU activities", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[r["what"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]), percent(r["share"]),
              percent(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
     return Section("Recoverable kernel time by block", head, rows, [0, 1, 2, 1, 0, 0, 2],
@@ -133,7 +139,7 @@ def idle_host(a: Analysis) -> Section:
 
 
 def block_rows(a: Analysis) -> Section:
-    head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
+    head = ["phase", "block", "GPU time", "of GPU time", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
     mark = _marks(a, "blocks")
     rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), mark(i, "share", percent(r["share"])), f"{r['count']:,}", si(r["flops"]),
              si(r["bytes"], "B"), number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
