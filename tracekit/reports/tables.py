@@ -68,7 +68,7 @@ def fix_first(a: Analysis) -> Section:
     rows = [[str(i + 1), c["what"], c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
             for i, c in enumerate(f.causes)]
     return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
-                   head, rows, [3, 0, 0, 0, 0, 2], flex=2, left=(1, 2), wrap=(1,),
+                   head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),
                    note=f"share: of {f.denominator}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
                         "disjoint slices of the denominator); host-time rows ('—') overlap the host-wait idle. The tables "
                         "below break each row down.")

@@ -8,6 +8,7 @@ Every cell goes through text.terminal: rich never parses a trace string as marku
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -61,6 +62,10 @@ class Layout:
     cells: list[list[Text]]  # display cells of every column (text cells elided to their width)
 
 
+# a Python frame as Kineto names it: `path/to/file.py(218): forward` (group 1: file onwards)
+_FRAME = re.compile(r"(?:^|/)([^/\s]+\.py\(\d+\): \S.*)$")
+
+
 def elide_middle(text: Text, width: int) -> Text:
     """`text` cut to `width` cells by taking out its middle: both ends of a name or a shape
     list carry what tells it apart (`[[8192, 2432], …, [2432]]`)."""
@@ -69,6 +74,17 @@ def elide_middle(text: Text, width: int) -> Text:
     if width <= 1:
         return Text("…")
     plain = text.plain
+    frame = _FRAME.search(plain)
+    if frame and frame.start(1) > 0:
+        # a Python frame (`dir/.../file.py(218): forward`): its directories go first, the
+        # file, line and function stay (`…/modeling_bert.py(218): forward`)
+        start = frame.start(1)
+        slash = plain.find("/")
+        head = plain.rfind(" ", 0, slash) + 1 if 0 <= slash < start else 0  # `frame ` before the path stays
+        if cell_len(plain[:head]) + cell_len(plain[start:]) + 1 <= width:
+            for cut in (m.end() for m in re.finditer("/", plain[:start])):  # the most directories that fit
+                if cut > head + 1 and cell_len(plain[:head]) + cell_len(plain[cut - 1:]) + 1 <= width:
+                    return Text.assemble(text[:head], "…", text[cut - 1:])
     head = (width - 1 + 1) // 2
     tail = width - 1 - head
     # characters, not cells: a wide character can leave the cut a cell wider; rich then
