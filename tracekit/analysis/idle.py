@@ -1,6 +1,6 @@
 """GPU idle time and launch overhead, the overhead no roofline shows: where idle counts (the
 steps' GPU windows, or first to last GPU activity), the idle gaps by cause
-(timeline.idle_gaps: waiting for the host, for a synchronisation, queued behind other work,
+(timeline.idle_gaps: waiting for the host, for a synchronisation, submitted but not started,
 nothing recorded), the idle the steps' host ranges hold outside their GPU windows, and
 kernels that ran shorter than the host call that launched them."""
 

@@ -109,7 +109,7 @@ def fix_blocks(a: Analysis, top: int) -> Section:
 
 _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
                "sync": "synchronisation: host blocked in a sync call",
-               "queued": "queued: launched well before, waiting behind other work",
+               "queued": "submitted well before, not started (nothing ran on the GPU)",
                "other": "other: nothing recorded (launch latency, or no launch)"}
 
 
