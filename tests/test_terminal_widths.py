@@ -133,3 +133,32 @@ def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     for d, line in zip(devices.values(), rows):
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[0] == d.key and (cells[1] == d.name or width < 120)
+
+
+@pytest.fixture(scope="module")
+def dlrm_ranks():
+    from tracekit.ranks.executor import analyze_ranks
+
+    return analyze_ranks([str(SHARED / "torch" / "v100_dlrm_8ranks")], workers=1)
+
+
+@pytest.mark.parametrize("width", (80, 120))
+def test_multi_rank_tables_keep_the_answer_and_cut_no_number(dlrm_ranks, width):
+    """The per-rank table dropped exposed communication, waited and GPU busy at 120 columns:
+    its answer (step time, exposed communication, waited, made others wait) comes first and
+    stays at any width, and no number in any of its tables is cut."""
+    import io
+    import re
+
+    from tracekit.reports.ranks import render_console
+
+    out = io.StringIO()
+    render_console(dlrm_ranks, Console(file=out, width=width, force_terminal=False))
+    text = out.getvalue()
+    table = text[text.index("\nPer rank") + 1:]
+    head = table.splitlines()[2]
+    for column in ("rank", "step time", "vs median", "exposed comm", "waited", "made others wait"):
+        assert f" {column} " in head, (width, head)
+    assert ("GPU busy" in head) == (width >= 120)
+    cells = [c.strip() for line in text.splitlines() if line.startswith("|") for c in line.strip("|").split("|")]
+    assert not [c for c in cells if re.search(r"\d…|…$", c)], width
