@@ -6,6 +6,8 @@ and rendered to a rich Console of the given width."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rich.console import Console
 
@@ -91,6 +93,10 @@ def test_no_number_is_cut(analyses, width):
             widest = max(len(str(row[i])) for row in section.rows)
             assert layout.widths[i] >= widest, (where, section.title, section.head[i], width)
             assert all("…" not in cell[i].plain for cell in layout.cells), (where, section.title, section.head[i])
+        for i in layout.keep:  # a flag name (`--samples-per-step`) is never cut: `pass --…per-step`
+            for cell in layout.cells:
+                shown = cell[i].plain
+                assert not re.search(r"--[\w-]*…|…[\w]*-[\w-]*-step", shown), (where, section.title, shown)
         checked += 1
     assert checked > 100
 

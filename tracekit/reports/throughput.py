@@ -23,7 +23,7 @@ def sections(a: Analysis) -> list[Section]:
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
     out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation; "
                    "frames: diffusion; images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
-                   "else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note,
+                   "else steps)", head, rows, [0, 0, 0, 0, 2], flex=0, left=(0, 4), note=note, wrap=(4,),
                    empty="(no step annotations)")]
     in_steps = total is not None
     host = len(a.kernels) == 0
