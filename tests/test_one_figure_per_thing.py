@@ -28,7 +28,7 @@ def test_headline_block_shares_are_the_blocks_tables(runs, name):
     a = runs[name]
     table = block_rows(a)
     printed = {(r[0], r[1]): r[3] for r in table.rows}
-    assert table.head[3] == "of GPU time"
+    assert table.head[3] == "share" and "share: of all GPU time" in table.title
     found = re.findall(r"(\w+) / (\w+) (\d+\.\d%)", a.findings.headline[0])
     assert len(found) == 3
     for phase, block, share in found:

@@ -139,14 +139,14 @@ def idle_host(a: Analysis) -> Section:
 
 
 def block_rows(a: Analysis) -> Section:
-    head = ["phase", "block", "GPU time", "of GPU time", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
+    head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
     mark = _marks(a, "blocks")
     rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), mark(i, "share", percent(r["share"])), f"{r['count']:,}", si(r["flops"]),
              si(r["bytes"], "B"), number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
              mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
             for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
-    title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
+    title = "Blocks (phase x block; share: of all GPU time)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
     return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1))
 
 
