@@ -89,7 +89,8 @@ def copy_row(a, of_ns: float) -> dict[str, Any] | None:
     if not copy.any() or not time[copy].sum() > 0:
         return None
     names = key_of(k["name"], missing="nan")
-    by_name = np.bincount(names[0][copy], weights=time[copy], minlength=len(names[1]))
+    by_name = np.bincount(np.maximum(names[0][copy], 0), weights=np.where(names[0][copy] >= 0, time[copy], 0.0),
+                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
     top = str(names[1][int(np.argmax(by_name))])
     count = int(np.count_nonzero(copy & (names[0] == int(np.argmax(by_name)))))
     return _row("copies", "copies / memsets (unhidden)", f"{top} ({count:,} calls)", float(time[copy].sum()), of_ns,
@@ -106,7 +107,8 @@ def comm_row(a, of_ns: float) -> dict[str, Any] | None:
     if not comm.any() or not time[comm].sum() > 0:
         return None
     names = key_of(k["name"], missing="nan")
-    by_name = np.bincount(names[0][comm], weights=time[comm], minlength=len(names[1]))
+    by_name = np.bincount(np.maximum(names[0][comm], 0), weights=np.where(names[0][comm] >= 0, time[comm], 0.0),
+                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
     top = str(names[1][int(np.argmax(by_name))])
     return _row("exposed_communication", "communication (exposed)", labels([top])[top], float(time[comm].sum()), of_ns,
                 {"kernel": top, "exposed_ns": float(by_name.max()), "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
@@ -166,7 +168,8 @@ def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
     launched[rows[rows >= 0]] = True
     names = key_of(lt["name"], missing="nan")
     sync = np.array([bool(SYNC_API.search(str(n))) for n in names[1]], dtype=bool)
-    keep = (dur > 0) & launched & ~sync[names[0]]
+    keep = (dur > 0) & launched & (names[0] >= 0)
+    keep[keep] &= ~sync[names[0][keep]]
     if len(a.steps) and "host_start_ns" in a.steps:
         lo = a.steps["host_start_ns"].to_numpy(np.int64)
         hi = lo + a.steps["host_duration_ns"].to_numpy(np.int64)
