@@ -57,10 +57,14 @@ def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
 def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
     dom = _run(["--dump-dom", report.as_uri()], tmp_path).stdout
     assert dom.count("<table>") >= 5  # blocks, devices, steps, kernels, ops
-    # the headline comes first, then what to fix first, collectives and overlap
+    # the headline comes first, then the ranked list of causes (the first table), then the rest
     body = dom[dom.index("<body>"):]
     assert body.index('class="headline"') < body.index("<table>")
-    assert "GPU time inside the steps went to" in body and "What to fix first: ops" in body
+    first = body[body.index("<table>"):body.index("</table>")]
+    assert body.index("What to fix first: every cause") < body.index("<table>") < body.index("coverage: ")
+    # BERT: the GPU idles 3.598 ms of the step's 4.426 ms wall time waiting for the host
+    assert "<td>1</td><td>GPU idle: host late to launch</td>" in first and "3.598 ms" in first
+    assert "GPU time went to" in body and "Recoverable kernel time by op" in body
     assert "Collectives" in body and "Compute / communication overlap" in body
     assert "Overhead no roofline shows" in body
     assert "<script" not in dom.lower()  # no script element was created from the kernel name

@@ -1,4 +1,4 @@
-"""At 80 and 100 columns, every table of `analyze`, `diff` and `check` on every shared trace
+"""At 80, 100 and 120 columns, every table of `analyze`, `diff` and `check` on every shared trace
 keeps its answer columns (each Section declares them: priority 0), fits the width, and never
 prints two rows the same when their data differ (long text elides in the middle, or wraps
 where eliding would make two values look alike). Each trace is analysed once, in-process,
@@ -6,13 +6,15 @@ and rendered to a rich Console of the given width."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rich.console import Console
 
 from conftest import SHARED
 from golden import DEVICES, fixtures
 
-WIDTHS = (80, 100)
+WIDTHS = (80, 100, 120)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,37 @@ def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
     assert checked > 100
 
 
+@pytest.mark.parametrize("width", (80, 120))
+def test_no_number_is_cut(analyses, width):
+    """Issue 30: numbers were cut (`456.644 …`) where a table did not fit and rich squeezed
+    its columns. A table fits when its planned widths do (rich then prints each column at
+    the width given); every number column (right-aligned: not a text column) keeps its
+    widest cell, so a number is always printed whole, and text columns give way first."""
+    from tracekit.reports.terminal import _table_width, plan
+
+    from tracekit.reports.tables import lead
+
+    checked = 0
+    sections = list(_sections(analyses)) + [(f"analyze {n}", s) for n in sorted(analyses) for s in lead(analyses[n])]
+    for where, section in sections:
+        if not section.rows:
+            continue
+        layout = plan(section, width)
+        assert _table_width([layout.widths[i] for i in layout.keep]) <= width, (where, section.title, width)
+        for i in layout.keep:
+            if i in section.left or i == section.flex:
+                continue
+            widest = max(len(str(row[i])) for row in section.rows)
+            assert layout.widths[i] >= widest, (where, section.title, section.head[i], width)
+            assert all("…" not in cell[i].plain for cell in layout.cells), (where, section.title, section.head[i])
+        for i in layout.keep:  # a flag name (`--samples-per-step`) is never cut: `pass --…per-step`
+            for cell in layout.cells:
+                shown = cell[i].plain
+                assert not re.search(r"--[\w-]*…|…[\w]*-[\w-]*-step", shown), (where, section.title, shown)
+        checked += 1
+    assert checked > 100
+
+
 def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
     """Eliding `[[8192, 2432], ...]` at its end made two aten::mm rows look identical."""
     from tracekit.reports.section import Section
@@ -84,3 +117,54 @@ def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
     layout = plan(c, 30)
     assert not layout.wrap and layout.cells[0][1].plain != layout.cells[1][1].plain  # the ends tell them apart
     assert "…" in layout.cells[0][1].plain
+
+
+@pytest.mark.parametrize("width", (80, 120))
+def test_devices_prints_every_key_and_name_whole_one_line_each(width):
+    """`tracekit devices` cut the GPU names (`NVIDIA A10…SXM4 40GB`) and wrapped each source
+    over 6 lines: the key (what --device takes) stays whole, and the name too at 120 columns,
+    one line per device; the sources give way first (they are in devices.toml)."""
+    import io
+
+    from tracekit.hardware import builtin_devices
+    from tracekit.reports.analyze import render_devices
+
+    devices = builtin_devices()
+    out = io.StringIO()
+    render_devices(devices, Console(file=out, width=width, force_terminal=False))
+    lines = out.getvalue().splitlines()
+    rows = [line for line in lines if line.startswith("| ") and "key" not in line]
+    assert len(rows) == len(devices)
+    assert all(len(line) <= width for line in lines)
+    for d, line in zip(devices.values(), rows):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[0] == d.key and (cells[1] == d.name or width < 120)
+
+
+@pytest.fixture(scope="module")
+def dlrm_ranks():
+    from tracekit.ranks.executor import analyze_ranks
+
+    return analyze_ranks([str(SHARED / "torch" / "v100_dlrm_8ranks")], workers=1)
+
+
+@pytest.mark.parametrize("width", (80, 120))
+def test_multi_rank_tables_keep_the_answer_and_cut_no_number(dlrm_ranks, width):
+    """The per-rank table dropped exposed communication, waited and GPU busy at 120 columns:
+    its answer (step time, exposed communication, waited, made others wait) comes first and
+    stays at any width, and no number in any of its tables is cut."""
+    import io
+    import re
+
+    from tracekit.reports.ranks import render_console
+
+    out = io.StringIO()
+    render_console(dlrm_ranks, Console(file=out, width=width, force_terminal=False))
+    text = out.getvalue()
+    table = text[text.index("\nPer rank") + 1:]
+    head = table.splitlines()[2]
+    for column in ("rank", "step time", "vs median", "exposed comm", "waited", "made others wait"):
+        assert f" {column} " in head, (width, head)
+    assert ("GPU busy" in head) == (width >= 120)
+    cells = [c.strip() for line in text.splitlines() if line.startswith("|") for c in line.strip("|").split("|")]
+    assert not [c for c in cells if re.search(r"\d…|…$", c)], width

@@ -111,9 +111,14 @@ def test_exposed_communication_outranks_a_tiny_copy(tmp_path):
     assert step["duration_ns"] == 963_000
     first = a.findings.causes[0]
     assert first["cause"] == "exposed_communication" and first["time_ns"] == 360_000
-    assert first["share"] == pytest.approx(360 / 963)
+    # every share of the ranked list is of the step's wall time: from the earlier of its host
+    # range and GPU window to the later end
+    wall = (max(step["start_ns"] + step["duration_ns"], step["host_start_ns"] + step["host_duration_ns"])
+            - min(step["start_ns"], step["host_start_ns"]))
+    assert a.findings.denominator == "step wall time" and a.findings.denominator_ns == wall
+    assert first["share"] == pytest.approx(360_000 / wall)
     text = " ".join(a.findings.headline)
-    assert "Communication no compute hides takes 360.000 us (37% of step time)" in text
+    assert f"Communication no compute hides takes 360.000 us ({round(100 * 360_000 / wall)}% of step wall time)" in text
     assert "aten::copy_" not in text and "recoverable" not in text  # the copy's 0.3%: no headline material
     copy = next(c for c in a.findings.causes if c["cause"] == "recoverable")
     assert copy["time_ns"] < 0.01 * 963_000

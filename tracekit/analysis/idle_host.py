@@ -16,6 +16,7 @@ are markers, not code: they are not charged. HTA gives categories; this names th
 from __future__ import annotations
 
 from dataclasses import dataclass
+import re
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,9 @@ import pandas as pd
 from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import SERVING_STEP, STEP
 
+# "<built-in method copy_ of Tensor object at 0x7ed6e00c44a0>": the address tells the reader
+# nothing and splits one method into one name per object
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 MAX_GAPS = 20_000  # the longest gaps are charged (all of them in every trace we have); see charges
 HOST_COLUMNS = ["kind", "name", "gaps", "idle_ns", "share_of_idle"]
 CAUSE_COLUMNS = ["category", "kind", "name", "gaps", "idle_ns"]
@@ -78,7 +82,7 @@ def host_records(trace) -> list[HostRecords]:
         names = table["name"] if isinstance(table["name"].dtype, pd.CategoricalDtype) else table["name"].astype("category")
         out.append(HostRecords(
             kind=kind, codes=names.cat.codes.to_numpy()[rows].astype(np.int64),
-            labels=np.array([str(c)[:200] for c in names.cat.categories] + [""], dtype=object),
+            labels=np.array([_ADDRESS.sub("", str(c)[:200]) for c in names.cat.categories] + [""], dtype=object),
             start=table["start"].to_numpy(np.int64)[rows], end=table["end"].to_numpy(np.int64)[rows],
             pid=table["pid"].to_numpy()[rows], tid=table["tid"].to_numpy()[rows],
             ancestor=position[np.where(anc[rows] >= 0, anc[rows], len(table))]))

@@ -297,12 +297,23 @@ def _change(then: float, now: float, then_samples, now_samples, statistic: str, 
     return out
 
 
+def kernel_function(name: str) -> str:
+    """A kernel's function name alone: no return type, namespace, template or parameters
+    (`void pytorch_flash::flash_fwd_kernel<traits...>(params)` -> `flash_fwd_kernel`), so an
+    expectation names the flash kernel as a user would, whatever build wrapped it."""
+    head = name[:512].removeprefix("void ").strip()
+    for stop in ("<", "("):
+        head = head.split(stop, 1)[0]
+    return head.rsplit("::", 1)[-1].strip()
+
+
 def _kernel_per_call(summary: dict[str, Any], selector: str) -> tuple[tuple[float | None, Samples | None], str]:
-    """A kernel's time per call over every top-list row whose name or readable label is
-    `selector`, with its calls' sketch; (None, None) and why when it is not there."""
+    """A kernel's time per call over every top-list row whose name, readable label or
+    function name (kernel_function) is `selector`, with its calls' sketch; (None, None) and why when it is not there."""
     from tracekit.reports.format import kernel_label
 
-    rows = [r for r in records(summary, "top_kernels") if selector in (r.get("name"), kernel_label(str(r.get("name")), 200))]
+    rows = [r for r in records(summary, "top_kernels")
+            if selector in (r.get("name"), kernel_label(str(r.get("name")), 200), kernel_function(str(r.get("name"))))]
     if not rows:
         return (None, None), f"no kernel {selector!r} in this run's top kernels"
     calls = sum(int(r.get("count") or 0) for r in rows)

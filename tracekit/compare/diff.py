@@ -133,7 +133,47 @@ def _totals(b: dict[str, Any], n: dict[str, Any], same: bool, min_change: float)
         _pair("coverage", coverage_share(b), coverage_share(n), "share"),
         _pair("efficiency", efficiency(b), efficiency(n), "share"),
         _pair("exposed_comm_share", exposed_comm_share(b), exposed_comm_share(n), "share"),
+        # GPU idle, in the ranked list's one denominator (step wall time, or first to last GPU
+        # activity): its share always compares, its time only over the same steps
+        _pair("gpu_idle_share", idle_share(b), idle_share(n), "share of " + _denominator(b, n)),
+        _pair("gpu_idle_ns", idle_ns(b), idle_ns(n), "total", same),
+        _pair("throughput", throughput(b), throughput(n), f"{_unit(b, n)} per second of step wall time"),
+        _pair("iterations", float(len(records(b, "steps"))) if records(b, "steps") else None,
+              float(len(records(n, "steps"))) if records(n, "steps") else None, "steps in the capture"),
     ]
+
+
+def _causes(s: dict[str, Any]) -> list[dict]:
+    return list((s.get("what_to_fix_first") or {}).get("causes") or [])
+
+
+def idle_ns(s: dict[str, Any]) -> float | None:
+    """GPU idle time of a run: the idle rows of its ranked list (inside and outside the steps'
+    GPU windows); None for a summary without the ranked list."""
+    fix = s.get("what_to_fix_first") or {}
+    if "denominator_ns" not in fix:
+        return None
+    return float(sum(number(c.get("time_ns")) or 0.0 for c in _causes(s) if str(c.get("cause", "")).startswith("idle_")))
+
+
+def idle_share(s: dict[str, Any]) -> float | None:
+    total, of = idle_ns(s), number((s.get("what_to_fix_first") or {}).get("denominator_ns"))
+    return total / of if total is not None and of else None
+
+
+def _denominator(b: dict[str, Any], n: dict[str, Any]) -> str:
+    names = {(s.get("what_to_fix_first") or {}).get("denominator") for s in (b, n)} - {None, ""}
+    return " / ".join(sorted(names)) or "the run"
+
+
+def throughput(s: dict[str, Any]) -> float | None:
+    """Items (steps, samples, frames) per second over the steps' wall time (analysis.throughput)."""
+    return number(((s.get("throughput") or {}).get("total") or {}).get("throughput"))
+
+
+def _unit(b: dict[str, Any], n: dict[str, Any]) -> str:
+    units = {((s.get("throughput") or {}).get("total") or {}).get("unit") for s in (b, n)} - {None, ""}
+    return " / ".join(sorted(units)) or "steps"
 
 
 def _steps(bs: list[dict], ns: list[dict]) -> list[dict[str, Any]]:

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.analysis import Analysis
-from tracekit.reports.format import duration, number, percent
-from tracekit.reports.tables import headline, sections
+from tracekit.reports.format import duration, number, percent, percent_against
+from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
 from tracekit.strict_json import dumps
@@ -73,7 +73,7 @@ def roofline_line(analysis: Analysis) -> str:
     if c.get("kernel_time_ns") is None:  # the profiler lost the kernels' times (trace health)
         return "— : the kernels' times are lost (see Trace health), so no efficiency can be stated"
     if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
-        return (f"— : only {percent(c.get('modeled_share') or 0.0)} of GPU kernel time has a cost, "
+        return (f"— : only {percent_against(c.get('modeled_share') or 0.0, MIN_COVERAGE)} of GPU kernel time has a cost, "
                 f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
     return (f"kernel time at {percent(eff)} of the peak roofline, {percent(sus)} of the sustained one "
             f"(sum t_min / sum time over the kernels with a cost)")
@@ -85,6 +85,8 @@ def render_console(analysis: Analysis, console: Console, top: int, warnings: boo
     console.print(Text.assemble(terminal(meta.get("path"), "bold"), f"  ({terminal(meta.get('format'))}, span {duration(meta.get('span_ns'))})"))
     for sentence in headline(analysis):
         console.print(terminal(sentence, "bold"))
+    for section in lead(analysis):
+        print_section(section, console)
     console.print(terminal(f"device      {device_line(analysis)}"))
     if len(analysis.kernels):
         console.print(terminal(f"coverage    {coverage_line(analysis)}"))
@@ -99,15 +101,23 @@ def render_console(analysis: Analysis, console: Console, top: int, warnings: boo
             print_section(section, console)
 
 
+def _short_source(source: str) -> str:
+    """A device's source without its parenthesised detail (the figures it quotes, already in
+    the row): the document that gives them. The whole text is in devices.toml."""
+    head = source.split(" (", 1)[0].strip()
+    return head if head else source
+
+
 def render_devices(devices: dict, console: Console) -> None:
     from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
-    head = ["key", "name", "bf16/fp16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
+    head = ["key", "name", "bf16 TFLOP/s", "fp8", "fp32 vector", "GB/s", "interconnect GB/s", "aliases", "source"]
     rows = []
     for d in devices.values():
         half = d.matrix_tflops.get("bf16") or d.matrix_tflops.get("fp16")
         rows.append([d.key, d.name, number(half, "{:,.1f}"), number(d.matrix_tflops.get("fp8"), "{:,.1f}"), number(d.vector_tflops.get("fp32"), "{:,.1f}"),
-                     f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), d.source])
+                     f"{d.memory_gbps:,.0f}", f"{d.interconnect_gbps:,.0f}", ", ".join(d.aliases), _short_source(d.source)])
     print_section(Section("Known devices (dense peaks; the full sources are in tracekit/hardware/devices.toml)", head, rows,
-                          [0, 1, 0, 2, 2, 0, 2, 3, 1], flex=8, left=(0, 1, 7, 8)), console)
+                          # the key (what --device takes) and the name whole; the source gives way first
+                          [0, 1, 0, 2, 3, 0, 3, 4, 3], flex=1, left=(0, 1, 7, 8)), console)

@@ -60,7 +60,7 @@ def _verdict(row: dict) -> str:
 
 TIME_HEAD = ["base", "new", "Δ time", "ratio"]
 TEXT_COLUMNS = {"run", "compared as", "kind", "base step", "new step", "phase", "block", "op", "input shapes", "kernel", "collective",
-                "verdict", ""}
+                "verdict", "note"}
 # columns of a per-call table, after its name columns
 CALL_HEAD = ["calls", "base/call", "new/call", "Δ/call", "ratio", "95% interval", "verdict", "total base → new"]
 # their priorities: the change per call, its ratio and its verdict are the answer
@@ -83,6 +83,10 @@ def _totals(d: dict, key: str = "totals") -> tuple[list[str], list[list[str]], l
             return UNKNOWN
         if metric.endswith("_ns"):
             return signed_duration(v) if signed else duration(v)
+        if metric == "throughput":
+            return f"{v:+,.2f}/s" if signed else f"{v:,.2f}/s"
+        if metric == "iterations":
+            return f"{v:+,.0f}" if signed else f"{v:,.0f}"
         return (f"{100 * v:+.1f} pt" if signed else percent(v))
 
     def change(r: dict) -> list[str]:
@@ -99,7 +103,7 @@ def _totals(d: dict, key: str = "totals") -> tuple[list[str], list[list[str]], l
 def _steps(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
     rows = [[str(r["key"].get("kind", "")), str(r["key"]["index"]), (r["base"] or {}).get("step") or UNKNOWN, (r["new"] or {}).get("step") or UNKNOWN,
              *_common(r), _note(r)] for r in d["steps"]]
-    return ["kind", "#", "base step", "new step", *TIME_HEAD, ""], rows, [0, 0, 2, 2, 1, 1, 0, 0, 0]
+    return ["kind", "#", "base step", "new step", *TIME_HEAD, "note"], rows, [0, 0, 2, 2, 1, 1, 0, 0, 0]
 
 
 def _blocks(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
@@ -115,7 +119,7 @@ def _blocks(d: dict) -> tuple[list[str], list[list[str]], list[int]]:
             for r in d["blocks"]]
     unit = "/step" if per_step else ""
     share_answer = 0 if mode == "share of GPU time" else 2
-    return (["phase", "block", f"base{unit}", f"new{unit}", f"Δ{unit}", "ratio", "share", "efficiency", "coverage", ""], rows,
+    return (["phase", "block", f"base{unit}", f"new{unit}", f"Δ{unit}", "ratio", "share", "efficiency", "coverage", "note"], rows,
             [0, 0, 2, 2, 0, 0, share_answer, 1, 3, 0])
 
 
@@ -144,12 +148,23 @@ def sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], l
     """(title, head, rows, priorities): the title says how the table is normalised."""
     norm = d.get("normalisation") or {}
     totals = norm.get("totals", "total")
-    return [(f"Run (totals: {totals})", *_totals(d)),
-            ("Steps, per step (matched by kind and order)", *_steps(d)),
-            (f"Phase x block ({norm.get('blocks', 'total')})", *_blocks(d)),
-            (f"Ops by (name, input shapes), per call, top {top} by |Δ per call × calls|", *_ops(d, top)),
-            (f"Kernels by label, per call, top {top} by |Δ per call × calls|", *_kernels(d, top)),
-            ("Collectives by (type, size), per call", *_collectives(d))]
+    run_title = "Run" if totals == "total" else f"Run (totals {totals})"
+    tables = [(run_title, *_totals(d)),
+              ("Steps, per step (matched by kind and order)", *_steps(d)),
+              (f"Phase x block ({norm.get('blocks', 'total')})", *_blocks(d)),
+              (f"Ops by (name, input shapes), per call, top {top} by |Δ per call × calls| (an op call's time is the sum of "
+               "every kernel it launched, so it is larger than any one of its kernels' per-call time)", *_ops(d, top)),
+              (f"Kernels by label, per call, top {top} by |Δ per call × calls| (one launch of the kernel)", *_kernels(d, top)),
+              ("Collectives by (type, size), per call", *_collectives(d))]
+    return [(title, *_without_empty_notes(head, rows, priority)) for title, head, rows, priority in tables]
+
+
+def _without_empty_notes(head: list[str], rows: list[list[str]], priority: list[int]):
+    """The note column only where some row has a note: never an empty column."""
+    if "note" not in head or any(row[head.index("note")] for row in rows):
+        return head, rows, priority
+    i = head.index("note")
+    return head[:i] + head[i + 1:], [row[:i] + row[i + 1:] for row in rows], priority[:i] + priority[i + 1:]
 
 
 def console_sections(d: dict, top: int = 15) -> list:
@@ -160,7 +175,7 @@ def console_sections(d: dict, top: int = 15) -> list:
     out = []
     for title, head, rows, priority in sections(d, top):
         text = tuple(i for i, h in enumerate(head) if h in TEXT_COLUMNS)
-        names = [i for i in text if head[i] not in ("verdict", "", "compared as")]
+        names = [i for i in text if head[i] not in ("verdict", "note", "compared as")]
         out.append(Section(title, head, rows, priority, flex=names[-1] if names else 0, left=text))
     return out
 
@@ -173,6 +188,42 @@ def _title(d: dict) -> list[str]:
     return [f"base: {side(d['base'])}", f"new:  {side(d['new'])}"]
 
 
+IDLE_POINTS = 0.02  # GPU idle moving by 2 points of the step wall time is a change, not noise
+
+
+def verdict_line(d: dict) -> str:
+    """The diff in one line: the median step's verdict, then whatever else moved (GPU idle,
+    throughput, iterations), so a run whose idle doubled never reads "within noise"."""
+    totals = {r["metric"]: r for r in d.get("totals") or []}
+    min_change = d.get("min_change", 0.02)
+    step = totals.get("step_time_ns") or {}
+    parts, worse, better = [], [], []
+    if step.get("ratio") is not None:
+        word = step.get("verdict") or "no interval"
+        parts.append(f"median step {duration(step['base'])} → {duration(step['new'])} ({ratio(step['ratio'])}, {word})")
+        (worse if word == "slower" else better if word == "faster" else []).append("step")
+    idle = totals.get("gpu_idle_share") or {}
+    if idle.get("delta") is not None:
+        parts.append(f"GPU idle {percent(idle['base'])} → {percent(idle['new'])} of {idle['normalisation'].removeprefix('share of ')}")
+        if abs(idle["delta"]) >= IDLE_POINTS:
+            (worse if idle["delta"] > 0 else better).append("GPU idle")
+    tput = totals.get("throughput") or {}
+    if tput.get("ratio") is not None:
+        parts.append(f"throughput {tput['base']:,.2f} → {tput['new']:,.2f}/s ({tput['ratio'] - 1:+.1%})")
+        if abs(tput["ratio"] - 1) >= min_change:
+            (worse if tput["ratio"] < 1 else better).append("throughput")
+    its = totals.get("iterations") or {}
+    if its.get("ratio") is not None and its["base"] != its["new"]:
+        parts.append(f"{its['base']:,.0f} → {its['new']:,.0f} iterations in the capture")
+    if not parts:
+        return "verdict: nothing to compare (no steps, no idle figures in either run)"
+    head = ("worse" if worse and not better else "better" if better and not worse else
+            "mixed" if worse and better else "within noise")
+    why = f" ({', '.join(worse)} worse{'; ' + ', '.join(better) + ' better' if better else ''})" if worse else (
+        f" ({', '.join(better)} better)" if better else "")
+    return f"verdict: {head}{why}: " + "; ".join(parts)
+
+
 def to_json(d: dict) -> str:
     return dumps(d)
 
@@ -180,7 +231,7 @@ def to_json(d: dict) -> str:
 def to_markdown(d: dict, top: int = 15) -> str:
     from tracekit.reports.text import markdown as esc, markdown_table
 
-    lines = ["# tracekit diff", ""] + [f"- {esc(t)}" for t in _title(d)]
+    lines = ["# tracekit diff", "", f"**{esc(verdict_line(d))}**", ""] + [f"- {esc(t)}" for t in _title(d)]
     lines += [f"- warning: {esc(w)}" for w in d.get("warnings", [])]
     lines.append(f"- verdicts: 95% bootstrap interval of new / base (fixed seed); slower or faster only when the interval "
                  f"excludes 1 and the change is at least {100 * d.get('min_change', 0.02):g}%")
@@ -199,6 +250,7 @@ def render_console(d: dict, console, top: int = 15) -> None:
     from tracekit.reports.terminal import print_section
     from tracekit.reports.text import terminal
 
+    console.print(terminal(verdict_line(d), "bold"))
     for t in _title(d):
         console.print(terminal(t))
     for w in d.get("warnings", []):

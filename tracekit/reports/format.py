@@ -83,3 +83,14 @@ def kernel_label(name: str, width: int = 70) -> str:
     from tracekit.trace.kernel_names import label
 
     return shorten(label(str(name)), width)
+
+
+def percent_against(share: float | None, limit: float) -> str:
+    """`share` as a percent with as many decimals as it takes to differ from `limit` printed
+    the same way: never "50.0% ... below the 50.0% needed" (49.96% is printed 49.96%)."""
+    if is_unknown(share):
+        return UNKNOWN
+    for digits in (1, 2, 3, 4):
+        if f"{100 * share:.{digits}f}" != f"{100 * limit:.{digits}f}" or share == limit:
+            return f"{100 * share:.{digits}f}%"
+    return f"{100 * share:.4f}%"

@@ -13,10 +13,16 @@ from jinja2 import Environment, select_autoescape
 from tracekit.analysis import Analysis
 from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
-from tracekit.reports.tables import headline, sections
+from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.text import html as h
 
-_TEMPLATE = """<!doctype html>
+_TEMPLATE = """{% macro table(s) %}
+<h2>{{ s.title }}</h2>
+{% if s.rows %}<table><thead><tr>{% for h in s.head %}<th>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in s.rows %}<tr>{% for text, full in row %}<td{% if full %} title="{{ full }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+{% if s.note %}<p class="note">{{ s.note }}</p>{% endif %}
+{% else %}<p>{{ s.empty }}</p>{% endif %}
+{% endmacro %}<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
 <title>tracekit: {{ path }}</title>
@@ -31,6 +37,7 @@ th { background: #f3f3f3; } td:first-child, td:nth-child(2), th:first-child, th:
 </style></head><body>
 <h1>tracekit report</h1>
 <p class="headline">{% for s in headline %}{{ s }} {% endfor %}</p>
+{% for s in lead %}{{ table(s) }}{% endfor %}
 <ul class="meta">
 <li>trace: <code>{{ path }}</code> ({{ fmt }}, span {{ span }})</li>
 <li>{{ device }}</li>
@@ -40,13 +47,7 @@ th { background: #f3f3f3; } td:first-child, td:nth-child(2), th:first-child, th:
 {% for w in warnings %}<li class="warn">warning: {{ w }}</li>{% endfor %}
 </ul>
 {% for title, png in images %}<img alt="{{ title }}" src="data:image/png;base64,{{ png }}">{% endfor %}
-{% for s in sections %}
-<h2>{{ s.title }}</h2>
-{% if s.rows %}<table><thead><tr>{% for h in s.head %}<th>{{ h }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in s.rows %}<tr>{% for text, full in row %}<td{% if full %} title="{{ full }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
-{% if s.note %}<p class="note">{{ s.note }}</p>{% endif %}
-{% else %}<p>{{ s.empty }}</p>{% endif %}
-{% endfor %}
+{% for s in sections %}{{ table(s) }}{% endfor %}
 </body></html>
 """
 
@@ -67,5 +68,5 @@ def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
         roofline=h("roofline: " + roofline_line(a)) if a.device else "",
         warnings=[h(w) for w in a.warnings],
         images=[(name, base64.b64encode(png).decode("ascii")) for name, png in images.items()],
-        sections=[_section(s) for s in sections(a, top)],
+        lead=[_section(s) for s in lead(a)], sections=[_section(s) for s in sections(a, top)],
     )

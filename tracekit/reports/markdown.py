@@ -6,7 +6,7 @@ from __future__ import annotations
 from tracekit.analysis import Analysis
 from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.format import duration
-from tracekit.reports.tables import headline, sections
+from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.section import section_markdown
 from tracekit.reports.text import markdown as md
 
@@ -14,7 +14,10 @@ from tracekit.reports.text import markdown as md
 def render(a: Analysis, top: int = 15, images: bool = True) -> str:
     meta = a.meta
     lines = [f"# tracekit report: {md(meta.get('path'))}", ""]
-    lines += [" ".join(md(s) for s in headline(a)), ""]
+    lines += [" ".join(md(s) for s in headline(a))]
+    for s in lead(a):
+        lines += section_markdown(s)
+    lines.append("")
     lines.append(f"- format: {md(meta.get('format'))} ({md(meta.get('schema'))}), span {duration(meta.get('span_ns'))}")
     lines.append(f"- device: {md(device_line(a))}")
     if len(a.kernels):

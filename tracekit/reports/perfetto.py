@@ -62,18 +62,26 @@ def write_perfetto(a: Analysis, path: str) -> int:
     trace = getattr(a, "trace", None)
     op_slot: dict[int, tuple[int, int, float]] = {}  # op row -> (pid, tid, ts) of its slice
     if trace is not None:
-        for table, cat in ((trace.ops, "cpu_op"), (trace.ranges[trace.ranges["domain"] != "python"], "range")):
-            rows = table.index.to_numpy()
-            for row, r in zip(rows, table[["name", "pid", "tid", "start", "end"]].itertuples(index=False)):
-                gpu_range = cat == "range" and str(table["domain"].iat[row]) == "gpu" if "domain" in table else False
-                if gpu_range:
+        # Python frames (Kineto's python_function events) and the CUDA/HIP runtime calls are
+        # kept: they are the host side of the host-bound gaps the report blames.
+        ranges = trace.ranges
+        domain = ranges["domain"].astype(str).to_numpy() if "domain" in ranges else np.full(len(ranges), "", dtype=object)
+        launches = trace.launches
+        for table, cats in ((trace.ops, np.full(len(trace.ops), "cpu_op", dtype=object)),
+                            (ranges, np.where(domain == "python", "python_function", np.where(domain == "gpu", "gpu_range", "range"))),
+                            (launches, np.full(len(launches), "cuda_runtime", dtype=object))):
+            if not len(table):
+                continue
+            for row, (cat, r) in enumerate(zip(cats, table[["name", "pid", "tid", "start", "end"]].itertuples(index=False))):
+                if cat == "gpu_range":
+                    cat = "range"
                     pid = ids.pid(("gpu", int(r.tid)), f"GPU {int(r.tid)}", 1000 + int(r.tid))
                     tid = ids.tid(pid, ("annotations",), "annotations")
                 else:
                     pid = ids.pid(("host", int(r.pid)), f"process {int(r.pid)}", int(r.pid) if r.pid >= 0 else 0)
                     tid = ids.tid(pid, ("thread", int(r.tid)), f"thread {int(r.tid)}")
                 ts = float(r.start) * _US
-                events.append({"ph": "X", "cat": cat, "name": str(r.name), "pid": pid, "tid": tid, "ts": ts, "dur": float(r.end - r.start) * _US})
+                events.append({"ph": "X", "cat": str(cat), "name": str(r.name), "pid": pid, "tid": tid, "ts": ts, "dur": float(r.end - r.start) * _US})
                 if cat == "cpu_op":
                     op_slot[int(row)] = (pid, tid, ts)
     k = a.kernels

@@ -28,28 +28,35 @@ _OP_OFFSETS = [(6, -12), (14, 4), (-22, -14), (-24, 6), (4, -24), (18, -20), (-1
 
 
 def _literal_text(render):
-    """Names from the trace (ops, shapes, phases, blocks, device names) are drawn as the
-    characters they are: with mathtext on, two `$` in an op name make matplotlib parse TeX,
-    and a bad command (`$\\x$`) fails the whole bundle. rc_context keeps the switch local
-    (a notebook that imports tracekit keeps its own settings); it covers the save, where
-    tick labels are made."""
+    """Plots keep matplotlib's math text on: its log-axis tick labels are math text
+    (`$\\mathdefault{10^{2}}$`), printed raw with it off. Names from the trace (ops, shapes,
+    phases, blocks, device names) are drawn as the characters they are through `_literal`
+    instead: with every `$` escaped, two `$` in an op name never start TeX (a bad command,
+    `$\\x$`, would fail the whole bundle). rc_context keeps usetex off locally (a notebook
+    that imports tracekit keeps its own settings); it covers the save, where tick labels
+    are made."""
     @functools.wraps(render)
     def drawn(*args, **kwargs):
         import matplotlib
 
-        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        with matplotlib.rc_context({"text.parse_math": True, "text.usetex": False}):
             return render(*args, **kwargs)
 
     return drawn
 
 
+def _literal(text) -> str:
+    """A trace string as matplotlib draws it literally: `$` escaped, so no math text."""
+    return str(text).replace("$", r"\$")
+
+
 def _short(text: str, width: int = 28) -> str:
     text = str(text)
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return _literal(text if len(text) <= width else text[: width - 1] + "…")
 
 
 @_literal_text
-def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
+def roofline_png(analysis: Analysis, top_ops: int = 8, fmt: str = "png") -> bytes:
     """Log-log roofline: bandwidth and matrix / vector ceilings; a point per block and per
     top op at (intensity, achieved FLOP/s), sized by time."""
     plt = _pyplot()
@@ -84,7 +91,7 @@ def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
         ax.scatter(x_b, y_b, s=40 + 1500 * pts["kernel_time_ns"] / total, alpha=0.55, color="tab:orange", edgecolor="black",
                    label="phase x block")
         for i, (x0, y0, r) in enumerate(zip(x_b, y_b, pts.to_dict(orient="records"))):
-            name = f"{r['phase']}/{r['block']}"
+            name = _literal(f"{r['phase']}/{r['block']}")
             # the largest points by name, the rest by number (see the key): labels never pile up
             text = name if i < LABELLED else f"B{i + 1}"
             if i >= LABELLED:
@@ -110,22 +117,23 @@ def roofline_png(analysis: Analysis, top_ops: int = 8) -> bytes:
                 bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "none"})
     if key:  # the key sits right of the axes, one line per numbered point
         fig.text(0.735, 0.95, "\n".join(_short(line, 50) for line in key[:30]), fontsize=6.5, va="top", family="monospace")
-        fig.subplots_adjust(left=0.07, right=0.72)
+        fig.subplots_adjust(left=0.09, right=0.72)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(f"Roofline on {dev.name}" if dev else
+    ax.set_title(f"Roofline on {_literal(dev.name)}" if dev else
                  "Roofline: GPU unknown, no roof (pass --device)" if len(analysis.kernels) else "Roofline (no GPU)")
     ax.grid(True, which="both", alpha=0.2)
     if ax.get_legend_handles_labels()[0]:  # nothing labelled (no device, nothing costed): no empty legend
         ax.legend(loc="lower right", fontsize=8)
-    return _png(fig, plt)
+    return _png(fig, plt, fmt)
 
 
 @_literal_text
-def breakdown_png(analysis: Analysis) -> bytes:
-    """GPU time by phase (bars) split by block (stacked), plus idle."""
+def breakdown_png(analysis: Analysis, fmt: str = "png") -> bytes:
+    """GPU time by phase (bars) split by block (stacked), and GPU idle as a bar of its own
+    split by cause, in the ranked list's own figures (analysis.causes)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     b = analysis.blocks
@@ -133,21 +141,39 @@ def breakdown_png(analysis: Analysis) -> bytes:
         table = b.pivot_table(index="phase", columns="block", values="gpu_time_ns", aggfunc="sum", fill_value=0) / 1e6
         table = table.loc[table.sum(axis=1).sort_values().index]
         left = np.zeros(len(table))
+        phases = [_literal(p) for p in table.index]
         for block in table.columns:
-            ax.barh(table.index, table[block], left=left, label=block)
+            ax.barh(phases, table[block], left=left, label=_literal(block))
             left += table[block].to_numpy()
-    idle = float(analysis.devices["idle_ns"].sum()) / 1e6 if len(analysis.devices) else 0.0
-    ax.set_xlabel(f"GPU time (ms); idle {idle:,.2f} ms")
-    ax.set_title("GPU time by phase and block")
+    idle = _idle_by_cause(analysis)
+    if idle:
+        grays = ["0.35", "0.5", "0.65", "0.8", "0.9"]
+        left = 0.0
+        for i, (cause, ms) in enumerate(idle.items()):
+            ax.barh(["GPU idle"], [ms], left=left, color=grays[i % len(grays)], hatch="//", edgecolor="white", label=f"idle: {cause}")
+            left += ms
+    ax.set_xlabel("GPU time (ms): busy by phase and block; idle by cause")
+    ax.set_title("GPU time by phase and block, and GPU idle")
     if ax.get_legend_handles_labels()[0]:  # no blocks (no GPU work): no empty legend, no matplotlib warning
         ax.legend(fontsize=8, loc="lower right")
-    return _png(fig, plt)
+    return _png(fig, plt, fmt)
 
 
-def _png(fig, plt) -> bytes:
+def _idle_by_cause(analysis: Analysis) -> dict[str, float]:
+    """GPU idle (ms) per idle row of the ranked list, largest first; the steps' wall time
+    where the trace has steps, else first to last GPU activity."""
+    f = analysis.findings
+    out: dict[str, float] = {}
+    for c in (f.causes if f is not None else []):
+        if c["cause"].startswith("idle_") and c["time_ns"] > 0:
+            out[c["what"]] = out.get(c["what"], 0.0) + c["time_ns"] / 1e6
+    return out
+
+
+def _png(fig, plt, fmt: str = "png") -> bytes:
     buf = io.BytesIO()
     if fig.subplotpars.right > 0.9:  # a figure with a key beside it keeps its layout
         fig.tight_layout()
-    fig.savefig(buf, format="png")
+    fig.savefig(buf, format=fmt)
     plt.close(fig)
     return buf.getvalue()

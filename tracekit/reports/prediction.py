@@ -84,10 +84,12 @@ def sections(a) -> list:
         Section("Model: predicted vs measured steps", step_head, step_body, [0, 1, 0, 2, 0, 0, 1, 1, 2, 2, 1], flex=0,
                 note=summary_line(a), left=(0, 1)),
         # step, kernels, model blocks, count, measured, predicted, error, FLOP, bytes, note
-        Section("Model: blocks per step", block_head, block_body, [0, 0, 2, 3, 0, 0, 0, 2, 2, 1], flex=9, left=(0, 1, 2, 9)),
+        # model block names ("attention projections") wrap: an elided one (`attenti…ections`) names nothing
+        Section("Model: blocks per step", block_head, block_body, [0, 0, 2, 3, 0, 0, 0, 2, 2, 1], flex=9, left=(0, 1, 2, 9),
+                wrap=(2,)),
         # phase, kernels, model blocks, count, costed by the trace, FLOP x3, bytes x3
         Section("Model vs the trace's own costs (op shapes, captured shapes), per block", agree_head, agree_body,
-                [1, 0, 2, 3, 1, 1, 1, 0, 1, 1, 0], flex=2, left=(0, 1, 2),
+                [1, 0, 2, 3, 1, 1, 1, 0, 1, 1, 0], flex=2, left=(0, 1, 2), wrap=(2,),
                 empty="(no kernel of a model block has a cost from the trace)",
                 note="the model's figure for the kernels the trace costed: its block cost times their share of the "
                      "block's kernel time; difference = trace / model - 1, shown where the trace costs at least half of that time"),

@@ -11,12 +11,14 @@ from tracekit.strict_json import dumps
 
 
 def _rows(m: MultiRank):
-    head = ["rank", "steps", "step time", "vs median", "GPU busy", "compute work", "vs mean", "last at", "late (vs median rank)",
-            "waited", "others waited for it", "exposed comm", "modeled", "efficiency"]
-    rows = [[str(r["rank"]), str(r["steps"]), duration(r["step_time_ns"]), signed_percent(r["vs_median"]), duration(r["busy_ns"]),
-             duration(r["compute_ns"]), signed_percent(r["compute_vs_mean"]), _count(r.get("last_count"), r.get("instances")),
-             duration(r.get("late_ns")), duration(r.get("wait_ns")), duration(r.get("caused_wait_ns")), duration(r["exposed_comm_ns"]),
-             percent(r["modeled_share"]), percent(r["efficiency"])] for r in m.per_rank.to_dict(orient="records")]
+    # the answer first: each rank's step, what it lost to communication and waiting, what it
+    # made the others wait; then its work, then the detail
+    head = ["rank", "step time", "vs median", "exposed comm", "waited", "made others wait", "GPU busy", "compute work",
+            "vs mean", "late vs median", "last at", "steps", "modeled", "efficiency"]
+    rows = [[str(r["rank"]), duration(r["step_time_ns"]), signed_percent(r["vs_median"]), duration(r["exposed_comm_ns"]),
+             duration(r.get("wait_ns")), duration(r.get("caused_wait_ns")), duration(r["busy_ns"]), duration(r["compute_ns"]),
+             signed_percent(r["compute_vs_mean"]), duration(r.get("late_ns")), _count(r.get("last_count"), r.get("instances")),
+             str(r["steps"]), percent(r["modeled_share"]), percent(r["efficiency"])] for r in m.per_rank.to_dict(orient="records")]
     return head, rows
 
 
@@ -98,7 +100,7 @@ def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
         console.print(terminal(line))
     (_, per_rank), (_, skew), (busbw_title, busbw) = _tables(m, top)
     # rank, steps, step time, vs median, busy, compute work, vs mean, last at, late, waited, others waited, exposed, modeled, eff.
-    print_section(Section("Per rank", *per_rank, priority=[0, 3, 0, 0, 2, 1, 1, 0, 0, 1, 0, 1, 3, 2]), console)
+    print_section(Section("Per rank", *per_rank, priority=[0, 0, 0, 0, 0, 0, 1, 1, 2, 1, 2, 3, 3, 2]), console)
     print_section(Section("Collective skew (largest first)", *skew, priority=[0, 2, 1, 2, 0, 1, 1, 2], flex=0), console)
     print_section(Section(busbw_title, *busbw, priority=[0, 2, 0, 2, 2, 0, 1, 0, 0, 1], flex=0), console)
 

@@ -59,36 +59,57 @@ def headline(a: Analysis) -> list[str]:
     return list(a.findings.headline) if a.findings is not None else []
 
 
+def fix_first(a: Analysis) -> Section:
+    """The one ranked list of every cause (analysis.causes), each in time and as a share of
+    the same denominator; the running total counts the GPU-time rows only (host-time rows
+    overlap the host-wait idle)."""
+    f = a.findings
+    head = ["#", "cause", "where (host code, op, kernel, copy)", "time", "share", "cumulative"]
+    rows = [[str(i + 1), c["what"], c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
+            for i, c in enumerate(f.causes)]
+    return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
+                   head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),
+                   note=f"share: of {f.denominator}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
+                        "disjoint slices of the denominator); host-time rows ('—') overlap the host-wait idle. The tables "
+                        "below break each row down.")
+
+
+def _held(f) -> str:
+    """The recoverable tables' time: GPU time each kernel holds alone (compute owns what it
+    overlaps), in the steps where the trace has steps: less than the blocks table's GPU time."""
+    return "time alone in steps" if f.basis == "step time" else "time alone"
+
+
 def fix_ops(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["#", "op", "input shapes", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["#", "op", "input shapes", "GPU activities", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), r["what"], r["detail"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_ops.head(top).to_dict(orient="records"))]
-    return Section("What to fix first: ops (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
+    return Section("Recoverable kernel time by op (recoverable = time - roofline minimum at sustained bandwidth)", head, rows,
                    [4, 0, 0, 3, 2, 2, 0, 0, 1], flex=2, note=_coverage_note(a), left=(1, 2))
 
 
 def fix_kernels(a: Analysis, top: int, label: Labels) -> Section:
     f = a.findings
-    head = ["#", "kernel", "calls", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["#", "kernel", "calls", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[str(i + 1), label(r["what"]), f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]),
              percent(r["share"]), percent(r["cumulative_share"])] for i, r in enumerate(f.fix_kernels.head(top).to_dict(orient="records"))]
-    return Section("What to fix first: kernels", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
+    return Section("Recoverable kernel time by kernel", head, rows, [4, 0, 3, 2, 2, 0, 0, 1], flex=1, terminal=False, left=(1,))
 
 
 def fix_blocks(a: Analysis, top: int) -> Section:
     f = a.findings
-    head = ["phase / block", "GPU activities", "time", "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
+    head = ["phase / block", "GPU activities", _held(f), "roofline min", "recoverable", f"of {f.basis}", "cumulative"]
     rows = [[r["what"], f"{r['count']:,}", duration(r["time_ns"]), duration(r["t_min_ns"]), duration(r["recoverable_ns"]), percent(r["share"]),
              percent(r["cumulative_share"])] for r in f.fix_blocks.head(top).to_dict(orient="records")]
-    return Section("What to fix first: blocks", head, rows, [0, 1, 2, 1, 0, 0, 2],
+    return Section("Recoverable kernel time by block", head, rows, [0, 1, 2, 1, 0, 0, 2],
                    note="recoverable = the sum over the group's kernels of max(0, time - roofline minimum): a kernel "
                         "faster than its roofline (cache-resident data) takes nothing back from the slower ones")
 
 
 _IDLE_NAMES = {"host_wait": "host wait: launched after the GPU went idle",
                "sync": "synchronisation: host blocked in a sync call",
-               "queued": "queued: launched well before, waiting behind other work",
+               "queued": "submitted well before, not started (nothing ran on the GPU)",
                "other": "other: nothing recorded (launch latency, or no launch)"}
 
 
@@ -107,12 +128,14 @@ def idle(a: Analysis) -> Section:
 
 def idle_host(a: Analysis) -> Section:
     f = a.findings
-    head = ["host was in", "name", "gaps", "idle time covered", "of idle"]
+    head = ["host was in", "name", "gaps", "idle time covered", "of idle (per kind)"]
     h = getattr(f, "idle_host", None)
     rows = [[r["kind"], r["name"], f"{r['gaps']:,}", duration(r["idle_ns"]), percent(r["share_of_idle"])]
             for r in records(h)] if h is not None and len(h) else []
     return Section(f"Host code behind GPU idle {f.idle_window} (innermost frame / op / range open on the launching threads, "
-                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1))
+                   "longest gaps)", head, rows, [1, 0, 2, 0, 1], flex=1, left=(0, 1),
+                   note="each kind (frame, op, range) is charged on its own: a frame and the op it calls cover the same "
+                        "idle time, so the shares add up to at most 100% within a kind, not across kinds")
 
 
 def block_rows(a: Analysis) -> Section:
@@ -123,7 +146,7 @@ def block_rows(a: Analysis) -> Section:
              mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
             for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
-    title = "Blocks (phase x block)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
+    title = "Blocks (phase x block; share: of all GPU time)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
     return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1))
 
 
@@ -211,6 +234,11 @@ def _coverage_note(a: Analysis) -> str:
     c = a.coverage
     return (f"counts the {percent(c['modeled_share'])} of GPU kernel time that has a cost; "
             f"time without one is listed under 'Kernels without a cost'")
+
+
+def lead(a: Analysis) -> list[Section]:
+    """What every report leads with, right under the headline: the ranked list of causes."""
+    return [fix_first(a)] if len(a.kernels) and a.findings is not None else []
 
 
 def sections(a: Analysis, top: int) -> list[Section]:

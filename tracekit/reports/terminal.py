@@ -8,6 +8,7 @@ Every cell goes through text.terminal: rich never parses a trace string as marku
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -61,6 +62,10 @@ class Layout:
     cells: list[list[Text]]  # display cells of every column (text cells elided to their width)
 
 
+# a Python frame as Kineto names it: `path/to/file.py(218): forward` (group 1: file onwards)
+_FRAME = re.compile(r"(?:^|/)([^/\s]+\.py\(\d+\): \S.*)$")
+
+
 def elide_middle(text: Text, width: int) -> Text:
     """`text` cut to `width` cells by taking out its middle: both ends of a name or a shape
     list carry what tells it apart (`[[8192, 2432], …, [2432]]`)."""
@@ -69,6 +74,17 @@ def elide_middle(text: Text, width: int) -> Text:
     if width <= 1:
         return Text("…")
     plain = text.plain
+    frame = _FRAME.search(plain)
+    if frame and frame.start(1) > 0:
+        # a Python frame (`dir/.../file.py(218): forward`): its directories go first, the
+        # file, line and function stay (`…/modeling_bert.py(218): forward`)
+        start = frame.start(1)
+        slash = plain.find("/")
+        head = plain.rfind(" ", 0, slash) + 1 if 0 <= slash < start else 0  # `frame ` before the path stays
+        if cell_len(plain[:head]) + cell_len(plain[start:]) + 1 <= width:
+            for cut in (m.end() for m in re.finditer("/", plain[:start])):  # the most directories that fit
+                if cut > head + 1 and cell_len(plain[:head]) + cell_len(plain[cut - 1:]) + 1 <= width:
+                    return Text.assemble(text[:head], "…", text[cut - 1:])
     head = (width - 1 + 1) // 2
     tail = width - 1 - head
     # characters, not cells: a wide character can leave the cut a cell wider; rich then
@@ -96,11 +112,15 @@ def plan(section: Section, width: int) -> Layout:
 
     def readable(i: int, keep: list[int]) -> int:
         """A text column's width before anything is dropped for it: its part of half the
-        width, shared among the text columns (a short one takes only what it needs)."""
-        cols = sorted((j for j in keep if j in text_cols), key=lambda j: natural[j])
+        width, shared among the text columns (a short one takes only what it needs). The
+        flex column (the long names) gives way first: it is served last."""
+        cols = sorted((j for j in keep if j in text_cols), key=lambda j: (j == flex, natural[j]))
         budget = int(width * FLEX_SHARE)
+        others = [j for j in cols if j != flex]
         for n, j in enumerate(cols):
             share = budget // (len(cols) - n)
+            if j != flex and flex in cols:  # the other text columns share all but the flex column's minimum
+                share = (budget - MIN_FLEX) // (len(others) - others.index(j))
             given = min(natural[j], max(_min_width(head[j], natural[j]), share))
             if j == i:
                 return given

@@ -63,6 +63,18 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
+    def range_stack(self, kernel: int) -> list[str]:
+        """The names of the ranges (user annotations, ProfilerStep#N, Python frames) that
+        enclose kernel row `kernel`'s launch, outermost first: linking's innermost range
+        and its parents."""
+        row = int(self.kernels["range"].iat[kernel]) if "range" in self.kernels else -1
+        names, parents = self.ranges["name"], self.ranges["parent"].to_numpy()
+        stack: list[str] = []
+        while 0 <= row < len(parents) and len(stack) < 1024:  # parents point up; the bound stops a cycle
+            stack.append(str(names.iat[row]))
+            row = int(parents[row])
+        return stack[::-1]
+
 
 def to_frame(table: ColumnTable) -> pd.DataFrame:
     """A ColumnTable as the Trace's DataFrame (exactly the contract's columns, plus those

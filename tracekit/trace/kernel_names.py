@@ -311,18 +311,50 @@ def _tensile(name: str, detail: int) -> str:
 
 
 def _fit(text: str, limit: int = MAX_LABEL) -> str:
-    """At most `limit` characters: template arguments are dropped from the end first."""
+    """At most `limit` characters. The last argument that is not a number is what the
+    kernel does (the functor of `vectorized_elementwise_kernel<4, MulFunctor>`), so it
+    stays: the other arguments go first (`<…, X>`), then the type arguments inside it,
+    innermost first (`AUnaryFunctor<MulFunctor<float>>` -> `AUnaryFunctor<MulFunctor>`),
+    then its middle (`pow_tensor_sca…impl::λ1`: its head and its lambda number stay)."""
     if len(text) <= limit:
         return text
     base, args = _base_and_args(text)
-    if args and len(base) + 4 < limit:
-        kept = []
-        for a in args:
-            if len(base) + len(", ".join(kept + [a])) + 5 > limit:
-                break
-            kept.append(a)
-        return f"{base}<{', '.join(kept + ['…'])}>"
-    return text[: limit - 1] + "…"
+    if not args or len(base) + 4 >= limit:
+        return text[: limit - 1] + "…"
+    at = max((i for i, a in enumerate(args) if not _LITERAL.fullmatch(a.strip())), default=len(args) - 1)
+    key, after = args[at], args[at + 1:]
+    if len(", ".join(after)) > 10:  # a run of flags after it (flash's <traits, false, true, ...>): leading args first
+        return _leading(base, args, limit)
+
+    def shown(key: str) -> str | None:
+        for keep in range(at, -1, -1):
+            candidate = f"{base}<{', '.join(args[:keep] + (['…'] if keep < at else []) + [key] + after)}>"
+            if len(candidate) <= limit:
+                return candidate
+        return None
+
+    while True:
+        if (found := shown(key)) is not None:
+            return found
+        inner = re.sub(r"<[^<>]*>", "", key, count=1)
+        if inner == key:
+            break
+        key = inner
+    room = limit - len(f"{base}<…, >") - len(", ".join(after)) - (2 if after else 0)
+    if room >= 12:
+        head = (room - 1) * 2 // 3
+        return shown(key[:head] + "…" + key[len(key) - (room - 1 - head):]) or _leading(base, args, limit)
+    return _leading(base, args, limit)
+
+
+def _leading(base: str, args: list[str], limit: int) -> str:
+    """`base<first args that fit, …>`."""
+    kept: list[str] = []
+    for a in args:
+        if len(base) + len(", ".join(kept + [a])) + 5 > limit:
+            break
+        kept.append(a)
+    return f"{base}<{', '.join(kept + ['…'])}>"
 
 
 def label(name: str, detail: int = 0) -> str:

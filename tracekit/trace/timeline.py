@@ -153,15 +153,15 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
     """Every stretch in which a device runs nothing (all its streams idle), clipped to the
     window in which idleness counts (the steps), and why the GPU waited, in this order:
 
-      queued     a gap of QUEUED_MIN_NS or more whose closing activity had been submitted well
-                 before it started (its launch call had returned at least QUEUED_MIN_NS and
-                 half the gap before): the work was there, queued behind other work (an event
-                 wait, another stream);
-      sync       the closing activity was submitted only after the gap opened, and the host sat
-                 in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize, a
-                 blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap:
+      sync       the host sat in a synchronising call (cudaDeviceSynchronize, hipStreamSynchronize,
+                 a blocking cudaMemcpy / hipMemcpyWithStream, ...) for at least half of the gap,
+                 and the closing activity was submitted after the gap opened or was queued:
                  only the time the call is in progress counts, not a call that merely returns
                  in it;
+      queued     a gap of QUEUED_MIN_NS or more whose closing activity had been submitted well
+                 before it started (its launch call had returned at least QUEUED_MIN_NS and
+                 half the gap before): the work was there but did not start, with nothing
+                 running on the device (an event wait on other work, a graph's launch latency);
       host_wait  the closing activity was submitted after the gap opened (its launch call was
                  still running, or had not begun): the GPU had run out of work because the
                  host was late (launch-bound; a launch call that itself takes milliseconds,
@@ -207,8 +207,11 @@ def idle_gaps(kernels: pd.DataFrame, launch_start: np.ndarray, sync_calls: np.nd
         waited = g_end - submitted  # from the submission to the start of the work
         queued = has_launch & (length >= QUEUED_MIN_NS) & (waited >= QUEUED_MIN_NS) & (2 * np.minimum(waited, length) >= length)
         late = has_launch & (submitted > g_start)  # not yet submitted when the GPU went idle
-        synced = late & (2 * in_sync >= length)
-        category = np.where(queued, "queued", np.where(synced, "sync", np.where(late, "host_wait", "other")))
+        # A host blocked in a synchronising call for half the gap holds it, even where the next
+        # work was submitted before: with nothing running on the device, that work was queued
+        # behind nothing on it (a blocking copy of pageable memory holds the GPU idle so).
+        synced = (late | queued) & (2 * in_sync >= length)
+        category = np.where(synced, "sync", np.where(queued, "queued", np.where(late, "host_wait", "other")))
         keep = idle > 0
         out.append(pd.DataFrame({"device": int(dev), "start": g_start[keep], "end": g_end[keep], "idle_ns": idle[keep],
                                  "category": category[keep], "next_row": nxt[keep]}))

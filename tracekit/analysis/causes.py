@@ -1,0 +1,212 @@
+"""What to fix first: ONE ranked list of every cause of lost time, each in ns of the same
+denominator, so the rows compare and (the GPU-time rows) add up.
+
+The denominator is the steps' wall time (each step from the earlier of its host range and
+GPU window to the later end: a serving step whose host range outlasts its kernels loses that
+time too), or, without steps, the time from first to last GPU activity; summed over the GPUs
+of the trace (every device's idle or busy time is counted on it).
+
+GPU-time rows are disjoint slices of that time, so their running total never passes 100%:
+GPU idle inside the steps' GPU windows by cause, GPU idle outside them (inside the host
+ranges) by cause, copies (memcpy / memset time no kernel hides), communication no compute
+hides, and kernel time recoverable at the sustained roofline. Host-time rows (launch calls
+longer than the kernels they launch; launch-call time above the same call's fastest runs,
+which is what the profiler's instrumentation and contention add) say where the host-wait
+idle comes from: they overlap it, so they carry no running total.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tracekit.parsers.launch_api import SYNC_API
+from tracekit.trace.grouping import key_of
+
+HOST_TIME_CAUSES = ("launch_overhead", "profiler_overhead")  # host time: overlaps the idle rows
+FASTEST = 0.1  # a call's fastest runs: the quantile that stands for its uninstrumented time
+
+
+def denominator(a, idle_window_ns: float, outside: dict[str, Any]) -> tuple[str, float]:
+    """(name, ns): what every share in the ranked list is of."""
+    devices = int(a.kernels["device"].nunique()) if len(a.kernels) else 0
+    over = f", summed over {devices} GPUs" if devices > 1 else ""
+    if len(a.steps):
+        wall = float(outside.get("wall_ns") or 0.0) * max(devices, 1)
+        if wall:
+            return f"step wall time{over}", max(wall, idle_window_ns)
+        return f"step time{over}", idle_window_ns
+    return f"time from first to last GPU activity{over}", idle_window_ns
+
+
+def _row(cause: str, what: str, where: str, time_ns: float, of_ns: float, evidence: dict[str, Any]) -> dict[str, Any]:
+    return {"cause": cause, "what": what, "where": where, "time_ns": float(time_ns),
+            "share": float(time_ns) / of_ns if of_ns else None, "evidence": evidence}
+
+
+# what the GPU waited for, by idle category (timeline.idle_gaps)
+IDLE_WHAT = {"host_wait": "waiting for the host to launch work", "sync": "the host blocked in a synchronising call",
+             "queued": "work submitted but not started (an event wait; nothing ran on the GPU)",
+             "other": "nothing recorded (launch latency, or no launch call)"}
+# the ranked list's short names for the same
+IDLE_SHORT = {"host_wait": "host late to launch", "sync": "host blocked in a sync call", "queued": "submitted, not started",
+              "other": "nothing recorded"}
+
+
+def _host_name(h: dict | None) -> str:
+    return f"{h['kind']} {h['name']}" if h else ""
+
+
+def idle_rows(f, of_ns: float) -> list[dict[str, Any]]:
+    """GPU idle by cause, inside the GPU windows and outside them, each with its host code."""
+    out = []
+    for r in f.idle.to_dict(orient="records") if len(f.idle) else []:
+        if r["idle_ns"] > 0 and r["category"] in IDLE_WHAT:
+            h = f.idle_host_by_cause.get(r["category"])
+            out.append(_row(f"idle_{r['category']}", f"GPU idle: {IDLE_SHORT[r['category']]}", _host_name(h), r["idle_ns"], of_ns,
+                            {"gaps": int(r["gaps"]), "host": h, "where": f.idle_window}))
+    o = f.outside
+    for category, t in (o.get("by_cause") or {}).items():
+        if t > 0 and category in IDLE_WHAT:
+            h = (o.get("host_by_cause") or {}).get(category)
+            out.append(_row(f"idle_outside_{category}", f"idle before/after step kernels: {IDLE_SHORT[category]}", _host_name(h), t, of_ns,
+                            {"gaps": int((o.get("gaps_by_cause") or {}).get(category, 0)), "host": h,
+                             "where": "outside the steps' GPU windows"}))
+    return out
+
+
+def _in_scope(a) -> np.ndarray:
+    k = a.kernels
+    return k["step"].to_numpy() >= 0 if len(a.steps) else np.ones(len(k), dtype=bool)
+
+
+def copy_row(a, of_ns: float) -> dict[str, Any] | None:
+    """Copies and memsets: the GPU time they hold alone (what no kernel hides)."""
+    k = a.kernels
+    copy = (k["kind"] != "kernel").to_numpy() & _in_scope(a)
+    time = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    if not copy.any() or not time[copy].sum() > 0:
+        return None
+    names = key_of(k["name"], missing="nan")
+    by_name = np.bincount(np.maximum(names[0][copy], 0), weights=np.where(names[0][copy] >= 0, time[copy], 0.0),
+                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
+    top = str(names[1][int(np.argmax(by_name))])
+    count = int(np.count_nonzero(copy & (names[0] == int(np.argmax(by_name)))))
+    return _row("copies", "copies / memsets (unhidden)", f"{top} ({count:,} calls)", float(time[copy].sum()), of_ns,
+                {"copy": top, "copy_ns": float(by_name.max()), "calls": count})
+
+
+def comm_row(a, of_ns: float) -> dict[str, Any] | None:
+    """Communication no compute hides (its exclusive time)."""
+    from tracekit.trace.kernel_names import labels
+
+    k = a.kernels
+    comm = (k["block"] == "collective").to_numpy() & (k["kind"] == "kernel").to_numpy() & _in_scope(a)
+    time = k["exclusive_ns"].to_numpy(dtype=np.float64)
+    if not comm.any() or not time[comm].sum() > 0:
+        return None
+    names = key_of(k["name"], missing="nan")
+    by_name = np.bincount(np.maximum(names[0][comm], 0), weights=np.where(names[0][comm] >= 0, time[comm], 0.0),
+                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
+    top = str(names[1][int(np.argmax(by_name))])
+    return _row("exposed_communication", "communication (exposed)", labels([top])[top], float(time[comm].sum()), of_ns,
+                {"kernel": top, "exposed_ns": float(by_name.max()), "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
+
+
+def recoverable_row(f, work: dict[str, np.ndarray], a, of_ns: float) -> dict[str, Any] | None:
+    """Kernel time recoverable at the sustained roofline (kernels only: copies are their own
+    row), named by the op (or, without one, the kernel) that holds the most of it."""
+    from tracekit.trace.kernel_names import labels
+
+    kernel = (a.kernels["kind"] == "kernel").to_numpy()
+    total = float(np.nansum(np.where(kernel, work["recoverable_ns"], 0.0)))
+    if not total > 0:
+        return None
+    op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
+    top = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
+    if op is not None and (top is None or op["recoverable_ns"] >= top["recoverable_ns"]):
+        where = f"{op['what']} {op['detail']}".strip()
+        evidence = {"op": str(op["what"]), "shapes": str(op["detail"]), "recoverable_ns": float(op["recoverable_ns"]),
+                    "time_ns": float(op["time_ns"]), "t_min_ns": float(op["t_min_ns"])}
+    elif top is not None:
+        where = labels([str(top["what"])])[str(top["what"])]
+        evidence = {"kernel": str(top["what"]), "recoverable_ns": float(top["recoverable_ns"]),
+                    "time_ns": float(top["time_ns"]), "t_min_ns": float(top["t_min_ns"])}
+    else:
+        return None
+    return _row("recoverable", "kernel time above the roofline", where, total, of_ns, evidence)
+
+
+def launch_row(f, of_ns: float) -> dict[str, Any] | None:
+    """Host time in launch calls that took longer than the kernel they launched."""
+    from tracekit.trace.kernel_names import labels
+
+    s = f.short_kernels
+    if not s.get("count"):
+        return None
+    top = s["top"][0]["name"] if s.get("top") else ""
+    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", s["launch_ns"], of_ns,
+                {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"])})
+
+
+def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
+    """Launch-call time above the same call's fastest runs (its FASTEST quantile): the
+    profiler's instrumentation (record_shapes, with_stack) and host contention stretch the
+    calls it records; the fastest runs of a call are the closest the trace has to its
+    uninstrumented time. Inside the steps' host ranges where the trace has steps."""
+    t = a.trace
+    if t is None or not len(t.launches):
+        return None
+    lt = t.launches
+    start, end = lt["start"].to_numpy(np.int64), lt["end"].to_numpy(np.int64)
+    dur = (end - start).astype(np.float64)
+    # calls that launched GPU work (kernels, copies), without the synchronising ones: a
+    # blocking copy is long because it waits for the GPU, not because it is instrumented
+    launched = np.zeros(len(lt), dtype=bool)
+    rows = a.kernels["launch"].to_numpy()
+    launched[rows[rows >= 0]] = True
+    names = key_of(lt["name"], missing="nan")
+    sync = np.array([bool(SYNC_API.search(str(n))) for n in names[1]], dtype=bool)
+    keep = (dur > 0) & launched & (names[0] >= 0)
+    keep[keep] &= ~sync[names[0][keep]]
+    if len(a.steps) and "host_start_ns" in a.steps:
+        lo = a.steps["host_start_ns"].to_numpy(np.int64)
+        hi = lo + a.steps["host_duration_ns"].to_numpy(np.int64)
+        order = np.argsort(lo)
+        i = np.searchsorted(lo[order], start, side="right") - 1
+        keep &= (i >= 0) & (start < hi[order][np.maximum(i, 0)])
+    if not keep.any():
+        return None
+    codes = names[0][keep]
+    d = dur[keep]
+    fastest = np.zeros(len(names[1]), dtype=np.float64)
+    for code in np.unique(codes):  # one quantile per distinct call name (a few dozen)
+        fastest[code] = np.quantile(d[codes == code], FASTEST)
+    excess = np.clip(d - fastest[codes], 0, None)
+    by_name = np.bincount(codes, weights=excess, minlength=len(names[1]))
+    total = float(excess.sum())
+    if not total > 0:
+        return None
+    top = str(names[1][int(np.argmax(by_name))])
+    return _row("profiler_overhead", "launch calls above their fastest 10% (profiler; host)", top, total, of_ns,
+                {"launch_ns": float(d.sum()), "calls": int(keep.sum()), "top_call": top, "top_excess_ns": float(by_name.max())})
+
+
+def ranked(a, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Every cause, ranked by time; GPU-time rows carry the running total of their shares."""
+    of = f.denominator_ns
+    rows = [*idle_rows(f, of), copy_row(a, of), comm_row(a, of), recoverable_row(f, work, a, of), launch_row(f, of), profiler_row(a, of)]
+    rows = [r for r in rows if r is not None]
+    # Host time costs the GPU only through the host-wait idle it is part of: a host-time row
+    # ranks by the smaller of its time and that idle (after a GPU-time row of equal time).
+    host_wait = sum(r["time_ns"] for r in rows if r["cause"].endswith("host_wait"))
+    rows.sort(key=lambda r: (-min(r["time_ns"], host_wait), 1) if r["cause"] in HOST_TIME_CAUSES else (-r["time_ns"], 0))
+    running = 0.0
+    for r in rows:
+        if r["cause"] in HOST_TIME_CAUSES or r["share"] is None:
+            r["cumulative_share"] = None
+        else:
+            running += r["share"]
+            r["cumulative_share"] = running
+    return rows
