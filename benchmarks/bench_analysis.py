@@ -5,7 +5,7 @@
 PATH defaults to a ~55 MB plain-JSON trace tiled from the shared Qwen fixture (built once
 under benchmarks/out/). The trace is loaded once; then, in the same process:
 
-  build    tracekit.analysis.build (costs, attribution, steps, roofline, tables, findings),
+  build    tracekit.analysis.pipeline.build (costs, attribution, steps, roofline, tables, findings),
            the first call and the median of --repeat more
   render   the terminal tables (120 columns, plain, to memory), first call and median
   stages   (--stages) median milliseconds of each stage build() calls
@@ -31,7 +31,7 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCE = HERE.parent.parent / "shared" / "fixtures" / "torch" / "h100_qwen1.5-0.5b_hf_inference.json.gz"
 STAGES = {  # module -> functions build() calls, timed one by one with --stages
-    "tracekit.analysis.build": ["kernel_costs", "attribute", "kernel_steps", "exclusive_time", "roofline", "ops_table", "device_time",
+    "tracekit.analysis.pipeline": ["kernel_costs", "attribute", "kernel_steps", "exclusive_time", "roofline", "ops_table", "device_time",
                                 "step_table", "coverage", "block_table", "kernel_summary", "collective_table", "collective_summary",
                                 "overlap_table", "compute_findings"],
 }
@@ -90,6 +90,7 @@ def main() -> None:
     path = pathlib.Path(args.path) if args.path else default_trace()
 
     import tracekit.api as api
+    from tracekit.analysis.load import gc_paused
     from rich.console import Console
 
     from tracekit.analysis import build
@@ -108,7 +109,7 @@ def main() -> None:
         _wrap_stages(acc)
 
     def run_build():
-        with api._gc_paused():  # as api.analyze runs it
+        with gc_paused():  # as api.analyze runs it
             return build(trace, device, DEFAULT_SUSTAINED, rules, None)
 
     first, median, analysis = _timed(run_build, args.repeat)

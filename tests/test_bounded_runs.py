@@ -101,7 +101,7 @@ def test_an_export_time_beyond_int64_is_dropped_with_tracekits_warning(tmp_path)
 def test_diff_out_on_a_full_disk_leaves_neither_file(capsys, tmp_path, monkeypatch):
     """The disk fills while diff.md is written: diff.json was already in place and the run
     said "(nothing was written)". Now both are staged first and published together."""
-    import tracekit.reports.atomic as atomic
+    import tracekit.common.atomic as atomic
 
     real_fsync, calls = os.fsync, []
 

@@ -267,11 +267,11 @@ def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path, m
                     'matrix_tflops = { bf16 = 60.0, fp16 = 60.0 }\nvector_tflops = { fp32 = 15.0 }\nmemory_gbps = 256\n')
     with pytest.raises(tracekit.TraceError, match="ran on 'NVIDIA GeForce RTX 4060 Laptop GPU', which is not in the device table"):
         tracekit.api.project(trace, "B200")
-    import tracekit.analysis
+    import tracekit.analysis.pipeline
 
     builds = []
-    real = tracekit.analysis.build
-    monkeypatch.setattr(tracekit.analysis, "build", lambda *args, **kw: builds.append(1) or real(*args, **kw))
+    real = tracekit.analysis.pipeline.build
+    monkeypatch.setattr(tracekit.analysis.pipeline, "build", lambda *args, **kw: builds.append(1) or real(*args, **kw))
     p = tracekit.api.project(trace, "B200", device_file=str(spec))
     assert p.source.key == "RTX-4060-LAPTOP" and p.target.key == "B200"
     assert not any("not in the device table" in w for w in p.warnings)

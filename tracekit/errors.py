@@ -30,7 +30,7 @@ class TraceError(Exception):
 INTERRUPTS: list[int] = []
 
 
-# The staging files and directories this run holds (reports/atomic.py), path -> the locked
+# The staging files and directories this run holds (common/atomic.py), path -> the locked
 # descriptor: removed by the interrupt watchdog when it has to end the run itself.
 STAGING: dict[str, int] = {}
 

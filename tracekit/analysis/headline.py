@@ -12,7 +12,7 @@ import pandas as pd
 
 from tracekit.analysis.causes import IDLE_WHAT
 from tracekit.costs.unknown import MIN_COVERAGE
-from tracekit.reports.format import duration, middle, percent, percent_against, rounded_percent
+from tracekit.common.format import duration, middle, percent, percent_against, rounded_percent
 from tracekit.trace.grouping import key_of
 from tracekit.trace.health import kernel_times_unknown
 

@@ -100,11 +100,11 @@ def cpu_ops_table(trace: Trace) -> pd.DataFrame:
 
 def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]], points: int = 20) -> dict[tuple[str, str], list[float]]:
     """Per (op, input shapes) in `wanted`: a sketch of its calls' GPU time (the kernel time
-    each call launched; tracekit.compare.noise.sketch), for telling a change from noise."""
+    each call launched; tracekit.common.sketch), for telling a change from noise."""
     linked = np.flatnonzero(kernels["op"].to_numpy() >= 0) if len(kernels) else np.array([], dtype=np.int64)
     if not len(linked) or not wanted:
         return {}
-    from tracekit.compare.noise import sketch
+    from tracekit.common.sketch import sketch
     from tracekit.trace.column_text import as_text
 
     op_rows = kernels["op"].to_numpy()[linked]

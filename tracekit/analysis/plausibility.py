@@ -236,14 +236,14 @@ def _negative_times(tables: dict[str, pd.DataFrame]) -> list[Flag]:
 
 
 def _cut(text: str, width: int = 60) -> str:
-    from tracekit.reports.format import middle
+    from tracekit.common.format import middle
 
     return middle(text, width)
 
 
 def _value(figure: str, value: float) -> str:
     if figure.endswith("_ns"):
-        from tracekit.reports.format import duration
+        from tracekit.common.format import duration
 
         return duration(value)
     if figure == "achieved_tbps":

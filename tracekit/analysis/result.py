@@ -1,4 +1,4 @@
-"""Analysis: everything a report shows, complete when tracekit.analysis.build returns it.
+"""Analysis: everything a report shows, complete when tracekit.analysis.pipeline.build returns it.
 
 `Measured` holds the tables measured from the trace (kernels with their costs, roofline and
 labels; ops; blocks; steps; devices; coverage). The judgment stages (collectives, findings,

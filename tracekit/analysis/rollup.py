@@ -102,7 +102,7 @@ def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> di
     tracekit.compare.noise resamples to tell a change from noise."""
     if not len(k) or not names:
         return {}
-    from tracekit.compare.noise import sketch
+    from tracekit.common.sketch import sketch
 
     name = text_of(k["name"])
     wanted = np.isin(name, np.asarray(names, dtype=object))

@@ -18,7 +18,7 @@ def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_fi
               **model) -> None:
     """Fit the roofline step model (bandwidth and matrix efficiency, per device) to measured steps."""
     from tracekit.api import calibrate as fit
-    from tracekit.reports.atomic import check_out_file
+    from tracekit.common.atomic import check_out_file
     from tracekit.reports.prediction import render_calibration
     from tracekit.strict_json import dumps
 
@@ -34,7 +34,7 @@ def calibrate(paths: tuple[str, ...], config: str, device: str | None, device_fi
         why = "; ".join(f"{left['path']}: {left['reason']}" for left in result["left_out"])
         raise TraceError(paths[0], f"no trace can be used to calibrate ({why})")
     if out_file is not None:
-        from tracekit.reports.atomic import write_file
+        from tracekit.common.atomic import write_file
 
         write_file(out_file, dumps(result, indent=2) + "\n")
         click.echo(f"tracekit: wrote {out_file}", err=True)

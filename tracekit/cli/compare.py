@@ -92,7 +92,7 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
     from tracekit.compare import as_summary, check as run_check, load_expectations
     from tracekit.reports import check as render
 
-    from tracekit.reports.atomic import check_out_file
+    from tracekit.common.atomic import check_out_file
 
     check_out_file(junit_path, "--junit", inputs=(path, expect_path, baseline, rules))
     expectations = load_expectations(expect_path)
@@ -108,7 +108,7 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
     verdicts = run_check(summary, expectations, base, min_change=min_change, source=expect_path)
     if junit_path is not None:
         from tracekit.compare.check import junit_xml
-        from tracekit.reports.atomic import write_file
+        from tracekit.common.atomic import write_file
 
         write_file(junit_path, junit_xml(verdicts, path))
     failed = not all(v.ok for v in verdicts)

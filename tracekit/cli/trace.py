@@ -32,7 +32,7 @@ def info(path: str, fmt: str, top: int, workers: int | None) -> None:
 def export(path: str, out: str, device: str | None, device_file: str | None, rules: str | None) -> None:
     """Write the timeline with every kernel annotated (phase, block, FLOPs, bytes, efficiency, bound)."""
     from tracekit.api import analyze as run
-    from tracekit.reports.atomic import check_out_file
+    from tracekit.common.atomic import check_out_file
     from tracekit.reports.perfetto import write_perfetto
 
     check_out_file(out, "--perfetto", inputs=(path, device_file, rules))

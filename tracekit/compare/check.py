@@ -310,7 +310,7 @@ def kernel_function(name: str) -> str:
 def _kernel_per_call(summary: dict[str, Any], selector: str) -> tuple[tuple[float | None, Samples | None], str]:
     """A kernel's time per call over every top-list row whose name, readable label or
     function name (kernel_function) is `selector`, with its calls' sketch; (None, None) and why when it is not there."""
-    from tracekit.reports.format import kernel_label
+    from tracekit.trace.kernel_names import kernel_label
 
     rows = [r for r in records(summary, "top_kernels")
             if selector in (r.get("name"), kernel_label(str(r.get("name")), 200), kernel_function(str(r.get("name"))))]

@@ -31,8 +31,8 @@ from tracekit.compare.noise import DEFAULT_MIN_CHANGE, Samples, compare as noise
 from tracekit.compare.summary import (as_summary, coverage_share, exposed_comm_share, label, listed_of, number,
                                       records, step_time_ns)
 from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
-from tracekit.reports.format import kernel_label
-from tracekit.reports.format import UNKNOWN
+from tracekit.trace.kernel_names import kernel_label
+from tracekit.common.format import UNKNOWN
 
 PER_CALL = "per call"
 

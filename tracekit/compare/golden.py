@@ -51,6 +51,6 @@ def golden_text(summary: dict[str, Any]) -> str:
 
 
 def write_golden(path: str | os.PathLike, summary: dict[str, Any]) -> None:
-    from tracekit.reports.atomic import write_file
+    from tracekit.common.atomic import write_file
 
     write_file(path, golden_text(summary))

@@ -21,7 +21,6 @@ from typing import Sequence
 
 import numpy as np
 
-SKETCH_POINTS = 20
 BOOTSTRAP = 2000
 SEED = 0
 DEFAULT_MIN_CHANGE = 0.02
@@ -69,14 +68,6 @@ class Samples:
         values = np.concatenate([p.values for p in parts])
         weights = np.concatenate([p.weights * (p.n / total) for p in parts])
         return Samples(values, weights, total)
-
-
-def sketch(durations: np.ndarray, points: int = SKETCH_POINTS) -> list[float]:
-    """At most `points` values that stand for equal shares of `durations` (see the module)."""
-    d = np.sort(np.asarray(durations, dtype=np.float64))
-    if len(d) > points:
-        d = np.quantile(d, (np.arange(points) + 0.5) / points)
-    return [round(float(x), 1) for x in d]
 
 
 def _resampled(s: Samples, statistic: str, rng: np.random.Generator) -> np.ndarray:

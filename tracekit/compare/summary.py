@@ -35,7 +35,7 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     stored = read_summary_file(path)
     if stored is not None:
         return stored
-    from tracekit.api import analyze
+    from tracekit.analysis.load import analyze
 
     analysis = analyze(path, device=device, rules=rules, **{k: v for k, v in options.items() if v is not None})
     return analysis.to_dict(top or _everything(analysis))

@@ -1,7 +1,7 @@
 """Model-aware analysis: a model's config.json costs what the trace cannot shape, and
 predicts every step (config -> batch per step -> block costs -> kernels; predict; calibrate).
 
-Order inside tracekit.analysis.build with a model: shape costs -> attribute -> steps ->
+Order inside tracekit.analysis.pipeline.build with a model: shape costs -> attribute -> steps ->
 `run_model` fills the uncosted kernels -> roofline -> summarize -> `predict`.
 """
 

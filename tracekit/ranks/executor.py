@@ -82,7 +82,7 @@ def analyze_one(path: str, device: str | None = None, device_file: str | None = 
                 sustained: float = 0.8, parse_workers: int | None = 1) -> RankResult:
     """One rank's analysis; a top-level function so worker processes and Dask can run it.
     `parse_workers`: 1 when the ranks already run side by side (one process per core)."""
-    from tracekit.api import analyze
+    from tracekit.analysis.load import analyze
 
     a = analyze(path, device=device, device_file=device_file, sustained=sustained, rules=rules, workers=parse_workers)
     a.trace = None  # the linked trace stays in the worker

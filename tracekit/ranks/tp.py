@@ -15,7 +15,7 @@ from tracekit.ranks.executor import rank_of, trace_paths
 def project_tp_job(inputs: list[str] | str, tp: int, **options):
     """`inputs`: rank traces or a directory of them; `options` as for tracekit.api.project_tp.
     Returns the first rank's TPProjection with the cross-rank tables and per-rank totals."""
-    from tracekit.api import project_tp
+    from tracekit.projection.run import project_tp
 
     paths = trace_paths([os.fspath(p) for p in inputs] if isinstance(inputs, (list, tuple)) else [os.fspath(inputs)])
     projections, per_rank = [], []

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.analysis import Analysis
-from tracekit.reports.format import duration, number, percent, percent_against
+from tracekit.common.format import duration, number, percent, percent_against
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal

@@ -46,7 +46,7 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
     whose files (`names`, and rankN/) would replace one of the command's inputs."""
     import re
 
-    from tracekit.reports.atomic import check_out_path, writable_parent
+    from tracekit.common.atomic import check_out_path, writable_parent
 
     check_out_path(path, option)
     if os.path.exists(path) and not os.path.isdir(path):
@@ -71,7 +71,7 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
 def atomic_dir(out_dir: str) -> Iterator[str]:
     """Yields a temporary directory to write the bundle into; on success its content
     takes the place of `out_dir`, on any error or interrupt it is removed."""
-    from tracekit.reports.atomic import STAGING_MARK, hold, release, remove_stale, staging_prefix
+    from tracekit.common.atomic import STAGING_MARK, hold, release, remove_stale, staging_prefix
 
     target = os.path.realpath(out_dir)  # through a symlink: the directory it names is written, the link kept
     tmp = held = None
@@ -102,7 +102,7 @@ def _make_temporary(target: str) -> str:
     """Beside the target (one rename puts it in place); inside it when only the target
     itself is writable (then its entries are moved in one by one). mkdtemp makes it 0700:
     the bundle gets the mode any directory the user makes would have (umask)."""
-    from tracekit.reports.atomic import STAGING_MARK, staging_prefix
+    from tracekit.common.atomic import STAGING_MARK, staging_prefix
 
     try:
         path = tempfile.mkdtemp(prefix=staging_prefix(target), dir=os.path.dirname(target))
@@ -159,7 +159,7 @@ def _install(tmp: str, target: str) -> None:
         return
     if set(entries) <= set(os.listdir(tmp)):
         # A previous bundle: swap the directories, then drop the old one.
-        from tracekit.reports.atomic import hold, release, staging_prefix
+        from tracekit.common.atomic import hold, release, staging_prefix
 
         old = tempfile.mkdtemp(prefix=f"{staging_prefix(target)}old-", dir=os.path.dirname(target))
         hold(old)  # (another run's clean-up leaves it alone)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracekit.compare.check import Verdict
-from tracekit.reports.format import UNKNOWN
+from tracekit.common.format import UNKNOWN
 from tracekit.strict_json import dumps
 
 

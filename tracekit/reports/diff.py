@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from tracekit.reports.format import UNKNOWN, duration, percent, ratio, signed_duration, si
+from tracekit.common.format import UNKNOWN, duration, percent, ratio, signed_duration, si
 from tracekit.strict_json import dumps
 
 
@@ -267,7 +267,7 @@ def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
     """diff.json (every matched item) and diff.md (the tables) into out_dir."""
     import os
 
-    from tracekit.reports.atomic import write_files
+    from tracekit.common.atomic import write_files
 
     # published together: a failure at diff.md (a full disk) leaves no diff.json behind
     return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): to_markdown(d, top)})
@@ -324,7 +324,7 @@ def render_ranks(d: dict, console, top: int = 15) -> None:
 def write_ranks(d: dict, out_dir: str, top: int = 15) -> list[str]:
     import os
 
-    from tracekit.reports.atomic import write_files
+    from tracekit.common.atomic import write_files
 
     # published together: a failure at diff.md (a full disk) leaves no diff.json behind
     return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): ranks_markdown(d, top)})

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tracekit.reports.format import duration, percent
+from tracekit.common.format import duration, percent
 from tracekit.reports.text import terminal
 from tracekit.strict_json import dumps
 

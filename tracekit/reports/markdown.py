@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tracekit.analysis import Analysis
 from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
-from tracekit.reports.format import duration
+from tracekit.common.format import duration
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.section import section_markdown
 from tracekit.reports.text import markdown as md

@@ -113,7 +113,7 @@ def write_perfetto(a: Analysis, path: str) -> int:
             events.append({"ph": "s", "cat": "launch", "name": "launch", "id": flows[key], "pid": o_pid, "tid": o_tid, "ts": o_ts})
         # binds to the kernel slice that encloses ts (bp e: the enclosing slice, not the next one)
         events.append({"ph": "f", "bp": "e", "cat": "launch", "name": "launch", "id": flows[key], "pid": pid, "tid": tid, "ts": ts})
-    from tracekit.reports.atomic import open_atomic
+    from tracekit.common.atomic import open_atomic
 
     with open_atomic(path) as f:  # whole or not at all: a full disk leaves no truncated timeline
         f.write(msgspec.json.encode({"traceEvents": ids.meta + events, "displayTimeUnit": "ms",

@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tracekit.reports.format import UNKNOWN, duration, number, percent, si, signed_percent
+from tracekit.common.format import UNKNOWN, duration, number, percent, si, signed_percent
 
 
 

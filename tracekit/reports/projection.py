@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracekit.reports.format import UNKNOWN, duration, number, percent
+from tracekit.common.format import UNKNOWN, duration, number, percent
 from tracekit.reports.section import Section, section_markdown
 from tracekit.reports.text import markdown as md
 

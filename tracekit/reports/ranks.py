@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from tracekit.ranks.executor import MultiRank
-from tracekit.reports.format import UNKNOWN, duration, is_unknown, number, percent, si, signed_percent
+from tracekit.common.format import UNKNOWN, duration, is_unknown, number, percent, si, signed_percent
 from tracekit.strict_json import dumps
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from tracekit.reports.section import Named, Section
 from tracekit.trace.kernel_names import demangle, labels
-from tracekit.reports.format import duration, number, percent, si, text
+from tracekit.common.format import duration, number, percent, si, text
 from tracekit.strict_json import records
 
 if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and pandas)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tracekit.reports.format import duration, number, percent
+from tracekit.common.format import duration, number, percent
 from tracekit.reports.section import Section
 
 if TYPE_CHECKING:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from tracekit.common.format import shorten
+
 # Names are bounded before any work: the longest real kernel name we have seen is ~3 kB.
 MAX_CHARS = 4096
 
@@ -404,3 +406,8 @@ def labels(names) -> dict[str, str]:
             seen[key] = seen.get(key, 0) + 1
             out[n] = f"{key} #{seen[key]}"
     return out
+
+
+def kernel_label(name: str, width: int = 70) -> str:
+    """A kernel's short label (`label`), cut to `width`."""
+    return shorten(label(str(name)), width)

@@ -78,13 +78,6 @@ def middle(name: str, width: int = 60) -> str:
     return name[:head] + "…" + name[len(name) - (width - 1 - head):]
 
 
-def kernel_label(name: str, width: int = 70) -> str:
-    """A kernel's short label (tracekit.trace.kernel_names.label), cut to `width`."""
-    from tracekit.trace.kernel_names import label
-
-    return shorten(label(str(name)), width)
-
-
 def percent_against(share: float | None, limit: float) -> str:
     """`share` as a percent with as many decimals as it takes to differ from `limit` printed
     the same way: never "50.0% ... below the 50.0% needed" (49.96% is printed 49.96%)."""
