@@ -23,6 +23,7 @@ import pandas as pd
 
 from tracekit.costs import op_cost
 from tracekit.costs.autograd import conv_hints
+from tracekit.costs.optimizer import parameter_hints
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
@@ -171,7 +172,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     """The cost of each op call in `op_rows`, computed once per distinct (name, inputs):
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    hints = conv_hints(ops)
+    hints = {**conv_hints(ops), **parameter_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
@@ -283,8 +284,9 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
     members = np.bincount(group[mine], minlength=n_groups)
     unnamed = np.bincount(group[mine], weights=np.isnan(size[mine]), minlength=n_groups)
     lowest, highest = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
-    np.minimum.at(lowest, group[mine], size[mine])
-    np.maximum.at(highest, group[mine], size[mine])
+    named = mine & ~np.isnan(size)  # a NaN in minimum.at warns; groups with one are left alone (unnamed > 0)
+    np.minimum.at(lowest, group[named], size[named])
+    np.maximum.at(highest, group[named], size[named])
     rescaled = np.flatnonzero(assumed & (members > 0) & (unnamed == 0) & (lowest == highest))
     call, costs = call.copy(), list(costs)
     by_cost_and_size: dict[tuple[int, float], int] = {}
