@@ -172,11 +172,12 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     """The cost of each op call in `op_rows`, computed once per distinct (name, inputs):
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
     hints = {**conv_hints(ops), **parameter_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
-                                                         for column in (dims, types, concrete)]
+                                                         for column in (dims, types, concrete, strides)]
     if hints:
         hint_text = [repr(hints[r]) if hints.get(r) else "" for r in op_rows.tolist()]
         columns.append(pd.factorize(np.array(hint_text, dtype=object))[0].astype(np.int64))
@@ -184,7 +185,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     costs = []
     for op_row in op_rows[first].tolist():
         hint = hints.get(op_row)
-        costs.append(op_cost(op_names[op_row], dims[op_row], types[op_row], concrete[op_row], hint))
+        costs.append(op_cost(op_names[op_row], dims[op_row], types[op_row], concrete[op_row], hint, strides[op_row]))
     return call.reshape(-1), costs
 
 
