@@ -3,7 +3,8 @@
 - memcpy / memset: the bytes the trace records (a device-to-device copy reads and writes).
 - collective kernels with Kineto collective metadata: the message size it gives.
 - other kernels: their op's cost (see tracekit.costs), shared among the op's kernels in
-  proportion to their time (a split-K GEMM launches two kernels for one op). A computing
+  proportion to their time, except a split-K GEMM's two kernels, each costed on what it
+  moves (tracekit.costs.split_k). A computing
   op's FLOPs and bytes go to its compute kernels, not to the layout transposes and
   workspace fills around them (cuDNN nchwToNhwc, MIOpen batched_transpose): those stay
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
@@ -24,6 +25,7 @@ import pandas as pd
 from tracekit.costs import op_cost
 from tracekit.costs.autograd import conv_hints
 from tracekit.costs.optimizer import parameter_hints
+from tracekit.costs.split_k import apply_split_k
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
@@ -51,6 +53,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
+    apply_split_k(k, trace.ops, out, "op shapes")
     _from_metadata(trace, kind, duration, out)
     _from_inductor_arguments(trace, kind, out)
     _inferred(k, out)
