@@ -332,3 +332,33 @@ def _once(arch: Architecture, batch: StepBatch, par: Parallel) -> list[dict]:
         msg = t * h * a
         rows.append(_row("collective", -1, t * h, 2 * (tp - 1) / tp * msg + (tp - 1) / tp * n * v * a, 0.0, "comm", arch.act_dtype))
     return rows
+
+
+MOE_PARTS = ("router", "gate_up", "down", "combine")
+
+
+def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> tuple[int, dict[str, tuple[float, float, float]]] | None:
+    """Per MoE layer of a step: (FLOPs, bytes read, bytes written) of each kernel an MoE FFN
+    launches, in launch order: the router GEMM (E x hidden), the grouped gate/up GEMM (the
+    active experts' gate and up matrices), the grouped down GEMM (their down matrices), and
+    the combine that sums each token's k expert outputs (reads T·k rows, writes T rows).
+    Returns (MoE layers, per-layer parts); None when the model has no MoE layer, or has
+    shared experts (their GEMMs interleave with the routed ones)."""
+    moe = [layer for layer in range(arch.layers) if arch.ffn_kind(layer) == "moe"]
+    if not moe or arch.shared_experts:
+        return None
+    layer = moe[0]
+    t, h, a = batch.tokens, arch.hidden, arch.act_bytes
+    e, k = arch.experts, arch.top_k
+    width = arch.expert_intermediate / (par.tp if par.ep == 1 else 1)
+    active = expected_experts(e, k, t) / par.ep
+    routed = t * k / par.ep
+    fmt = arch.format("experts", layer)
+    up_rows = 2 * width if arch.gated_ffn else width
+    router = h * e * arch.embedding_weights.bytes_per_param + (e * a if arch.router_bias else 0.0)
+    return len(moe), {
+        "router": (2.0 * t * h * e, router + t * h * a, t * e * a),
+        "gate_up": (2.0 * routed * up_rows * h, active * fmt.matrix_bytes(up_rows, h) + t * h * a, routed * up_rows * a),
+        "down": (2.0 * routed * width * h, active * fmt.matrix_bytes(h, width) + routed * width * a, routed * h * a),
+        "combine": (routed * h, routed * h * a, t * h * a),
+    }
