@@ -198,3 +198,20 @@ def test_no_python_or_numpy_warning_on_any_shared_trace():
             warnings.simplefilter("always")
             tracekit.analyze(path)
         assert not [str(w.message) for w in caught], path.name
+
+
+def test_capture_pairing_costs_most_non_moe_kernel_time_from_shapes():
+    import tracekit
+
+    run = "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise"
+    a = tracekit.analyze(shared("torch", f"{run}_execution.json.gz"), capture=shared("torch", f"{run}_capture.json.gz"))
+    k = a.kernels[a.kernels["kind"].astype(str) == "kernel"]
+    time = (k["end"] - k["start"]).astype(float)
+    # the kernels vllm::moe_forward launched (its inputs hold no expert width: --model costs them)
+    moe = k["op_name"].astype(str) == "vllm::moe_forward"
+    costed = k["flops"].notna()
+    assert time[moe].sum() / time.sum() > 0.75
+    assert time[~moe & costed].sum() / time[~moe].sum() >= 0.80
+    # the ck_tile RMSNorm (aiter::rmsnorm2d_fwd_with_add_ck) takes its op's cost: 4 [8192, 2880] bf16 tensors
+    norm = k[k["name"].astype(str).str.contains("Rmsnorm2dFwd") & costed & (k["op_name"].astype(str) == "aiter::rmsnorm2d_fwd_with_add_ck")]
+    assert len(norm) and np.allclose(norm["bytes_read"] + norm["bytes_written"], 4 * 8192 * 2880 * 2 + 2880 * 2)
