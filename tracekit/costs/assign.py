@@ -253,7 +253,8 @@ def _from_inductor_arguments(trace: Trace, kind: np.ndarray, out: dict) -> None:
     if not len(launchers):
         return
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r]) for r in launchers.tolist()}
+    strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
+    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r], strides[r]) for r in launchers.tolist()}
     by_name: dict[str, set] = {}
     for r, cost in per_op.items():
         by_name.setdefault(str(op_names[r]), set()).add(cost)
