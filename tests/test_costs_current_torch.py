@@ -215,3 +215,35 @@ def test_capture_pairing_costs_most_non_moe_kernel_time_from_shapes():
     # the ck_tile RMSNorm (aiter::rmsnorm2d_fwd_with_add_ck) takes its op's cost: 4 [8192, 2880] bf16 tensors
     norm = k[k["name"].astype(str).str.contains("Rmsnorm2dFwd") & costed & (k["op_name"].astype(str) == "aiter::rmsnorm2d_fwd_with_add_ck")]
     assert len(norm) and np.allclose(norm["bytes_read"] + norm["bytes_written"], 4 * 8192 * 2880 * 2 + 2880 * 2)
+
+
+def test_model_places_marlin_moe_gate_up_and_down_in_launch_order():
+    import tracekit
+
+    a = tracekit.analyze(shared("torch", "rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz"),
+                         model=str(shared_model("gpt-oss-20b.config.json")))
+    k = a.kernels
+    marlin = k[k["name"].astype(str).str.contains("marlin_moe", case=False)].sort_values("start")
+    assert (marlin["cost_source"].astype(str) == "model").all()
+    # gpt-oss-20b: 32 experts top-4, hidden = expert width = 2880, MXFP4 (4.25 bits per weight);
+    # a decode step of 4 tokens activates 32·(1-(1-4/32)^4) experts
+    t, h, w, e = 4, 2880, 2880, 32
+    active = e * (1 - (1 - 4 / e) ** t)
+    gate_up = active * 2 * w * h * 4.25 / 8 + t * h * 2
+    down = active * w * h * 4.25 / 8 + t * 4 * w * 2
+    decode_steps = 0
+    for _, step in marlin.groupby("step"):
+        first, second = step["bytes_read"].to_numpy()[0::2], step["bytes_read"].to_numpy()[1::2]
+        assert len(step) == 2 * 24 and len(set(first)) == 1 and len(set(second)) == 1  # per layer: gate/up, then down
+        if np.isclose(first[0], gate_up, rtol=0.01):
+            decode_steps += 1
+            assert np.isclose(second[0], down, rtol=0.01)
+            hand = (step["bytes_read"] + step["bytes_written"]) / a.device.bandwidth * 1e9 / (step["end"] - step["start"])
+            assert np.allclose(step["efficiency"], hand, rtol=0.15)
+            assert step["efficiency"].median() < 1.0
+    assert decode_steps >= 10
+    # uniform routing is an upper bound on distinct experts: a layer whose 4 tokens shared
+    # experts read less and shows above the roof, and is flagged, never silent
+    over = marlin[marlin["efficiency"] > 1.05]
+    assert len(over) < 0.1 * len(marlin)
+    assert not len(over) or any(f.figure == "efficiency" and "marlin" in f.where.lower() for f in a.flags)
