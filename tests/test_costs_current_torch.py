@@ -247,3 +247,23 @@ def test_model_places_marlin_moe_gate_up_and_down_in_launch_order():
     over = marlin[marlin["efficiency"] > 1.05]
     assert len(over) < 0.1 * len(marlin)
     assert not len(over) or any(f.figure == "efficiency" and "marlin" in f.where.lower() for f in a.flags)
+
+
+def test_model_places_dense_projections_on_their_own_gemms():
+    import tracekit
+
+    a = tracekit.analyze(shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz"), model=str(shared_model("qwen3-8b.config.json")))
+    k = a.kernels
+    model = k[(k["cost_source"].astype(str) == "model") & (k["kernel_class"].astype(str) == "gemm")]
+    # Qwen3-8B, 32 tokens, bf16: per layer a fused gate_up GEMM [2 x 12288, 4096] then down [4096, 12288];
+    # a fused qkv GEMM [(32 + 2 x 8) x 128, 4096] then o [4096, 32 x 128]
+    t, h, w, d = 32, 4096, 12288, 128
+    hand = {"ffn": [(2 * w * h * 2 + t * h * 2, t * 2 * w * 2), (h * w * 2 + t * w * 2, t * h * 2)],
+            "attention": [(48 * d * h * 2 + t * h * 2, t * 48 * d * 2), (h * 32 * d * 2 + t * 32 * d * 2, t * h * 2)]}
+    for block, (first, second) in hand.items():
+        g = model[model["block"].astype(str) == block].sort_values("start")
+        assert len(g) == 2 * 36
+        for rows, (read, written) in ((g.iloc[0::2], first), (g.iloc[1::2], second)):
+            assert np.allclose(rows["bytes_read"], read) and np.allclose(rows["bytes_written"], written)
+            by_hand = (read + written) / a.device.bandwidth * 1e9 / (rows["end"] - rows["start"])
+            assert np.allclose(rows["efficiency"], by_hand, rtol=0.15)

@@ -116,7 +116,7 @@ def _row(block, layer, flops, read, written, kind, dtype, weights=0.0, kv=0.0, s
             "weight_bytes": float(weights), "kv_bytes": float(kv), "state_bytes": float(state), "kind": kind, "dtype": dtype}
 
 
-def _heads(arch: Architecture, tp: int) -> tuple[float, float]:
+def heads_per_rank(arch: Architecture, tp: int) -> tuple[float, float]:
     return arch.heads / tp, max(arch.kv_heads / tp, 1.0)
 
 
@@ -137,7 +137,7 @@ def _layer(arch: Architecture, batch: StepBatch, par: Parallel, layer: int) -> l
     n = (mixer != "none") + (ffn != "none")
     norm = _row("norm", layer, n * 4 * t * h, n * (2 * t * h * a + h * a), n * 2 * t * h * a, "vector", arch.act_dtype, weights=n * h * a)
     if arch.qk_norm and mixer in ("attention", "attention+mamba2"):  # per-head RMSNorm of queries and keys
-        hq, hkv = _heads(arch, tp)
+        hq, hkv = heads_per_rank(arch, tp)
         qk = t * (hq + hkv) * arch.head_dim
         norm["flops"] += 4 * qk
         norm["bytes_read"] += qk * a + 2 * arch.head_dim * a
@@ -153,7 +153,7 @@ def _layer(arch: Architecture, batch: StepBatch, par: Parallel, layer: int) -> l
 def _attention(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[dict]:
     t, a = batch.tokens, arch.act_bytes
     rows = [_projections(arch, t, tp, layer), _core(arch, batch, tp, layer)]
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     d = arch.head_dim
     # rotary: read and write q and k; KV-cache write: the new tokens' keys and values (in the cache's dtype)
     kv_width = (arch.kv_lora_rank + arch.qk_rope_dim) if arch.is_mla else hkv * 2 * d
@@ -169,7 +169,7 @@ def _attention(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> lis
 
 
 def _projections(arch: Architecture, t: int, tp: int, layer: int) -> dict:
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     h, d, a = arch.hidden, arch.head_dim, arch.act_bytes
     if arch.is_mla:
         qk = arch.qk_nope_dim + arch.qk_rope_dim
@@ -192,7 +192,7 @@ def _projections(arch: Architecture, t: int, tp: int, layer: int) -> dict:
 
 
 def _core(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> dict:
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     a, window = arch.act_bytes, arch.windows[layer] if arch.windows else None
     if arch.is_mla:  # the compressed latent KV and the rope key: one "head" per token
         d_qk, d_v, per_token = arch.qk_nope_dim + arch.qk_rope_dim, arch.v_head_dim, (arch.kv_lora_rank + arch.qk_rope_dim) * arch.kv_bytes
@@ -264,7 +264,7 @@ def _mamba(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[di
     return [proj, core]
 
 
-def _ffn_shapes(arch: Architecture, width: float) -> list[tuple[float, float]]:
+def ffn_shapes(arch: Architecture, width: float) -> list[tuple[float, float]]:
     h = arch.hidden
     return [(width, h), (width, h), (h, width)] if arch.gated_ffn else [(width, h), (h, width)]
 
@@ -275,7 +275,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     if arch.ffn_kind(layer) != "moe":
         width = arch.intermediate / tp
         params = mats * h * width
-        wb = arch.format("ffn", layer).matrices_bytes(_ffn_shapes(arch, width))
+        wb = arch.format("ffn", layer).matrices_bytes(ffn_shapes(arch, width))
         act = _activation(arch, "ffn elementwise", layer, t * width, mats)
         return [_row("ffn", layer, 2 * t * params, wb + t * h * a + t * width * a, t * (mats - 1) * width * a + t * h * a, "matrix", compute, weights=wb), act]
     e, k = arch.experts, arch.top_k
@@ -285,7 +285,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     width = arch.expert_intermediate / shard
     per_expert = mats * h * width
     active = expected_experts(e, k, t) * local / e
-    expert_bytes = active * arch.format("experts", layer).matrices_bytes(_ffn_shapes(arch, width))
+    expert_bytes = active * arch.format("experts", layer).matrices_bytes(ffn_shapes(arch, width))
     routed = t * k / par.ep  # token-expert assignments this rank computes
     router_params = h * e
     router_bytes = router_params * arch.embedding_weights.bytes_per_param + (e * a if arch.router_bias else 0.0)
@@ -296,7 +296,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     if arch.shared_experts:
         s_width = arch.shared_experts * arch.shared_intermediate / tp
         s_params = mats * h * s_width
-        s_bytes = arch.format("shared_experts", layer).matrices_bytes(_ffn_shapes(arch, s_width))
+        s_bytes = arch.format("shared_experts", layer).matrices_bytes(ffn_shapes(arch, s_width))
         flops += 2 * t * s_params
         read += s_bytes + t * s_width * a
         written += t * (mats - 1) * s_width * a
@@ -333,32 +333,3 @@ def _once(arch: Architecture, batch: StepBatch, par: Parallel) -> list[dict]:
         rows.append(_row("collective", -1, t * h, 2 * (tp - 1) / tp * msg + (tp - 1) / tp * n * v * a, 0.0, "comm", arch.act_dtype))
     return rows
 
-
-MOE_PARTS = ("router", "gate_up", "down", "combine")
-
-
-def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> tuple[int, dict[str, tuple[float, float, float]]] | None:
-    """Per MoE layer of a step: (FLOPs, bytes read, bytes written) of each kernel an MoE FFN
-    launches, in launch order: the router GEMM (E x hidden), the grouped gate/up GEMM (the
-    active experts' gate and up matrices), the grouped down GEMM (their down matrices), and
-    the combine that sums each token's k expert outputs (reads T·k rows, writes T rows).
-    Returns (MoE layers, per-layer parts); None when the model has no MoE layer, or has
-    shared experts (their GEMMs interleave with the routed ones)."""
-    moe = [layer for layer in range(arch.layers) if arch.ffn_kind(layer) == "moe"]
-    if not moe or arch.shared_experts:
-        return None
-    layer = moe[0]
-    t, h, a = batch.tokens, arch.hidden, arch.act_bytes
-    e, k = arch.experts, arch.top_k
-    width = arch.expert_intermediate / (par.tp if par.ep == 1 else 1)
-    active = expected_experts(e, k, t) / par.ep
-    routed = t * k / par.ep
-    fmt = arch.format("experts", layer)
-    up_rows = 2 * width if arch.gated_ffn else width
-    router = h * e * arch.embedding_weights.bytes_per_param + (e * a if arch.router_bias else 0.0)
-    return len(moe), {
-        "router": (2.0 * t * h * e, router + t * h * a, t * e * a),
-        "gate_up": (2.0 * routed * up_rows * h, active * fmt.matrix_bytes(up_rows, h) + t * h * a, routed * up_rows * a),
-        "down": (2.0 * routed * width * h, active * fmt.matrix_bytes(h, width) + routed * width * a, routed * h * a),
-        "combine": (routed * h, routed * h * a, t * h * a),
-    }

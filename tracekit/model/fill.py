@@ -66,9 +66,9 @@ def _targets(names, block: np.ndarray, klass: np.ndarray) -> dict[tuple[str, str
 
 
 def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, owner: np.ndarray,
-           step_costs: dict[int, tuple[StepCosts, dict | None, tuple | None]]) -> tuple[pd.DataFrame, np.ndarray]:
+           step_costs: dict[int, tuple[StepCosts, dict | None, dict]]) -> tuple[pd.DataFrame, np.ndarray]:
     """Fill `costs` in place from each step's (block costs, roofline terms on the device or
-    None, MoE parts or None); the LM head and MoE kernels first take their own part
+    None, the parts tracekit.model.placement places); the LM head, MoE and projection kernels first take their own part
     (tracekit.model.placement), the rest of each group by time share; return the groups (one row per step x group) and each kernel's group row (-1: none)."""
     n = len(kernels)
     group_of = np.full(n, -1, dtype=np.int64)
@@ -86,12 +86,12 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     bounds = np.searchsorted(owner[candidates], list(step_costs), side="left"), np.searchsorted(owner[candidates], list(step_costs), side="right")
     rows = []
     start, kernel_name = kernels["start"].to_numpy(), kernels["name"].astype(str).to_numpy()
-    for (step, (per_block, terms, moe)), lo, hi in zip(step_costs.items(), *bounds):
+    for (step, (per_block, terms, parts)), lo, hi in zip(step_costs.items(), *bounds):
         mine = candidates[lo:hi]
         totals = per_block.totals()
         for key, (names, positions) in _targets(list(totals), block[mine], klass[mine]).items():
             members = mine[positions]
-            placed, done = place(names, members, start, klass, kernel_name, np.isnan(out["flops"]), totals, moe)
+            placed, done = place(names, members, start, klass, kernel_name, np.isnan(out["flops"]), totals, parts)
             for row, (f, r, w, kind, dtype) in placed.items():
                 out["flops"][row], out["bytes_read"][row], out["bytes_written"][row] = f, r, w
                 obj["cost_kind"][row], obj["dtype"][row], obj["cost_source"][row], obj["unknown_reason"][row] = kind, dtype, SOURCE, None

@@ -9,12 +9,16 @@ in an order the model knows, so each is placed on its kernel by position:
   group's last GEMM-class kernel is one no op shape costed.
 - an MoE FFN without shared experts launches, per layer and in this order, the router GEMM,
   the grouped gate/up GEMM, the grouped down GEMM and the combine of the k expert outputs
-  (tracekit.model.blocks.moe_parts). The group's uncosted GEMM-class kernels, in time order,
+  (tracekit.model.parts.moe_parts). The group's uncosted GEMM-class kernels, in time order,
   must then be L layers x p kernels with the same kernel name at each position of every
   layer: p = 4 is all four parts; p = 3 is gate/up, down, combine when the router already
   has op shapes (L costed GEMMs in the group), else router, gate/up, down; p = 2 is gate/up
-  and down. Each kernel takes its part's per-layer cost. Any other pattern is left to the
-  time share, as are the blocks these rules do not place.
+  and down. Each kernel takes its part's per-layer cost.
+- a group holding one block of fixed matrices (attention q, k, v, o; a dense FFN's gate,
+  up, down: tracekit.model.parts.projection_parts), none of whose GEMMs has op shapes:
+  L layers x p kernels, p = one per matrix, or p = 2 with the input matrices fused into
+  one GEMM (qkv, gate_up) and the output matrix.
+Any other pattern is left to the time share, as are the blocks these rules do not place.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ ROLES = {4: ("router", "gate_up", "down", "combine"), 2: ("gate_up", "down")}
 
 
 def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.ndarray, kernel_name: np.ndarray,
-          empty: np.ndarray, totals: dict[str, dict], moe) -> tuple[dict[int, tuple], list[str]]:
+          empty: np.ndarray, totals: dict[str, dict], parts: dict) -> tuple[dict[int, tuple], list[str]]:
     """(kernel row -> (flops, read, written, kind, dtype), the block names fully placed).
-    `members`: the group's kernel rows; `empty`: per kernel row, no cost yet; `moe`: the
-    step's (layers, parts) from moe_parts, or None."""
+    `members`: the group's kernel rows; `empty`: per kernel row, no cost yet; `parts`: the
+    step's {"moe": moe_parts(...), "projections": projection_parts(...)}."""
+    moe = parts.get("moe")
     gemm = members[klass[members] == "gemm"]
     gemm = gemm[np.argsort(start[gemm], kind="stable")]
     placed: dict[int, tuple] = {}
@@ -50,7 +55,34 @@ def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.nd
                 f, r, w = parts[role]
                 placed[row] = (f, r, w, "vector" if role == "combine" else "matrix", dtype)
             done.append("ffn")
+    left = [n for n in names if n not in done]
+    projections = parts.get("projections") or {}
+    if len(left) == 1 and left[0] in projections and not (~empty[gemm]).any():
+        layers, matrices = projections[left[0]]
+        open_rows = gemm[~np.isin(gemm, list(placed))]
+        per_kernel = _matrices_per_kernel(len(open_rows), layers, matrices)
+        if per_kernel and _same_name_per_position(kernel_name[open_rows], len(per_kernel)):
+            dtype, kind = totals[left[0]]["dtype"], totals[left[0]]["kind"]
+            for i, row in enumerate(open_rows.tolist()):
+                f, r, w, _ = per_kernel[i % len(per_kernel)]
+                placed[row] = (f, r, w, kind, dtype)
+            done.append(left[0])
     return placed, done
+
+
+def _matrices_per_kernel(count: int, layers: int, matrices: list[tuple]) -> list[tuple] | None:
+    """One GEMM per matrix, or (p = 2) the input matrices fused into one GEMM (qkv, gate_up:
+    same input, weights side by side, outputs summed) and the output matrix. Entries: (FLOPs, bytes read, bytes written, input bytes)."""
+    if not count or not layers or count % layers:
+        return None
+    p = count // layers
+    if p == len(matrices):
+        return list(matrices)
+    if p == 2 and len(matrices) > 2:
+        fused = matrices[:-1]  # their input is read once, not once per matrix
+        return [(sum(m[0] for m in fused), sum(m[1] for m in fused) - (len(fused) - 1) * fused[0][3],
+                 sum(m[2] for m in fused), fused[0][3]), matrices[-1]]
+    return None
 
 
 def _roles(count: int, layers: int, costed: int) -> tuple[str, ...] | None:
