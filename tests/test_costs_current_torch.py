@@ -267,3 +267,38 @@ def test_model_places_dense_projections_on_their_own_gemms():
             assert np.allclose(rows["bytes_read"], read) and np.allclose(rows["bytes_written"], written)
             by_hand = (read + written) / a.device.bandwidth * 1e9 / (rows["end"] - rows["start"])
             assert np.allclose(rows["efficiency"], by_hand, rtol=0.15)
+
+
+def test_gated_deltanet_projections_placed_layer_by_layer_in_a_hybrid_model():
+    """No shared trace serves a hybrid model: the placement rule on a Qwen3.5-27B step laid
+    out as its layers launch (3 Gated DeltaNet layers, then 1 full-attention layer, x 16):
+    5 GDN GEMMs per linear layer (in_proj_qkv, _z, _b, _a, out_proj), 2 per attention layer
+    (fused q-with-gate/k/v, then o)."""
+    from tracekit.model import load_config
+    from tracekit.model.batch import Requests, StepBatch
+    from tracekit.model.parts import projection_parts
+    from tracekit.model.placement import place
+
+    arch = load_config(shared_model("qwen3.5-27b.config.json"))
+    batch = StepBatch((Requests(8, 8, 8000),), "test")  # 8 decode requests
+    names = []
+    for layer in range(arch.layers):
+        names += [f"gdn_{j}" for j in range(5)] if arch.mixer(layer) == "linear_attention" else ["qkv", "o"]
+    n = len(names)
+    assert n == 48 * 5 + 16 * 2
+    rows = np.arange(n)
+    totals = {b: {"kind": "matrix", "dtype": "bf16"} for b in ("attention projections", "linear attention projections")}
+    placed, done = place(list(totals), rows, rows.astype(np.int64), np.array(["gemm"] * n), np.array(names),
+                         np.ones(n, dtype=bool), totals, {"moe": None, "projections": projection_parts(arch, batch)})
+    assert sorted(done) == sorted(totals) and len(placed) == n
+    # Qwen3.5-27B: hidden 5120; linear attention 16 key heads x 128, 48 value heads x 128; bf16 weights
+    h, kd, vd, nv, t = 5120, 16 * 128, 48 * 128, 48, 8
+    gdn = [(2 * kd + vd, h), (vd, h), (nv, h), (nv, h), (h, vd)]
+    for j, (rows_, k_) in enumerate(gdn):
+        assert placed[j][1] == pytest.approx(rows_ * k_ * 2 + t * k_ * 2)  # weights + the tokens in
+        assert placed[j][0] == pytest.approx(2 * t * rows_ * k_)
+    # the first attention layer (layer 3) starts at kernel 15: q rows doubled by the output gate, k, v fused
+    hq, hkv, d = 24, 4, 256
+    qkv = (2 * hq * d + 2 * hkv * d) * h
+    assert placed[15][1] == pytest.approx(qkv * 2 + t * h * 2)
+    assert placed[16][1] == pytest.approx(h * hq * d * 2 + t * hq * d * 2)

@@ -214,16 +214,22 @@ def _recurrent_core(arch: Architecture, batch: StepBatch, tp: int, layer: int, b
     return _row(block, layer, flops, read + small + state, written + state, "matrix", arch.act_dtype, weights=small, state=2 * state)
 
 
+def gdn_shapes(arch: Architecture, tp: int) -> list[tuple[float, float]]:
+    """The Gated DeltaNet projection matrices [rows, inputs] per rank, in launch order."""
+    g, h = arch.linear, arch.hidden
+    kd, vd, nv = g.key_heads * g.key_dim / tp, g.heads * g.head_dim / tp, g.heads / tp
+    if arch.model_type.startswith("qwen3_next"):  # fused in_proj_qkvz and in_proj_ba
+        return [(2 * kd + 2 * vd, h), (2 * nv, h), (h, vd)]
+    return [(2 * kd + vd, h), (vd, h), (nv, h), (nv, h), (h, vd)]  # Qwen3.5: in_proj_qkv, _z, _b, _a, out_proj
+
+
 def _gated_deltanet(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[dict]:
     """Qwen3-Next / Qwen3.5 linear attention: projections to q, k, v, the output gate z and the
     per-head b, a; a causal conv over q, k, v; the delta-rule recurrence on a per-head
     [key_dim x value_dim] state; a gated RMSNorm; out_proj."""
     g, t, h, a = arch.linear, batch.tokens, arch.hidden, arch.act_bytes
     kd, vd, nv = g.key_heads * g.key_dim / tp, g.heads * g.head_dim / tp, g.heads / tp
-    if arch.model_type.startswith("qwen3_next"):  # fused in_proj_qkvz and in_proj_ba
-        shapes = [(2 * kd + 2 * vd, h), (2 * nv, h), (h, vd)]
-    else:  # Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
-        shapes = [(2 * kd + vd, h), (vd, h), (nv, h), (nv, h), (h, vd)]
+    shapes = gdn_shapes(arch, tp)
     w = arch.format("linear_attention", layer)
     wb = w.matrices_bytes(shapes)
     params = sum(n * k for n, k in shapes)

@@ -6,7 +6,7 @@ projections and of a dense FFN. The per-block totals are tracekit.model.blocks'.
 from __future__ import annotations
 
 from tracekit.model.batch import StepBatch
-from tracekit.model.blocks import Parallel, expected_experts, ffn_shapes, heads_per_rank
+from tracekit.model.blocks import Parallel, expected_experts, ffn_shapes, gdn_shapes, heads_per_rank
 from tracekit.model.config import Architecture
 
 
@@ -40,26 +40,33 @@ def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) 
     }
 
 
-def projection_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> dict[str, tuple[int, list[tuple]]]:
-    """Per block whose GEMMs are a fixed list of matrices, in launch order, per layer: the
-    (FLOPs, bytes read, bytes written) of each matrix's GEMM (its weights in their stored
-    format, its input and output activations): `attention projections` (q, k, v, o; MHA /
-    GQA only) and a dense `ffn` (gate, up, down, or up, down). Keyed by block name, with the
-    number of layers that have it. tracekit.model.placement puts them on their kernels."""
+def projection_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> dict[str, tuple[list[int], list[tuple]]]:
+    """Per block whose GEMMs are a fixed list of matrices, in launch order: the layers that
+    have it and, per layer, the (FLOPs, bytes read, bytes written, input bytes) of each
+    matrix's GEMM (its weights in their stored format, its input and output activations):
+    `attention projections` (q with its output gate, k, v, o; MHA / GQA; a bias is not
+    counted), `linear attention projections` (Gated DeltaNet: in_proj_qkvz, in_proj_ba,
+    out_proj, or Qwen3.5's in_proj_qkv, _z, _b, _a, out_proj) and a dense `ffn` (gate, up,
+    down, or up, down)."""
     t, h, a, tp = batch.tokens, arch.hidden, arch.act_bytes, par.tp
-    out: dict[str, tuple[int, list[tuple]]] = {}
+    out: dict[str, tuple[list[int], list[tuple]]] = {}
     attention = [layer for layer in range(arch.layers) if arch.mixer(layer) == "attention"]
-    if attention and not arch.is_mla and not arch.attn_output_gate and not arch.attention_bias:
+    if attention and not arch.is_mla:
         hq, hkv = heads_per_rank(arch, tp)
         d = arch.head_dim
+        q_rows = hq * d * (2 if arch.attn_output_gate else 1)
         fmt = arch.format("attention", attention[0])
-        out["attention projections"] = (len(attention), [_gemm(fmt, n, k, t, a) for n, k in
-                                                         ((hq * d, h), (hkv * d, h), (hkv * d, h), (h, hq * d))])
+        out["attention projections"] = (attention, [_gemm(fmt, n, k, t, a) for n, k in
+                                                    ((q_rows, h), (hkv * d, h), (hkv * d, h), (h, hq * d))])
+    linear = [layer for layer in range(arch.layers) if arch.mixer(layer) == "linear_attention"]
+    if linear:
+        fmt = arch.format("linear_attention", linear[0])
+        out["linear attention projections"] = (linear, [_gemm(fmt, n, k, t, a) for n, k in gdn_shapes(arch, tp)])
     dense = [layer for layer in range(arch.layers) if arch.ffn_kind(layer) not in ("moe", "none")]
-    if dense and len(dense) == arch.layers:
+    if dense and not any(arch.ffn_kind(layer) == "moe" for layer in range(arch.layers)):  # "ffn" names MoE layers too
         width = arch.intermediate / tp
         fmt = arch.format("ffn", dense[0])
-        out["ffn"] = (len(dense), [_gemm(fmt, n, k, t, a) for n, k in ffn_shapes(arch, width)])
+        out["ffn"] = (dense, [_gemm(fmt, n, k, t, a) for n, k in ffn_shapes(arch, width)])
     return out
 
 

@@ -14,14 +14,18 @@ in an order the model knows, so each is placed on its kernel by position:
   layer: p = 4 is all four parts; p = 3 is gate/up, down, combine when the router already
   has op shapes (L costed GEMMs in the group), else router, gate/up, down; p = 2 is gate/up
   and down. Each kernel takes its part's per-layer cost.
-- a group holding one block of fixed matrices (attention q, k, v, o; a dense FFN's gate,
-  up, down: tracekit.model.parts.projection_parts), none of whose GEMMs has op shapes:
-  L layers x p kernels, p = one per matrix, or p = 2 with the input matrices fused into
-  one GEMM (qkv, gate_up) and the output matrix.
+- the blocks of fixed matrices left in a group (attention q, k, v, o; Gated DeltaNet in/out
+  projections; a dense FFN's gate, up, down: tracekit.model.parts.projection_parts), when
+  none of the group's GEMMs has op shapes: walking the layers in order, each layer launches
+  its block's GEMMs, one per matrix or with the input matrices fused into one (qkv,
+  gate_up, in_proj) before the output matrix. Placed when exactly one such reading matches
+  the kernel count and gives one kernel name per slot in every layer.
 Any other pattern is left to the time share, as are the blocks these rules do not place.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -57,32 +61,47 @@ def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.nd
             done.append("ffn")
     left = [n for n in names if n not in done]
     projections = parts.get("projections") or {}
-    if len(left) == 1 and left[0] in projections and not (~empty[gemm]).any():
-        layers, matrices = projections[left[0]]
+    if left and all(n in projections for n in left) and not (~empty[gemm]).any():
         open_rows = gemm[~np.isin(gemm, list(placed))]
-        per_kernel = _matrices_per_kernel(len(open_rows), layers, matrices)
-        if per_kernel and _same_name_per_position(kernel_name[open_rows], len(per_kernel)):
-            dtype, kind = totals[left[0]]["dtype"], totals[left[0]]["kind"]
-            for i, row in enumerate(open_rows.tolist()):
-                f, r, w, _ = per_kernel[i % len(per_kernel)]
-                placed[row] = (f, r, w, kind, dtype)
-            done.append(left[0])
+        plan = _plan(kernel_name[open_rows], [projections[n] for n in left])
+        for row, (block, (f, r, w, _)) in zip(open_rows.tolist(), plan or []):
+            placed[row] = (f, r, w, totals[left[block]]["kind"], totals[left[block]]["dtype"])
+        if plan:
+            done += left
     return placed, done
 
 
-def _matrices_per_kernel(count: int, layers: int, matrices: list[tuple]) -> list[tuple] | None:
-    """One GEMM per matrix, or (p = 2) the input matrices fused into one GEMM (qkv, gate_up:
-    same input, weights side by side, outputs summed) and the output matrix. Entries: (FLOPs, bytes read, bytes written, input bytes)."""
-    if not count or not layers or count % layers:
-        return None
-    p = count // layers
-    if p == len(matrices):
-        return list(matrices)
-    if p == 2 and len(matrices) > 2:
-        fused = matrices[:-1]  # their input is read once, not once per matrix
-        return [(sum(m[0] for m in fused), sum(m[1] for m in fused) - (len(fused) - 1) * fused[0][3],
-                 sum(m[2] for m in fused), fused[0][3]), matrices[-1]]
-    return None
+def _plan(names: np.ndarray, blocks: list[tuple[list[int], list[tuple]]]) -> list[tuple[int, tuple]] | None:
+    """Per kernel (in time order): (which block, its matrix entry), walking the layers in
+    order, each layer launching its block's GEMMs; None unless the count and the kernel
+    names (one name per slot of each block's pattern, in every layer) agree with exactly
+    one choice of fused / unfused inputs per block."""
+    found = None
+    for choice in itertools.product(*[_patterns(matrices) for _, matrices in blocks]):
+        if sum(len(layers) * len(pattern) for (layers, _), pattern in zip(blocks, choice)) != len(names):
+            continue
+        owner = {layer: b for b, (layers, _) in enumerate(blocks) for layer in layers}
+        plan = [(owner[layer], slot, entry) for layer in sorted(owner) for slot, entry in enumerate(choice[owner[layer]])]
+        slots: dict[tuple[int, int], set] = {}
+        for (b, slot, _), name in zip(plan, names.tolist()):
+            slots.setdefault((b, slot), set()).add(name)
+        if all(len(v) == 1 for v in slots.values()):
+            if found is not None:
+                return None  # two readings fit: place neither
+            found = [(b, entry) for b, _, entry in plan]
+    return found
+
+
+def _patterns(matrices: list[tuple]) -> list[list[tuple]]:
+    """One GEMM per matrix, and (when there are more than two) the input matrices fused into
+    one GEMM (qkv, gate_up, in_proj: same input, weights side by side) and the output matrix.
+    Entries: (FLOPs, bytes read, bytes written, input bytes); a fused GEMM reads its input once."""
+    out = [list(matrices)]
+    if len(matrices) > 2:
+        fused = matrices[:-1]
+        out.append([(sum(m[0] for m in fused), sum(m[1] for m in fused) - (len(fused) - 1) * fused[0][3],
+                     sum(m[2] for m in fused), fused[0][3]), matrices[-1]])
+    return out
 
 
 def _roles(count: int, layers: int, costed: int) -> tuple[str, ...] | None:
