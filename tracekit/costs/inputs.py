@@ -64,7 +64,8 @@ class OpInputs:
         not recorded."""
         shape = self.shape(i)
         strides = self.strides[i] if i < len(self.strides) else None
-        if not isinstance(strides, list) or len(strides) != len(shape) or not all(isinstance(s, int) for s in strides):
+        if not isinstance(strides, list) or len(strides) != len(shape) or not all(isinstance(s, int) for s in strides) \
+                or 0 in shape:
             return math.prod(shape)
         return math.prod(d for d, s in zip(shape, strides) if s != 0)
 
