@@ -35,7 +35,6 @@ import difflib
 import re
 import sys
 
-import numpy as np
 import pandas as pd
 
 import tracekit

@@ -5,13 +5,12 @@ per-kernel placement (MoE gate/up and down, the LM head)."""
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
 import pytest
 
-from conftest import shared, shared_model, skip_without_shared
+from conftest import shared, shared_model
 from tracekit.costs import Cost, op_cost
 from tracekit.costs.dtypes import element_bytes_from_kernel
 
@@ -91,9 +90,6 @@ def test_element_size_from_the_kernels_template_argument():
     assert element_bytes_from_kernel("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2>(x)") == 4
     assert element_bytes_from_kernel("void upsample_nearest2d_out_frame<__nv_bfloat16, &nearest_idx>(x)") == 2
     assert element_bytes_from_kernel("nvjet_sm90_tst_64x16_64x16_2x1_v_bz_splitK_TNT") is None
-
-
-skip_without_shared(module_level=False)
 
 
 @pytest.fixture(scope="module")

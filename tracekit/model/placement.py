@@ -29,7 +29,9 @@ import itertools
 
 import numpy as np
 
-ROLES = {4: ("router", "gate_up", "down", "combine"), 2: ("gate_up", "down")}
+from tracekit.model.parts import MOE_PARTS
+
+ROLES = {4: MOE_PARTS, 2: ("gate_up", "down")}
 
 
 def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.ndarray, kernel_name: np.ndarray,
