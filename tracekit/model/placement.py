@@ -13,7 +13,9 @@ in an order the model knows, so each is placed on its kernel by position:
   must then be L layers x p kernels with the same kernel name at each position of every
   layer: p = 4 is all four parts; p = 3 is gate/up, down, combine when the router already
   has op shapes (L costed GEMMs in the group), else router, gate/up, down; p = 2 is gate/up
-  and down. Each kernel takes its part's per-layer cost.
+  and down. Each kernel takes its part's per-layer cost. A router placed nowhere (p = 2,
+  none costed) is looked for among the step's unattributed GEMMs, after the LM head: L
+  kernels of one name there are the routers.
 - the blocks of fixed matrices left in a group (attention q, k, v, o; Gated DeltaNet in/out
   projections; a dense FFN's gate, up, down: tracekit.model.parts.projection_parts), when
   none of the group's GEMMs has op shapes: walking the layers in order, each layer launches
@@ -50,7 +52,7 @@ def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.nd
         done.append("lm head")
         gemm = gemm[:-1]
     if "ffn" in names and moe is not None:
-        layers, parts = moe
+        layers, moe_costs = moe
         costed = int((~empty[gemm]).sum())
         open_rows = gemm[empty[gemm]]
         roles = _roles(len(open_rows), layers, costed)
@@ -58,9 +60,20 @@ def place(names: list[str], members: np.ndarray, start: np.ndarray, klass: np.nd
             dtype = totals["ffn"]["dtype"]
             for i, row in enumerate(open_rows.tolist()):
                 role = roles[i % len(roles)]
-                f, r, w = parts[role]
+                f, r, w = moe_costs[role]
                 placed[row] = (f, r, w, "vector" if role == "combine" else "matrix", dtype)
             done.append("ffn")
+            # the router GEMM ran outside the FFN's kernels (attribution left it unplaced):
+            # the step's unattributed GEMMs may hold it (see below)
+            parts["router open"] = "router" not in roles and not costed
+    if "lm head" in done and parts.get("router open") and moe is not None:
+        layers, moe_costs = moe
+        open_rows = gemm[empty[gemm] & ~np.isin(gemm, list(placed))]
+        if len(open_rows) == layers and _same_name_per_position(kernel_name[open_rows], 1):
+            f, r, w = moe_costs["router"]
+            for row in open_rows.tolist():
+                placed[row] = (f, r, w, "matrix", totals["lm head"]["dtype"])
+            parts["router open"] = False
     left = [n for n in names if n not in done]
     projections = parts.get("projections") or {}
     if left and all(n in projections for n in left) and not (~empty[gemm]).any():
