@@ -91,8 +91,9 @@ def test_a_paired_gemm_costs_2mnk_from_its_captured_shapes(analyses):
 
 
 def test_shape_coverage_and_why_it_cannot_reach_80_percent(analyses):
-    """Costed from the trace alone: 0.6% before (eager copies and the LM head), 14.1% with the
-    capture (13.5% through captured ops). 80% is out of reach for a reason in the traces: the
+    """Costed from the trace alone: 0.6% before (eager copies and the LM head), 16.3% with the
+    capture (15.7% through captured ops; the ck_tile RMSNorm, aiter::rmsnorm2d_fwd_with_add_ck,
+    is 2.2% of it). 80% is out of reach for a reason in the traces: the
     two MoE expert GEMMs (_matmul_ogs_*, 78.5% of kernel time) and their scatter are launched
     directly under vllm::moe_forward, whose recorded inputs are the hidden states [8192, 3072]
     and the router logits [8192, 32]: no expert weight, no top-k, no intermediate size, so no
@@ -100,8 +101,8 @@ def test_shape_coverage_and_why_it_cannot_reach_80_percent(analyses):
     before, after = analyses[False, False], analyses[True, False]
     assert before.coverage["modeled_share"] == pytest.approx(0.0065, abs=5e-4)
     assert "modeled_share_from_capture" not in before.coverage
-    assert after.coverage["modeled_share"] == pytest.approx(0.141, abs=2e-3)
-    assert after.coverage["modeled_share_from_capture"] == pytest.approx(0.135, abs=2e-3)
+    assert after.coverage["modeled_share"] == pytest.approx(0.163, abs=2e-3)
+    assert after.coverage["modeled_share_from_capture"] == pytest.approx(0.157, abs=2e-3)
     k = after.kernels
     names = k["name"].astype(str)
     moe = (k["op_name"].astype(str) == "vllm::moe_forward").to_numpy()
@@ -126,7 +127,7 @@ def test_with_model_shapes_win_and_the_model_fills_the_rest(analyses):
     filled = (k["cost_source"].astype(str) == "model").to_numpy()
     assert not (filled & k["capture_op"].to_numpy() & alone["flops"].notna().to_numpy()).any()
     assert a.coverage["modeled_share"] > 0.9999
-    assert a.coverage["modeled_share_by_source"]["model"] == pytest.approx(1.0 - 0.141, abs=3e-3)
+    assert a.coverage["modeled_share_by_source"]["model"] == pytest.approx(1.0 - 0.163, abs=3e-3)
 
 
 def test_agreement_per_block_with_the_model(analyses):
@@ -166,7 +167,7 @@ def test_report_lines(analyses):
 
     line = capture_line(analyses[True, True])
     assert line.startswith("25 of 25 graph launches paired with 25 captured graphs (25 sequence): 361 of 361 graph kernels")
-    assert "13.5% costed from it" in line
+    assert "15.7% costed from it" in line
     assert capture_line(analyses[False, True]) is None
     md = markdown.render(analyses[True, True], images=False)
     assert "- capture: 25 of 25 graph launches" in md and "Model vs the trace's own costs" in md

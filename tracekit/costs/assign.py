@@ -3,7 +3,8 @@
 - memcpy / memset: the bytes the trace records (a device-to-device copy reads and writes).
 - collective kernels with Kineto collective metadata: the message size it gives.
 - other kernels: their op's cost (see tracekit.costs), shared among the op's kernels in
-  proportion to their time (a split-K GEMM launches two kernels for one op). A computing
+  proportion to their time, except a split-K GEMM's two kernels, each costed on what it
+  moves (tracekit.costs.split_k). A computing
   op's FLOPs and bytes go to its compute kernels, not to the layout transposes and
   workspace fills around them (cuDNN nchwToNhwc, MIOpen batched_transpose): those stay
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
@@ -23,6 +24,8 @@ import pandas as pd
 
 from tracekit.costs import op_cost
 from tracekit.costs.autograd import conv_hints
+from tracekit.costs.optimizer import parameter_hints
+from tracekit.costs.split_k import apply_split_k
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
@@ -50,6 +53,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _copies(k, kind, out)
     _collectives(k, kind, out)
     _from_ops(trace, kind, duration, out)
+    apply_split_k(k, trace.ops, out, "op shapes")
     _from_metadata(trace, kind, duration, out)
     _from_inductor_arguments(trace, kind, out)
     _inferred(k, out)
@@ -171,11 +175,12 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     """The cost of each op call in `op_rows`, computed once per distinct (name, inputs):
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    hints = conv_hints(ops)
+    strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
+    hints = {**conv_hints(ops), **parameter_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
-                                                         for column in (dims, types, concrete)]
+                                                         for column in (dims, types, concrete, strides)]
     if hints:
         hint_text = [repr(hints[r]) if hints.get(r) else "" for r in op_rows.tolist()]
         columns.append(pd.factorize(np.array(hint_text, dtype=object))[0].astype(np.int64))
@@ -183,7 +188,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     costs = []
     for op_row in op_rows[first].tolist():
         hint = hints.get(op_row)
-        costs.append(op_cost(op_names[op_row], dims[op_row], types[op_row], concrete[op_row], hint))
+        costs.append(op_cost(op_names[op_row], dims[op_row], types[op_row], concrete[op_row], hint, strides[op_row]))
     return call.reshape(-1), costs
 
 
@@ -248,7 +253,8 @@ def _from_inductor_arguments(trace: Trace, kind: np.ndarray, out: dict) -> None:
     if not len(launchers):
         return
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
-    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r]) for r in launchers.tolist()}
+    strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
+    per_op = {int(r): inductor_kernel_cost(dims[r], types[r], concrete[r], strides[r]) for r in launchers.tolist()}
     by_name: dict[str, set] = {}
     for r, cost in per_op.items():
         by_name.setdefault(str(op_names[r]), set()).add(cost)
@@ -283,8 +289,9 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
     members = np.bincount(group[mine], minlength=n_groups)
     unnamed = np.bincount(group[mine], weights=np.isnan(size[mine]), minlength=n_groups)
     lowest, highest = np.full(n_groups, np.inf), np.full(n_groups, -np.inf)
-    np.minimum.at(lowest, group[mine], size[mine])
-    np.maximum.at(highest, group[mine], size[mine])
+    named = mine & ~np.isnan(size)  # a NaN in minimum.at warns; groups with one are left alone (unnamed > 0)
+    np.minimum.at(lowest, group[named], size[named])
+    np.maximum.at(highest, group[named], size[named])
     rescaled = np.flatnonzero(assumed & (members > 0) & (unnamed == 0) & (lowest == highest))
     call, costs = call.copy(), list(costs)
     by_cost_and_size: dict[tuple[int, float], int] = {}

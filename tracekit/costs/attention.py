@@ -140,13 +140,37 @@ def sdpa_flash_backward(x: OpInputs) -> Cost:
 @register("aten::_scaled_dot_product_efficient_attention_backward")
 def sdpa_efficient_backward(x: OpInputs) -> Cost:
     # (grad_out, q, k, v, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p, grad_input_mask, is_causal, scale)
-    return _from_layout(x, 1, 2, 3, "bhsd", _causal(x.scalar(11)), backward=True)
+    return _with_mask(_from_layout(x, 1, 2, 3, "bhsd", _causal(x.scalar(11)), backward=True), x, 4)
 
 
 @register("aten::_scaled_dot_product_cudnn_attention_backward")
 def sdpa_cudnn_backward(x: OpInputs) -> Cost:
-    # (grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)
-    return _from_layout(x, 1, 2, 3, "bhsd", _causal(x.scalar(14)), backward=True)
+    # the same arguments as aten::_cudnn_attention_backward
+    return cudnn_backward(x)
+
+
+def _with_mask(cost: Cost, x: OpInputs, i: int) -> Cost:
+    """An explicit mask / bias tensor is read once more (it is often broadcast: [1, Sk])."""
+    if not x.has_tensor(i) or not x.shape(i):
+        return cost
+    note = f"{cost.note}; attention mask {x.shape(i)} read".strip("; ")
+    return Cost(cost.flops, cost.bytes_read + x.nbytes(i), cost.bytes_written, cost.kind, cost.dtype, note)
+
+
+@register("aten::_cudnn_attention_forward")
+def cudnn_forward(x: OpInputs) -> Cost:
+    """cuDNN attention, PyTorch's default SDPA backend on Hopper: the whole key/value inputs
+    are read (a static KV cache of S slots is read in full, the mask hides the empty slots)."""
+    # (q, k, v, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, compute_log_sumexp, dropout_p, is_causal,
+    #  return_debug_mask, scale)
+    return _with_mask(_from_layout(x, 0, 1, 2, "bhsd", _causal(x.scalar(10)), cu_seqlens=4), x, 3)
+
+
+@register("aten::_cudnn_attention_backward")
+def cudnn_backward(x: OpInputs) -> Cost:
+    # (grad_out, q, k, v, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k, max_q, max_k,
+    #  dropout_p, is_causal, scale)
+    return _with_mask(_from_layout(x, 1, 2, 3, "bhsd", _causal(x.scalar(14)), backward=True, cu_seqlens=9), x, 8)
 
 
 @register("aten::_scaled_dot_product_flash_attention_for_cpu_backward")
@@ -174,14 +198,14 @@ _MASK_TYPE = {0: None, 1: TOP_LEFT, 2: BOTTOM_RIGHT}
 @register("aten::_efficient_attention_forward")
 def efficient_forward(x: OpInputs) -> Cost:
     # (q, k, v, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, custom_mask_type, ...)
-    return _from_layout(x, 0, 1, 2, "bshd", _MASK_TYPE.get(x.scalar(9, 0)), cu_seqlens=4)
+    return _with_mask(_from_layout(x, 0, 1, 2, "bshd", _MASK_TYPE.get(x.scalar(9, 0)), cu_seqlens=4), x, 3)
 
 
 @register("aten::_efficient_attention_backward")
 def efficient_backward(x: OpInputs) -> Cost:
     # (grad_out, q, k, v, bias, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, logsumexp, dropout_p,
     #  philox_seed, philox_offset, custom_mask_type, ...)
-    return _from_layout(x, 1, 2, 3, "bshd", _MASK_TYPE.get(x.scalar(14, 0)), backward=True, cu_seqlens=6)
+    return _with_mask(_from_layout(x, 1, 2, 3, "bshd", _MASK_TYPE.get(x.scalar(14, 0)), backward=True, cu_seqlens=6), x, 4)
 
 
 # -- the flash-attn package (2.x custom ops): causal masks align bottom-right -------------

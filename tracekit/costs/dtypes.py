@@ -47,11 +47,27 @@ def element_bytes(dtype: str) -> float:
 _OPAQUE = re.compile(r"OpaqueType<(\d+)u?>")
 
 
+# C++ element types as kernels' template arguments name them -> bytes per element
+_TEMPLATE_TYPES = {
+    "c10::BFloat16": 2, "__nv_bfloat16": 2, "__hip_bfloat16": 2, "c10::Half": 2, "__half": 2, "half": 2,
+    "float": 4, "double": 8, "long": 8, "long int": 8, "int64_t": 8, "int": 4, "short": 2, "signed char": 1,
+    "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "__nv_fp8_e4m3": 1,
+}
+_FIRST_TEMPLATE_ARGUMENT = re.compile(r"^(?:void\s+)?[\w:]+<\s*([^,<>]+?)\s*[,>]")
+
+
 def element_bytes_from_kernel(name: str) -> float | None:
     """Element size a data-movement kernel is templated on: torch's cat, index and copy
-    kernels use `OpaqueType<N>` with N = sizeof(element). None when the name does not say."""
-    found = {int(n) for n in _OPAQUE.findall(name[:4096])}
-    return float(found.pop()) if len(found) == 1 and found <= {1, 2, 4, 8, 16} else None
+    kernels use `OpaqueType<N>` with N = sizeof(element); others name the element type as
+    their first template argument (`CatArrayBatchedCopy<c10::BFloat16, ...>`,
+    `upsample_nearest2d_out_frame<__nv_bfloat16, ...>`). None when the name does not say."""
+    text = name[:4096]
+    found = {int(n) for n in _OPAQUE.findall(text)}
+    if found:
+        return float(found.pop()) if len(found) == 1 and found <= {1, 2, 4, 8, 16} else None
+    first = _FIRST_TEMPLATE_ARGUMENT.match(text.replace("(anonymous namespace)::", ""))
+    size = _TEMPLATE_TYPES.get(first.group(1)) if first else None
+    return float(size) if size else None
 
 
 def sized_dtype(nbytes: float) -> str:

@@ -111,3 +111,25 @@ def foreach(x: OpInputs) -> Cost:
     es = element_bytes(dtype)
     read = sum(sum(math.prod(s) for s in shapes) for shapes, _ in lists) * es
     return Cost(float(n), read, n * es, "vector", dtype, "tensor-list dtype assumed fp32")
+
+
+@register("aten::arange")
+def arange(x: OpInputs) -> Cost:
+    """(end, ...), (start, end, ...) or (start, end, step, ...), or the `out=` form: writes
+    ceil((end - start) / step) elements, one FLOP each. Integer arguments make int64, as in
+    torch, unless an `out` tensor says its dtype."""
+    bounds = []
+    for i in range(min(3, len(x.concrete))):
+        value = x.scalar(i)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or (i < len(x.types) and x.types[i] != "Scalar"):
+            break
+        bounds.append(value)
+    if not bounds:
+        raise CostError("the range's bounds were not recorded")
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else 1)
+    if step == 0:
+        raise CostError("arange with step 0")
+    n = max(0, math.ceil((end - start) / step))
+    out = [i for i in x.tensor_indices() if i >= len(bounds)]
+    dtype = x.dtype(out[0]) if out else ("int64" if all(isinstance(b, int) for b in bounds) else "fp32")
+    return Cost(float(n), 0.0, n * element_bytes(dtype), "memory", dtype)

@@ -12,7 +12,7 @@ MAX_ELEMENTS = 1 << 45  # 32 Ti elements: beyond any real tensor; a larger shape
 
 
 class OpInputs:
-    def __init__(self, dims: Any, types: Any, concrete: Any, hints: dict[str, Any] | None = None):
+    def __init__(self, dims: Any, types: Any, concrete: Any, hints: dict[str, Any] | None = None, strides: Any = None):
         if not isinstance(dims, list):
             raise CostError("no input dims recorded (record_shapes=False?)")
         self.dims = dims
@@ -20,6 +20,8 @@ class OpInputs:
         self.concrete = concrete if isinstance(concrete, list) else []
         # Sizes known from elsewhere in the trace (see costs/autograd.py), by name.
         self.hints = hints or {}
+        # "Input Strides": a stride-0 dimension is a broadcast (expand), not stored data
+        self.strides = strides if isinstance(strides, list) else []
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -56,8 +58,20 @@ class OpInputs:
             raise CostError(f"input {i} has an unknown dtype {name!r}")
         return dtype
 
+    def stored_numel(self, i: int) -> int:
+        """Elements tensor i really holds in memory: a broadcast (stride-0) dimension, as
+        `expand` makes, holds one element along it. The logical numel where strides were
+        not recorded."""
+        shape = self.shape(i)
+        strides = self.strides[i] if i < len(self.strides) else None
+        if not isinstance(strides, list) or len(strides) != len(shape) or not all(isinstance(s, int) for s in strides) \
+                or 0 in shape:
+            return math.prod(shape)
+        return math.prod(d for d, s in zip(shape, strides) if s != 0)
+
     def nbytes(self, i: int) -> float:
-        return self.numel(i) * element_bytes(self.dtype(i))
+        """Bytes of tensor i in memory: its stored elements (see stored_numel), read once."""
+        return self.stored_numel(i) * element_bytes(self.dtype(i))
 
     def tensor_indices(self) -> list[int]:
         """Inputs that are tensors with a known dtype (lists of tensors excluded)."""

@@ -104,9 +104,36 @@ def scatter(x: OpInputs) -> Cost:
     return Cost(float(n), x.nbytes(2) + (x.nbytes(3) if x.has_tensor(3) else n * es) + inplace, n * es, "memory", x.dtype(0))
 
 
-@register("aten::index", "aten::_index_put_impl_", "aten::index_put_")
+@register("aten::index")
 def index(x: OpInputs) -> Cost:
     raise CostError("advanced indexing: the number of selected elements depends on index values not recorded")
+
+
+@register("aten::index_copy_")
+def index_copy_(x: OpInputs) -> Cost:
+    # (self, dim, index, source): the source's rows are written into self at the indexed
+    # positions (a static KV cache takes its new token); the rest of self is not touched.
+    return _move(x.nbytes(3) + x.nbytes(2), x.numel(3) * element_bytes(x.dtype(0)), x.dtype(0))
+
+
+@register("aten::index_copy")
+def index_copy(x: OpInputs) -> Cost:
+    # out of place: self is copied whole, then the source's rows are written over it
+    return _move(x.nbytes(0) + x.nbytes(3) + x.nbytes(2), x.nbytes(0), x.dtype(0))
+
+
+@register("aten::index_put_", "aten::_index_put_impl_", "aten::index_put")
+def index_put(x: OpInputs) -> Cost:
+    # (self, indices (list), values, accumulate, ...): values are written at the indexed
+    # positions, read back first when accumulating. The written count is the values' size;
+    # a 0-d value broadcast to a mask's selection writes a count the trace does not record.
+    # The index list records shapes only: int64 indices are assumed.
+    if not x.shape(2):
+        raise CostError("index_put_ of a single value: the number of selected elements is not recorded")
+    values = x.nbytes(2)
+    indices = sum(math.prod(s) * 8 for s in x.dims[1] if isinstance(s, list)) if isinstance(x.dims[1], list) else 0
+    accumulate = x.scalar(3) is True
+    return _move(values + indices + (values if accumulate else 0.0), values, x.dtype(0))
 
 
 @register("_C_cache_ops::reshape_and_cache_flash", "_C_cache_ops::reshape_and_cache")

@@ -45,6 +45,20 @@ def fused_add_rms_norm(x: OpInputs) -> Cost:
     return Cost(5.0 * n, x.nbytes(0) + x.nbytes(1) + x.nbytes(2), x.nbytes(0) + x.nbytes(1), "vector", x.dtype(0))
 
 
+@register("aiter::rms_norm", "aiter::rmsnorm2d_fwd")
+def aiter_rms_norm(x: OpInputs) -> Cost:
+    # AMD aiter (ck_tile Rmsnorm2dFwd): (input, weight, eps, use_model_sensitive_rmsnorm) -> out
+    return Cost(4.0 * x.numel(0), x.nbytes(0) + _params(x, (1,)), x.nbytes(0), "vector", x.dtype(0))
+
+
+@register("aiter::rmsnorm2d_fwd_with_add_ck", "aiter::rmsnorm2d_fwd_with_add")
+def aiter_rms_norm_with_add(x: OpInputs) -> Cost:
+    # (out, input, residual_in, residual_out, weight, eps, ...): residual_out = input + residual_in;
+    # out = rms_norm(residual_out) * weight. Reads input, residual_in and the weight; writes both outputs.
+    n = x.numel(1)
+    return Cost(5.0 * n, x.nbytes(1) + x.nbytes(2) + _params(x, (4,)), x.nbytes(0) + x.nbytes(3), "vector", x.dtype(1))
+
+
 @register("aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm", "aten::_native_batch_norm_legit",
           "aten::_native_batch_norm_legit_no_training", "aten::batch_norm")
 def batch_norm(x: OpInputs) -> Cost:

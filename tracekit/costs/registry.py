@@ -26,13 +26,14 @@ def known_ops() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def op_cost(name: str, dims: Any, types: Any, concrete: Any, hints: dict[str, Any] | None = None) -> Cost | Unknown:
+def op_cost(name: str, dims: Any, types: Any, concrete: Any, hints: dict[str, Any] | None = None,
+            strides: Any = None) -> Cost | Unknown:
     """The cost of one op call, or Unknown with the reason."""
     fn = _REGISTRY.get(name)
     if fn is None:
         return Unknown(f"no cost model for {name}")
     try:
-        return fn(OpInputs(dims, types, concrete, hints))
+        return fn(OpInputs(dims, types, concrete, hints, strides))
     except CostError as exc:
         return Unknown(str(exc))
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:

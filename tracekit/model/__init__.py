@@ -16,6 +16,7 @@ from tracekit.hardware import Device
 from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
 from tracekit.model.batch import BatchReader, StepBatch, kv_write_tokens, with_tokens
 from tracekit.model.blocks import Parallel, StepCosts, step_blocks
+from tracekit.model.parts import moe_parts, projection_parts
 from tracekit.model.config import Architecture, load_config
 from tracekit.model.fill import spread
 from tracekit.model.parallel import infer_parallel
@@ -84,7 +85,8 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     # Only a step whose tokens are known puts costs on kernels: a lower-bound batch (one
     # request for an unknown batch, one token per prompt of unknown length) would put too
     # small a cost on them. A step whose KV alone is unknown fills all but the KV-dependent blocks.
-    fill = {s.row: (s.blocks, s.terms) for s in steps if s.blocks is not None and s.batch.tokens_known}
+    fill = {s.row: (s.blocks, s.terms, {"moe": moe_parts(arch, s.batch, par), "projections": projection_parts(arch, s.batch, par)})
+            for s in steps if s.blocks is not None and s.batch.tokens_known}
     groups, group_of = spread(costs, labels, trace.kernels, owner, fill)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes, agreement(groups, group_of, trace.kernels, costs, labels))
 

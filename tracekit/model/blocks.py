@@ -116,7 +116,7 @@ def _row(block, layer, flops, read, written, kind, dtype, weights=0.0, kv=0.0, s
             "weight_bytes": float(weights), "kv_bytes": float(kv), "state_bytes": float(state), "kind": kind, "dtype": dtype}
 
 
-def _heads(arch: Architecture, tp: int) -> tuple[float, float]:
+def heads_per_rank(arch: Architecture, tp: int) -> tuple[float, float]:
     return arch.heads / tp, max(arch.kv_heads / tp, 1.0)
 
 
@@ -137,7 +137,7 @@ def _layer(arch: Architecture, batch: StepBatch, par: Parallel, layer: int) -> l
     n = (mixer != "none") + (ffn != "none")
     norm = _row("norm", layer, n * 4 * t * h, n * (2 * t * h * a + h * a), n * 2 * t * h * a, "vector", arch.act_dtype, weights=n * h * a)
     if arch.qk_norm and mixer in ("attention", "attention+mamba2"):  # per-head RMSNorm of queries and keys
-        hq, hkv = _heads(arch, tp)
+        hq, hkv = heads_per_rank(arch, tp)
         qk = t * (hq + hkv) * arch.head_dim
         norm["flops"] += 4 * qk
         norm["bytes_read"] += qk * a + 2 * arch.head_dim * a
@@ -153,7 +153,7 @@ def _layer(arch: Architecture, batch: StepBatch, par: Parallel, layer: int) -> l
 def _attention(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[dict]:
     t, a = batch.tokens, arch.act_bytes
     rows = [_projections(arch, t, tp, layer), _core(arch, batch, tp, layer)]
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     d = arch.head_dim
     # rotary: read and write q and k; KV-cache write: the new tokens' keys and values (in the cache's dtype)
     kv_width = (arch.kv_lora_rank + arch.qk_rope_dim) if arch.is_mla else hkv * 2 * d
@@ -169,7 +169,7 @@ def _attention(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> lis
 
 
 def _projections(arch: Architecture, t: int, tp: int, layer: int) -> dict:
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     h, d, a = arch.hidden, arch.head_dim, arch.act_bytes
     if arch.is_mla:
         qk = arch.qk_nope_dim + arch.qk_rope_dim
@@ -192,7 +192,7 @@ def _projections(arch: Architecture, t: int, tp: int, layer: int) -> dict:
 
 
 def _core(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> dict:
-    hq, hkv = _heads(arch, tp)
+    hq, hkv = heads_per_rank(arch, tp)
     a, window = arch.act_bytes, arch.windows[layer] if arch.windows else None
     if arch.is_mla:  # the compressed latent KV and the rope key: one "head" per token
         d_qk, d_v, per_token = arch.qk_nope_dim + arch.qk_rope_dim, arch.v_head_dim, (arch.kv_lora_rank + arch.qk_rope_dim) * arch.kv_bytes
@@ -214,16 +214,22 @@ def _recurrent_core(arch: Architecture, batch: StepBatch, tp: int, layer: int, b
     return _row(block, layer, flops, read + small + state, written + state, "matrix", arch.act_dtype, weights=small, state=2 * state)
 
 
+def gdn_shapes(arch: Architecture, tp: int) -> list[tuple[float, float]]:
+    """The Gated DeltaNet projection matrices [rows, inputs] per rank, in launch order."""
+    g, h = arch.linear, arch.hidden
+    kd, vd, nv = g.key_heads * g.key_dim / tp, g.heads * g.head_dim / tp, g.heads / tp
+    if arch.model_type.startswith("qwen3_next"):  # fused in_proj_qkvz and in_proj_ba
+        return [(2 * kd + 2 * vd, h), (2 * nv, h), (h, vd)]
+    return [(2 * kd + vd, h), (vd, h), (nv, h), (nv, h), (h, vd)]  # Qwen3.5: in_proj_qkv, _z, _b, _a, out_proj
+
+
 def _gated_deltanet(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[dict]:
     """Qwen3-Next / Qwen3.5 linear attention: projections to q, k, v, the output gate z and the
     per-head b, a; a causal conv over q, k, v; the delta-rule recurrence on a per-head
     [key_dim x value_dim] state; a gated RMSNorm; out_proj."""
     g, t, h, a = arch.linear, batch.tokens, arch.hidden, arch.act_bytes
     kd, vd, nv = g.key_heads * g.key_dim / tp, g.heads * g.head_dim / tp, g.heads / tp
-    if arch.model_type.startswith("qwen3_next"):  # fused in_proj_qkvz and in_proj_ba
-        shapes = [(2 * kd + 2 * vd, h), (2 * nv, h), (h, vd)]
-    else:  # Qwen3.5: in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
-        shapes = [(2 * kd + vd, h), (vd, h), (nv, h), (nv, h), (h, vd)]
+    shapes = gdn_shapes(arch, tp)
     w = arch.format("linear_attention", layer)
     wb = w.matrices_bytes(shapes)
     params = sum(n * k for n, k in shapes)
@@ -264,7 +270,7 @@ def _mamba(arch: Architecture, batch: StepBatch, tp: int, layer: int) -> list[di
     return [proj, core]
 
 
-def _ffn_shapes(arch: Architecture, width: float) -> list[tuple[float, float]]:
+def ffn_shapes(arch: Architecture, width: float) -> list[tuple[float, float]]:
     h = arch.hidden
     return [(width, h), (width, h), (h, width)] if arch.gated_ffn else [(width, h), (h, width)]
 
@@ -275,7 +281,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     if arch.ffn_kind(layer) != "moe":
         width = arch.intermediate / tp
         params = mats * h * width
-        wb = arch.format("ffn", layer).matrices_bytes(_ffn_shapes(arch, width))
+        wb = arch.format("ffn", layer).matrices_bytes(ffn_shapes(arch, width))
         act = _activation(arch, "ffn elementwise", layer, t * width, mats)
         return [_row("ffn", layer, 2 * t * params, wb + t * h * a + t * width * a, t * (mats - 1) * width * a + t * h * a, "matrix", compute, weights=wb), act]
     e, k = arch.experts, arch.top_k
@@ -285,7 +291,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     width = arch.expert_intermediate / shard
     per_expert = mats * h * width
     active = expected_experts(e, k, t) * local / e
-    expert_bytes = active * arch.format("experts", layer).matrices_bytes(_ffn_shapes(arch, width))
+    expert_bytes = active * arch.format("experts", layer).matrices_bytes(ffn_shapes(arch, width))
     routed = t * k / par.ep  # token-expert assignments this rank computes
     router_params = h * e
     router_bytes = router_params * arch.embedding_weights.bytes_per_param + (e * a if arch.router_bias else 0.0)
@@ -296,7 +302,7 @@ def _ffn(arch: Architecture, t: int, par: Parallel, layer: int, compute: str) ->
     if arch.shared_experts:
         s_width = arch.shared_experts * arch.shared_intermediate / tp
         s_params = mats * h * s_width
-        s_bytes = arch.format("shared_experts", layer).matrices_bytes(_ffn_shapes(arch, s_width))
+        s_bytes = arch.format("shared_experts", layer).matrices_bytes(ffn_shapes(arch, s_width))
         flops += 2 * t * s_params
         read += s_bytes + t * s_width * a
         written += t * (mats - 1) * s_width * a
@@ -332,3 +338,4 @@ def _once(arch: Architecture, batch: StepBatch, par: Parallel) -> list[dict]:
         msg = t * h * a
         rows.append(_row("collective", -1, t * h, 2 * (tp - 1) / tp * msg + (tp - 1) / tp * n * v * a, 0.0, "comm", arch.act_dtype))
     return rows
+

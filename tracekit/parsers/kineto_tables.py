@@ -81,6 +81,7 @@ class _OpArgs(msgspec.Struct):
     input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=_NULL)
     input_types: msgspec.Raw = msgspec.field(name="Input type", default=_NULL)
     concrete_inputs: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=_NULL)
+    input_strides: msgspec.Raw = msgspec.field(name="Input Strides", default=_NULL)
     external_id: int = msgspec.field(name="External id", default=-1)
     sequence: int = msgspec.field(name="Sequence number", default=-1)
     # Inductor's record_function around each Triton launch carries its FLOPs and GB
@@ -187,7 +188,7 @@ class KinetoTables:
         self.gpu, self.launch, self.op, self.range = _Columns(), _Columns(), _Columns(), _Columns()
         self.names = {t: Interner() for t in ("gpu", "launch", "op", "range")}
         self.strings = {c: Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
-        self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs")}
+        self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides")}
         self.launch_kernels = Interner()  # the kernel names launch calls record
         self.thread_names = Interner()  # pids / tids that are names, one code each across tables
         self.windows: list[tuple[float, float]] = []

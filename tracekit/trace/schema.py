@@ -61,6 +61,7 @@ OP_COLUMNS: dict[str, str] = {
     "input_dims": "object",  # list per input: list[int] for tensors, [] for scalars / None
     "input_types": "object",  # list[str]: "float", "c10::BFloat16", "Scalar", ...
     "concrete_inputs": "object",  # list[str]: values of scalar inputs, "" for tensors
+    "input_strides": "object",  # list per input: list[int] strides for tensors (0 = broadcast), None when not recorded
     "meta_flops": "float64",  # Inductor's kernel_flop on its launch wrapper, NaN when absent
     "meta_bytes": "float64",  # Inductor's kernel_num_gb x 1e9, NaN when absent
 }

@@ -1,0 +1,125 @@
+"""Modeled bytes per kernel against the DRAM bytes Nsight Compute measured on the same work.
+
+    python benchmarks/ncu_bytes.py NCU.csv TWIN.json.gz [--tolerance 0.15] [--min-bytes 1e6]
+
+Recording (needs a GPU; ../shared/tools/record_gpu.py, part ncu_step: one 512-token prefill
+and one batch-16 decode step of a 4-layer Llama-3.1-8B shape, between cudaProfilerStart/Stop):
+
+    ncu --profile-from-start off --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \\
+        --csv --page raw --print-units base -o /dev/null python record_gpu.py ncu_step OUT > NCU.csv
+    PROFILE=1 python record_gpu.py ncu_step OUT       # the torch.profiler twin of the same work
+
+The twin's kernels and ncu's are the same launches in the same order; they are paired by
+order after aligning their base function names (difflib), so a kernel one side lacks (a
+profiler-only kernel) does not shift the rest.
+
+Rule for reads: modeled bytes_read against dram__bytes_read.sum.
+Rule for writes: ncu flushes the caches between kernels (--cache-control all, its default),
+and outputs still in L2 when a kernel ends are written back by that flush, charged to no
+kernel: dram__bytes_write.sum undercounts a kernel's writes. So writes never fail a kernel
+for being lower than modeled; they fail it only when the DRAM wrote more than
+(1 + tolerance) x the modeled bytes_written (the model missed traffic).
+A kernel agrees when its reads are within ±tolerance and its writes pass that rule. Kernels
+whose modeled and measured bytes are both under --min-bytes are listed apart: DRAM counters
+on a few kilobytes measure L2 misses of neighbours as much as the kernel itself.
+
+Prints: kernels compared, the share of their time that agrees, and the worst offenders.
+Done-when bar (issue 28): >= 300 kernels, >= 85% of kernel time within ±15%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import difflib
+import re
+import sys
+
+import pandas as pd
+
+import tracekit
+
+
+def base_name(name: str) -> str:
+    """`void at::native::foo<float, 4>(float*, ...)` -> `foo`: ncu prints the function's base
+    name by default, Kineto the full demangled signature."""
+    text = re.sub(r"\(anonymous namespace\)::", "", str(name)).removeprefix("void ").strip()
+    depth, cut = 0, len(text)
+    for i, ch in enumerate(text):
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    return text[:cut].split("::")[-1].strip()
+
+
+def read_ncu(path: str) -> pd.DataFrame:
+    with open(path, newline="", errors="replace") as fh:
+        lines = [line for line in fh if line.startswith('"')]  # ncu's own log lines are not CSV
+    rows = list(csv.DictReader(lines))
+    table = pd.DataFrame(rows)
+    table = table[pd.to_numeric(table.get("ID"), errors="coerce").notna()]  # drop the units row
+    out = pd.DataFrame({
+        "name": table["Kernel Name"].astype(str),
+        "read": pd.to_numeric(table["dram__bytes_read.sum"], errors="coerce"),
+        "written": pd.to_numeric(table["dram__bytes_write.sum"], errors="coerce"),
+        "time_ns": pd.to_numeric(table["gpu__time_duration.sum"], errors="coerce"),
+    })
+    return out.reset_index(drop=True)
+
+
+def twin_kernels(path: str) -> pd.DataFrame:
+    k = tracekit.analyze(path).kernels
+    k = k[k["kind"].astype(str) == "kernel"].sort_values("start")
+    return pd.DataFrame({"name": k["name"].astype(str).to_numpy(), "model_read": k["bytes_read"].to_numpy(float),
+                         "model_written": k["bytes_written"].to_numpy(float), "source": k["cost_source"].astype(str).to_numpy()})
+
+
+def pair(ncu: pd.DataFrame, twin: pd.DataFrame) -> pd.DataFrame:
+    a, b = [base_name(n) for n in twin["name"]], [base_name(n) for n in ncu["name"]]
+    rows = []
+    for block in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
+        for i in range(block.size):
+            rows.append((block.a + i, block.b + i))
+    if not rows:
+        return pd.DataFrame()
+    ti, ni = map(list, zip(*rows))
+    return pd.concat([twin.iloc[ti].reset_index(drop=True), ncu.iloc[ni].drop(columns="name").reset_index(drop=True)], axis=1)
+
+
+def judge(paired: pd.DataFrame, tolerance: float, min_bytes: float) -> pd.DataFrame:
+    p = paired.copy()
+    p["read_ratio"] = p["model_read"] / p["read"].where(p["read"] > 0)
+    reads_ok = (p["read_ratio"] - 1).abs() <= tolerance
+    writes_ok = p["written"] <= (1 + tolerance) * p["model_written"].fillna(0) + min_bytes * 0.01
+    p["small"] = (p["model_read"].fillna(0) + p["model_written"].fillna(0) < min_bytes) & (p["read"] + p["written"] < min_bytes)
+    p["agrees"] = reads_ok & writes_ok
+    p["costed"] = p["model_read"].notna()
+    return p
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("ncu_csv")
+    parser.add_argument("twin_trace")
+    parser.add_argument("--tolerance", type=float, default=0.15)
+    parser.add_argument("--min-bytes", type=float, default=1e6)
+    args = parser.parse_args(argv)
+    p = judge(pair(read_ncu(args.ncu_csv), twin_kernels(args.twin_trace)), args.tolerance, args.min_bytes)
+    if not len(p):
+        print("no kernel could be paired between the ncu report and the twin trace")
+        return 1
+    big = p[~p["small"]]
+    time = big["time_ns"].fillna(0)
+    share = float(time[big["agrees"]].sum() / time.sum()) if time.sum() else float("nan")
+    print(f"paired {len(p)} kernels ({int(p['costed'].sum())} costed); compared {len(big)} above {args.min_bytes:.0f} B")
+    print(f"within ±{args.tolerance:.0%} (reads; writes by the flush rule): {int(big['agrees'].sum())} kernels, "
+          f"{share:.1%} of their time  [bar: >= 300 kernels, >= 85% of time]")
+    worst = big[~big["agrees"]].assign(time=time).sort_values("time", ascending=False).head(15)
+    for _, r in worst.iterrows():
+        print(f"  {r['time_ns'] / 1e3:9.1f} us  model {r['model_read'] / 1e6:10.2f} / {r['model_written'] / 1e6:8.2f} MB  "
+              f"dram {r['read'] / 1e6:10.2f} / {r['written'] / 1e6:8.2f} MB  {r['source']:<12} {r['name'][:80]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
