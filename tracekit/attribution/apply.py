@@ -7,6 +7,7 @@ import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
+from tracekit.attribution.widths import Widths
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
 from tracekit.trace.grouping import combine
 from tracekit.trace.intervals import NO_ROW
@@ -110,8 +111,9 @@ def _backward_threads(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> n
     return np.where(move, "backward", phase)
 
 
-def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
-    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
+def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None, widths: Widths | None = None) -> pd.DataFrame:
+    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels).
+    `widths`: the model's (attribution.widths.from_architecture); default: inferred from the trace."""
     rules = rules or default_rules()
     matcher = _Matcher(trace, kernel_class)
     phase, matched = _first_match(matcher, rules.phase, DEFAULT_PHASE)
@@ -126,5 +128,5 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     phase = _backward_threads(trace, phase, matched)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
+    phase, block = infer_missing(trace, kernel_class, phase, block, widths)
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

@@ -23,7 +23,7 @@ from tracekit.errors import TraceError
 
 FIELDS = ("range", "frame", "op", "kernel", "class", "kind")
 DEFAULT_PHASE, DEFAULT_BLOCK, UNKNOWN_PHASE = "forward", "other", "unknown"
-BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "other")
+BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "conv", "optimizer", "other")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,207 @@
+"""Blocks from the trace's structure, for kernels the name rules left in `other`.
+
+HF models on a current torch record no ranges and (without with_stack) no module frames, so
+nothing named says which block a kernel serves. The structure does, in this order:
+
+1. A GEMM's weight shape against the model's widths (attribution.widths): q/k/v/o to
+   attention, gate/up/down to ffn, the vocabulary projection to lm_head. Backward GEMMs
+   (input and weight gradients) hold the same two dims, so they are placed the same way.
+2. The op that launched a GEMM also launches the kernels around it (aten::linear's bias add,
+   autocast's weight cast): they take its GEMM's block. The walk up the op tree stops at an
+   autograd node, which encloses a whole recomputed layer under checkpointing.
+3. A kernel's own tensors: the vocabulary width is the logits (loss, softmax, sampling:
+   lm_head), the FFN width is the activation (silu x mul and its gradient: ffn), a
+   [.., heads, .., head_dim] tensor is split into heads (rotary, head transposes: attention).
+4. Its place between GEMMs on its stream: between two GEMMs of one block it is that block's
+   (the attention core, the activation); between two transformer blocks with a norm or a
+   reduction over the hidden width among them it is the layer boundary (residual add and
+   normalisation: norm); after the lm_head it is the logits' (lm_head); between two
+   convolutions it is the conv block's (its activations and adds).
+5. Convolutions are block `conv`; the optimizer's kernels (phase optimizer) block `optimizer`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from tracekit.attribution.rules import DEFAULT_BLOCK
+from tracekit.attribution.widths import Widths, weight_pairs
+
+TRANSFORMER_BLOCKS = ("attention", "ffn", "lm_head")
+# autograd nodes: the op tree above them is the backward pass, not the module that ran the op
+AUTOGRAD_NODE = r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::"
+MAX_DEPTH = 64
+
+
+def _op_dims(trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ops = trace.ops
+    return ops["name"].astype(str).to_numpy(), ops["input_dims"].to_numpy(), ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
+
+
+def gemm_blocks(op: np.ndarray, gemm: np.ndarray, names: np.ndarray, dims: np.ndarray, widths: Widths) -> np.ndarray:
+    """Per kernel: the block its GEMM's weight shape says, None where it says nothing."""
+    out = np.full(len(op), None, dtype=object)
+    rows = np.unique(op[gemm & (op >= 0)])
+    by_row = {}
+    for row in rows:
+        for pair in weight_pairs(names[row], dims[row]):
+            block = widths.block_of(pair)
+            if block is not None:
+                by_row[row] = block
+                break
+    for row, block in by_row.items():
+        out[gemm & (op == row)] = block
+    return out
+
+
+def _autograd_nodes(names: np.ndarray) -> np.ndarray:
+    import re
+
+    pattern = re.compile(AUTOGRAD_NODE)
+    uniq, inverse = np.unique(names, return_inverse=True)
+    return np.array([bool(pattern.search(u[:512])) for u in uniq], dtype=bool)[inverse] if len(names) else np.zeros(0, bool)
+
+
+def enclosing_op_blocks(op: np.ndarray, block_of_gemm: np.ndarray, parent: np.ndarray, names: np.ndarray) -> np.ndarray:
+    """Per kernel: the block of the GEMM its enclosing module-level op (below any autograd node)
+    launched, when that op's GEMMs are all of one block; None elsewhere."""
+    n_ops = len(parent)
+    out = np.full(len(op), None, dtype=object)
+    if not n_ops:
+        return out
+    stop = _autograd_nodes(names)
+    codes = {b: i + 1 for i, b in enumerate(TRANSFORMER_BLOCKS)}
+    marks = np.zeros(n_ops, dtype=np.int8)  # 0 none, a block's code, -1 GEMMs of several blocks
+    for block, code in codes.items():
+        cur = np.unique(op[(block_of_gemm == block) & (op >= 0)])
+        for _ in range(MAX_DEPTH):
+            cur = cur[(cur >= 0) & ~stop[np.maximum(cur, 0)]]
+            if not len(cur):
+                break
+            marks[cur] = np.where((marks[cur] == 0) | (marks[cur] == code), code, -1)
+            cur = np.unique(parent[cur])
+    cur = op.copy()
+    found = np.zeros(len(op), dtype=np.int8)
+    for _ in range(MAX_DEPTH):
+        live = (found == 0) & (cur >= 0)
+        if not live.any():
+            break
+        live &= ~stop[np.maximum(cur, 0)]
+        found[live] = marks[cur[live]]
+        cur = np.where(live & (found == 0), parent[np.maximum(cur, 0)], -1)
+    for block, code in codes.items():
+        out[found == code] = block
+    return out
+
+
+def _tensor_shapes(inputs) -> list[list[int]]:
+    """The shapes of an op's tensor inputs, a tensor list's (aten::cat) included."""
+    out = []
+    for value in (inputs if isinstance(inputs, (list, tuple)) else [])[:8]:
+        for s in (value[:8] if value and isinstance(value[0], (list, tuple)) else [value]) if isinstance(value, (list, tuple)) else []:
+            if isinstance(s, (list, tuple)) and s and all(isinstance(d, (int, np.integer)) for d in s):
+                out.append([int(d) for d in s])
+    return out
+
+
+def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths) -> np.ndarray:
+    """Per kernel: the block its op's tensors' widths say (vocab, FFN width, heads); None elsewhere."""
+    out = np.full(len(op), None, dtype=object)
+    head = {widths.head_dim, widths.head_dim // 2} if widths.head_dim else set()
+    by_row = {}
+    for row in np.unique(op[op >= 0]):
+        shapes = _tensor_shapes(dims[row])
+        last = {s[-1] for s in shapes}
+        if last & widths.vocab:
+            by_row[row] = "lm_head"
+        elif (last & widths.ffn) - {widths.hidden}:
+            by_row[row] = "ffn"
+        elif head and any(len(s) == 4 and s[-1] in head and set(s[:-1]) & widths.heads for s in shapes):
+            by_row[row] = "attention"
+    for row, block in by_row.items():
+        out[op == row] = block
+    return out
+
+
+def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray, hidden: int) -> np.ndarray:
+    """Per kernel: a reduction over the hidden width (the mean of an RMSNorm written out in
+    Python, a LayerNorm's statistics), or a norm kernel."""
+    norm = kernel_class == "norm"
+    candidates = np.flatnonzero((kernel_class == "reduction") & (op >= 0))
+    for row in np.unique(op[candidates]):
+        inputs = dims[row] if isinstance(dims[row], (list, tuple)) else []
+        first = inputs[0] if inputs and isinstance(inputs[0], (list, tuple)) and inputs[0] else None
+        if first is not None and first[-1] == hidden:
+            norm |= (op == row) & (kernel_class == "reduction")
+    return norm
+
+
+def between_gemms(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray, todo: np.ndarray,
+                  norm_like: np.ndarray) -> np.ndarray:
+    """Per kernel (`todo` ones only): the block its place between anchors says (step 4 of the
+    module docstring). `anchor`: per kernel, the block of a GEMM / convolution that bounds a
+    segment ('' for a kernel that is no anchor; 'other' for a GEMM of no known block)."""
+    out = np.full(len(anchor), None, dtype=object)
+    a = anchor[lane_order]
+    new_lane = np.r_[True, lane[1:] != lane[:-1]]
+    is_anchor = a != ""
+    segment = np.cumsum(is_anchor | new_lane)  # a segment starts at an anchor or a lane's start
+    seg_first = np.flatnonzero(is_anchor | new_lane)
+    n_seg = len(seg_first)
+    prev_block = np.where(is_anchor[seg_first], a[seg_first], "").astype(object)  # the anchor opening each segment
+    # the anchor closing each segment: the next segment's opener, when it is in the same lane
+    same_lane = np.r_[~new_lane[seg_first[1:]], False]
+    next_block = np.where(same_lane, np.append(prev_block[1:], ""), "").astype(object)
+    has_norm = np.zeros(n_seg + 1, dtype=bool)
+    np.logical_or.at(has_norm, segment[norm_like[lane_order]], True)
+    has_norm = has_norm[1:]
+    verdict = np.full(n_seg, None, dtype=object)
+    both = prev_block == next_block
+    transformer = np.isin(prev_block, TRANSFORMER_BLOCKS) & np.isin(next_block, TRANSFORMER_BLOCKS)
+    verdict[transformer & has_norm & (prev_block != "lm_head")] = "norm"
+    inside = both & np.isin(prev_block, ["attention", "ffn", "lm_head", "conv"]) & ~(has_norm & np.isin(prev_block, ["attention", "ffn"]))
+    verdict[inside] = prev_block[inside]
+    tail = (prev_block == "lm_head") & ~np.isin(next_block, ["attention", "ffn"])  # the logits: loss, softmax, sampling
+    verdict[tail] = "lm_head"
+    mine = verdict[segment - 1]
+    placed = np.full(len(a), None, dtype=object)
+    placed[lane_order] = mine
+    out[todo] = placed[todo]
+    return out
+
+
+def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block: np.ndarray, conv: np.ndarray,
+                      widths: Widths | None, gemms_only: bool = False) -> np.ndarray:
+    """`block` with the kernels left in `other` placed by structure (the module docstring);
+    `gemms_only`: step 1 alone (the GEMMs' weight shapes)."""
+    k = trace.kernels
+    block = block.copy()
+    names, dims, parent = _op_dims(trace)
+    op = k["op"].to_numpy()
+    gemm = (kernel_class == "gemm") & ~conv
+
+    def fill(found: np.ndarray) -> None:
+        hit = (block == DEFAULT_BLOCK) & (found != None)  # noqa: E711 (elementwise on an object array)
+        block[hit] = found[hit]
+
+    if widths is not None and len(names):
+        fill(gemm_blocks(op, gemm, names, dims, widths))
+    if gemms_only:
+        return block
+    block[(block == DEFAULT_BLOCK) & conv] = "conv"
+    block[(block == DEFAULT_BLOCK) & (phase == "optimizer")] = "optimizer"
+    norm_like = (kernel_class == "norm") | (block == "norm")
+    if widths is not None and len(names):
+        known = np.where(gemm & np.isin(block, TRANSFORMER_BLOCKS), block, None)
+        fill(enclosing_op_blocks(op, known, parent, names))
+        fill(tensor_blocks(op, dims, widths))
+        norm_like |= hidden_reductions(op, kernel_class, dims, widths.hidden)
+    anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "")
+    anchor = np.where(conv, "conv", anchor).astype(object)
+    order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
+    lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    todo = (block == DEFAULT_BLOCK) & (k["kind"].astype(str).to_numpy() == "kernel") & (anchor == "")
+    if todo.any():
+        fill(between_gemms(order, lane, anchor, todo, norm_like))
+    return block
