@@ -12,11 +12,15 @@ nothing named says which block a kernel serves. The structure does, in this orde
 3. A kernel's own tensors: the vocabulary width is the logits (loss, softmax, sampling:
    lm_head), the FFN width is the activation (silu x mul and its gradient: ffn), a
    [.., heads, .., head_dim] tensor is split into heads (rotary, head transposes: attention).
-4. Its place between GEMMs on its stream: between two GEMMs of one block it is that block's
-   (the attention core, the activation); between two transformer blocks with a norm or a
-   reduction over the hidden width among them it is the layer boundary (residual add and
-   normalisation: norm); after the lm_head it is the logits' (lm_head); between two
-   convolutions it is the conv block's (its activations and adds).
+4. Its place on its stream between kernels whose block is certain (anchors: GEMMs and
+   convolutions placed by weight, attention kernels, norms and reductions over the hidden
+   width, embeddings): between two anchors of one block it is that block's (the attention
+   core's reshapes, the activation, a conv block's activations, also between a norm and a
+   convolution); next to a norm, on the
+   side of a layer part, it is the layer boundary (the residual add and the normalisation's
+   elementwise steps: norm); after the lm_head it is the logits' (loss, softmax, sampling).
+   A serving step's last GEMM, when no shape placed it, is its lm_head: a decoder's forward
+   ends with the vocabulary projection (only with a vocabulary among the widths).
 5. Convolutions are block `conv`; the optimizer's kernels (phase optimizer) block `optimizer`.
 """
 
@@ -27,8 +31,10 @@ import pandas as pd
 
 from tracekit.attribution.rules import DEFAULT_BLOCK
 from tracekit.attribution.widths import Widths, weight_pairs
+from tracekit.trace.step_ownership import kernel_steps
 
 TRANSFORMER_BLOCKS = ("attention", "ffn", "lm_head")
+LAYER_PARTS = ("attention", "ffn", "embedding", "norm")  # what sits next to a layer's normalisation
 # autograd nodes: the op tree above them is the backward pass, not the module that ran the op
 AUTOGRAD_NODE = r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::"
 MAX_DEPTH = 64
@@ -137,37 +143,51 @@ def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray
     return norm
 
 
-def between_gemms(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray, todo: np.ndarray,
-                  norm_like: np.ndarray) -> np.ndarray:
+def between_anchors(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray, todo: np.ndarray) -> np.ndarray:
     """Per kernel (`todo` ones only): the block its place between anchors says (step 4 of the
-    module docstring). `anchor`: per kernel, the block of a GEMM / convolution that bounds a
-    segment ('' for a kernel that is no anchor; 'other' for a GEMM of no known block)."""
-    out = np.full(len(anchor), None, dtype=object)
+    module docstring). `anchor`: per kernel, the block of a kernel whose block is certain (a
+    GEMM or convolution by its weight, an attention kernel, a norm, an embedding; 'other' for
+    a GEMM of no known block), '' for the rest."""
     a = anchor[lane_order]
-    new_lane = np.r_[True, lane[1:] != lane[:-1]]
+    new_lane = np.r_[True, lane[1:] != lane[:-1]] if len(a) else np.zeros(0, bool)
     is_anchor = a != ""
-    segment = np.cumsum(is_anchor | new_lane)  # a segment starts at an anchor or a lane's start
-    seg_first = np.flatnonzero(is_anchor | new_lane)
-    n_seg = len(seg_first)
-    prev_block = np.where(is_anchor[seg_first], a[seg_first], "").astype(object)  # the anchor opening each segment
-    # the anchor closing each segment: the next segment's opener, when it is in the same lane
-    same_lane = np.r_[~new_lane[seg_first[1:]], False]
+    opens = is_anchor | new_lane  # a segment starts at an anchor or at a lane's start
+    segment = np.cumsum(opens) - 1
+    first = np.flatnonzero(opens)
+    prev_block = np.where(is_anchor[first], a[first], "").astype(object)
+    same_lane = np.append(~new_lane[first[1:]], False)
     next_block = np.where(same_lane, np.append(prev_block[1:], ""), "").astype(object)
-    has_norm = np.zeros(n_seg + 1, dtype=bool)
-    np.logical_or.at(has_norm, segment[norm_like[lane_order]], True)
-    has_norm = has_norm[1:]
-    verdict = np.full(n_seg, None, dtype=object)
-    both = prev_block == next_block
-    transformer = np.isin(prev_block, TRANSFORMER_BLOCKS) & np.isin(next_block, TRANSFORMER_BLOCKS)
-    verdict[transformer & has_norm & (prev_block != "lm_head")] = "norm"
-    inside = both & np.isin(prev_block, ["attention", "ffn", "lm_head", "conv"]) & ~(has_norm & np.isin(prev_block, ["attention", "ffn"]))
+    verdict = np.full(len(first), None, dtype=object)
+    around_norm = ((prev_block == "norm") & np.isin(next_block, LAYER_PARTS)) | ((next_block == "norm") & np.isin(prev_block, LAYER_PARTS))
+    verdict[around_norm] = "norm"  # the residual add and the normalisation's elementwise steps
+    conv_side = ((prev_block == "conv") & (next_block == "norm")) | ((prev_block == "norm") & (next_block == "conv"))
+    verdict[conv_side] = "conv"  # a CNN's activation between its batch / group norm and the next convolution
+    inside = (prev_block == next_block) & np.isin(prev_block, ["attention", "ffn", "lm_head", "conv", "norm"])
     verdict[inside] = prev_block[inside]
-    tail = (prev_block == "lm_head") & ~np.isin(next_block, ["attention", "ffn"])  # the logits: loss, softmax, sampling
-    verdict[tail] = "lm_head"
-    mine = verdict[segment - 1]
+    verdict[prev_block == "lm_head"] = "lm_head"  # the logits: loss, softmax, sampling, up to the next anchor
     placed = np.full(len(a), None, dtype=object)
-    placed[lane_order] = mine
-    out[todo] = placed[todo]
+    placed[lane_order] = verdict[segment]
+    return np.where(todo, placed, None)
+
+
+def last_gemm_of_steps(k, gemm: np.ndarray, block: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per kernel: True for the last GEMM of a step of a transformer (one with attention
+    kernels) on its device, when no weight shape placed it: a decoder's forward ends with the
+    vocabulary projection (graph-replayed serving steps carry no shapes)."""
+    out = np.zeros(len(k), dtype=bool)
+    owned = steps >= 0
+    if not (owned & gemm).any():
+        return out
+    device = k["device"].to_numpy().astype(np.int64)
+    key = (steps.astype(np.int64) << 16) ^ device
+    has_attention = np.isin(key, np.unique(key[owned & (block == "attention")]))
+    rows = np.flatnonzero(owned & gemm & has_attention)
+    if not len(rows):
+        return out
+    start = k["start"].to_numpy()[rows]
+    order = np.lexsort((start, key[rows]))
+    last = rows[order][np.r_[key[rows][order][1:] != key[rows][order][:-1], True]]
+    out[last[block[last] == DEFAULT_BLOCK]] = True
     return out
 
 
@@ -197,11 +217,17 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         fill(enclosing_op_blocks(op, known, parent, names))
         fill(tensor_blocks(op, dims, widths))
         norm_like |= hidden_reductions(op, kernel_class, dims, widths.hidden)
-    anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "")
-    anchor = np.where(conv, "conv", anchor).astype(object)
+    block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
+    if widths is not None and widths.vocab:
+        block[last_gemm_of_steps(k, gemm, block, kernel_steps(trace, k))] = "lm_head"
+    anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "").astype(object)
+    anchor[conv] = "conv"
+    anchor[(anchor == "") & (kernel_class == "attention") & (block == "attention")] = "attention"
+    anchor[(anchor == "") & norm_like] = "norm"
+    anchor[(anchor == "") & (block == "embedding")] = "embedding"
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     todo = (block == DEFAULT_BLOCK) & (k["kind"].astype(str).to_numpy() == "kernel") & (anchor == "")
     if todo.any():
-        fill(between_gemms(order, lane, anchor, todo, norm_like))
+        fill(between_anchors(order, lane, anchor, todo))
     return block
