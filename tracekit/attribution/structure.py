@@ -34,7 +34,7 @@ from tracekit.attribution.widths import Widths, weight_pairs
 from tracekit.trace.step_ownership import kernel_steps
 
 TRANSFORMER_BLOCKS = ("attention", "ffn", "lm_head")
-LAYER_PARTS = ("attention", "ffn", "embedding", "norm")  # what sits next to a layer's normalisation
+LAYER_PARTS = ("attention", "ffn", "embedding", "norm", "lm_head")  # what sits next to a normalisation (the final one precedes the lm_head)
 # autograd nodes: the op tree above them is the backward pass, not the module that ran the op
 AUTOGRAD_NODE = r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::"
 MAX_DEPTH = 64
