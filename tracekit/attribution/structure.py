@@ -26,6 +26,8 @@ nothing named says which block a kernel serves. The structure does, in this orde
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -36,47 +38,48 @@ from tracekit.trace.step_ownership import kernel_steps
 TRANSFORMER_BLOCKS = ("attention", "ffn", "lm_head")
 LAYER_PARTS = ("attention", "ffn", "embedding", "norm", "lm_head")  # what sits next to a normalisation (the final one precedes the lm_head)
 # autograd nodes: the op tree above them is the backward pass, not the module that ran the op
-AUTOGRAD_NODE = r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::"
+AUTOGRAD_NODE = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::")
 MAX_DEPTH = 64
 
 
-def _op_dims(trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _op_dims(trace) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(name per op row, is it an autograd node, input dims, parent): names are read once per
+    distinct name (the table holds a few hundred names many thousand times)."""
     ops = trace.ops
-    return ops["name"].astype(str).to_numpy(), ops["input_dims"].to_numpy(), ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
+    names = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
+    text = np.array([str(c) for c in names.cat.categories] + [""], dtype=object)
+    node = np.array([bool(AUTOGRAD_NODE.search(t[:512])) for t in text], dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
+    return text[codes], node[codes], ops["input_dims"].to_numpy(), parent
+
+
+def _per_kernel(by_op: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """A per-op-row label array read per kernel (None for a kernel without an op)."""
+    if not len(by_op):
+        return np.full(len(op), None, dtype=object)
+    return np.where(op >= 0, by_op[np.maximum(op, 0)], None)
 
 
 def gemm_blocks(op: np.ndarray, gemm: np.ndarray, names: np.ndarray, dims: np.ndarray, widths: Widths) -> np.ndarray:
     """Per kernel: the block its GEMM's weight shape says, None where it says nothing."""
-    out = np.full(len(op), None, dtype=object)
-    rows = np.unique(op[gemm & (op >= 0)])
-    by_row = {}
-    for row in rows:
+    by_op = np.full(len(names), None, dtype=object)
+    for row in np.unique(op[gemm & (op >= 0)]):
         for pair in weight_pairs(names[row], dims[row]):
             block = widths.block_of(pair)
             if block is not None:
-                by_row[row] = block
+                by_op[row] = block
                 break
-    for row, block in by_row.items():
-        out[gemm & (op == row)] = block
-    return out
+    return np.where(gemm, _per_kernel(by_op, op), None)
 
 
-def _autograd_nodes(names: np.ndarray) -> np.ndarray:
-    import re
-
-    pattern = re.compile(AUTOGRAD_NODE)
-    uniq, inverse = np.unique(names, return_inverse=True)
-    return np.array([bool(pattern.search(u[:512])) for u in uniq], dtype=bool)[inverse] if len(names) else np.zeros(0, bool)
-
-
-def enclosing_op_blocks(op: np.ndarray, block_of_gemm: np.ndarray, parent: np.ndarray, names: np.ndarray) -> np.ndarray:
+def enclosing_op_blocks(op: np.ndarray, block_of_gemm: np.ndarray, parent: np.ndarray, stop: np.ndarray) -> np.ndarray:
     """Per kernel: the block of the GEMM its enclosing module-level op (below any autograd node)
     launched, when that op's GEMMs are all of one block; None elsewhere."""
     n_ops = len(parent)
     out = np.full(len(op), None, dtype=object)
     if not n_ops:
         return out
-    stop = _autograd_nodes(names)
     codes = {b: i + 1 for i, b in enumerate(TRANSFORMER_BLOCKS)}
     marks = np.zeros(n_ops, dtype=np.int8)  # 0 none, a block's code, -1 GEMMs of several blocks
     for block, code in codes.items():
@@ -111,36 +114,34 @@ def _tensor_shapes(inputs) -> list[list[int]]:
     return out
 
 
-def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths) -> np.ndarray:
-    """Per kernel: the block its op's tensors' widths say (vocab, FFN width, heads); None elsewhere."""
-    out = np.full(len(op), None, dtype=object)
+def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.ndarray) -> np.ndarray:
+    """Per kernel: the block its op's tensors' widths say (vocab, FFN width, heads); None
+    elsewhere. Only the ops of `wanted` kernels are read."""
     head = {widths.head_dim, widths.head_dim // 2} if widths.head_dim else set()
-    by_row = {}
-    for row in np.unique(op[op >= 0]):
+    ffn = widths.ffn - {widths.hidden}
+    by_op = np.full(len(dims), None, dtype=object)
+    for row in np.unique(op[wanted & (op >= 0)]):
         shapes = _tensor_shapes(dims[row])
         last = {s[-1] for s in shapes}
         if last & widths.vocab:
-            by_row[row] = "lm_head"
-        elif (last & widths.ffn) - {widths.hidden}:
-            by_row[row] = "ffn"
+            by_op[row] = "lm_head"
+        elif last & ffn:
+            by_op[row] = "ffn"
         elif head and any(len(s) == 4 and s[-1] in head and set(s[:-1]) & widths.heads for s in shapes):
-            by_row[row] = "attention"
-    for row, block in by_row.items():
-        out[op == row] = block
-    return out
+            by_op[row] = "attention"
+    return _per_kernel(by_op, op)
 
 
 def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray, hidden: int) -> np.ndarray:
     """Per kernel: a reduction over the hidden width (the mean of an RMSNorm written out in
     Python, a LayerNorm's statistics), or a norm kernel."""
-    norm = kernel_class == "norm"
-    candidates = np.flatnonzero((kernel_class == "reduction") & (op >= 0))
-    for row in np.unique(op[candidates]):
+    reduction = (kernel_class == "reduction") & (op >= 0)
+    over_hidden = np.zeros(len(dims), dtype=bool)
+    for row in np.unique(op[reduction]):
         inputs = dims[row] if isinstance(dims[row], (list, tuple)) else []
         first = inputs[0] if inputs and isinstance(inputs[0], (list, tuple)) and inputs[0] else None
-        if first is not None and first[-1] == hidden:
-            norm |= (op == row) & (kernel_class == "reduction")
-    return norm
+        over_hidden[row] = first is not None and first[-1] == hidden
+    return (kernel_class == "norm") | (reduction & over_hidden[np.maximum(op, 0)]) if len(dims) else kernel_class == "norm"
 
 
 def between_anchors(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray, todo: np.ndarray) -> np.ndarray:
@@ -197,7 +198,7 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
     `gemms_only`: step 1 alone (the GEMMs' weight shapes)."""
     k = trace.kernels
     block = block.copy()
-    names, dims, parent = _op_dims(trace)
+    names, autograd_node, dims, parent = _op_dims(trace)
     op = k["op"].to_numpy()
     gemm = (kernel_class == "gemm") & ~conv
 
@@ -205,17 +206,17 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         hit = (block == DEFAULT_BLOCK) & (found != None)  # noqa: E711 (elementwise on an object array)
         block[hit] = found[hit]
 
-    if widths is not None and len(names):
-        fill(gemm_blocks(op, gemm, names, dims, widths))
-    if gemms_only:
+    if gemms_only:  # before the layer-pattern inference; what it leaves, it leaves for good
+        if widths is not None and len(names):
+            fill(gemm_blocks(op, gemm, names, dims, widths))
         return block
     block[(block == DEFAULT_BLOCK) & conv] = "conv"
     block[(block == DEFAULT_BLOCK) & (phase == "optimizer")] = "optimizer"
     norm_like = (kernel_class == "norm") | (block == "norm")
     if widths is not None and len(names):
         known = np.where(gemm & np.isin(block, TRANSFORMER_BLOCKS), block, None)
-        fill(enclosing_op_blocks(op, known, parent, names))
-        fill(tensor_blocks(op, dims, widths))
+        fill(enclosing_op_blocks(op, known, parent, autograd_node))
+        fill(tensor_blocks(op, dims, widths, block == DEFAULT_BLOCK))
         norm_like |= hidden_reductions(op, kernel_class, dims, widths.hidden)
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
     if widths is not None and widths.vocab:
