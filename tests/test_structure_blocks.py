@@ -186,3 +186,80 @@ def test_resnet_convolutions_are_block_conv():
     assert conv_ops.sum() > 100
     assert set(blocks[conv_ops & (k["kind"].astype(str) == "kernel").to_numpy()]) == {"conv"}
     assert _other_share(a) <= 0.10
+
+
+def _hand_built_decoder(tmp_path, layers: int = 2) -> str:
+    """A Llama-shaped decoder with neutral kernel names (no silu, rotary or norm in any name),
+    no ranges, no module frames: hidden 256, 4 query heads x 64, 1 KV head x 64, FFN 688,
+    vocabulary 32000, batch 4 x 16 tokens. The blocks can only come from the shapes and order."""
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder()
+    t = [0.0]
+    ELEM, GEMM_K, REDUCE = "vectorized_elementwise_kernel<4>", "gemm_kernel_a", "reduce_kernel<512>"
+
+    def op(name, dims, kernel=ELEM, inner=None):
+        b.op(name, t[0], 8, dims=dims)
+        if inner is not None:  # aten::linear -> aten::mm, as torch records it
+            b.op("aten::mm", t[0] + 1, 6, dims=inner)
+        b.kernel(kernel, t[0] + 2, 10_000 + t[0], 5)
+        t[0] += 10
+
+    def linear(n_out, n_in):
+        op("aten::linear", [[4, 16, n_in], [n_out, n_in], []], GEMM_K, inner=[[64, n_in], [n_in, n_out]])
+
+    def rms_norm():
+        op("aten::pow", [[4, 16, 256], []])
+        op("aten::mean", [[4, 16, 256], [], [], []], REDUCE)
+        op("aten::rsqrt", [[4, 16, 1]])
+        op("aten::mul", [[4, 16, 256], [4, 16, 1]])
+
+    op("aten::embedding", [[32000, 256], [4, 16]], "indexSelectLargeIndex")
+    for _ in range(layers):
+        rms_norm()
+        linear(256, 256), linear(64, 256), linear(64, 256)  # q, k, v
+        op("aten::mul", [[4, 4, 16, 64], [1, 1, 16, 64]])  # rotary on the query heads
+        op("aten::scaled_dot_product_attention", [[4, 4, 16, 64], [4, 4, 16, 64], [4, 4, 16, 64]], "pytorch_flash::flash_fwd_kernel<X>")
+        op("aten::clone", [[4, 16, 4, 64], []])  # the heads transposed back
+        linear(256, 256)  # o
+        op("aten::add", [[4, 16, 256], [4, 16, 256], []])  # residual
+        rms_norm()
+        linear(688, 256), linear(688, 256)  # gate, up
+        op("aten::silu", [[4, 16, 688]])
+        op("aten::mul", [[4, 16, 688], [4, 16, 688]])
+        linear(256, 688)  # down
+        op("aten::add", [[4, 16, 256], [4, 16, 256], []])  # residual
+    rms_norm()
+    linear(32000, 256)  # lm_head
+    op("aten::_softmax", [[4, 32000], [], []], "cunn_SoftMaxForward")
+    op("aten::argmax", [[4, 32000], [], []], REDUCE)
+    return b.write(tmp_path / "decoder.json")
+
+
+def test_hand_built_decoder_blocks_from_shapes_and_order(tmp_path):
+    a = tracekit.analyze(_hand_built_decoder(tmp_path))
+    k = a.kernels
+    dims = _op_dims(a)
+    op = k["op_name"].astype(str).to_numpy()
+    blocks = k["block"].astype(str).to_numpy()
+
+    def blocks_of(name, operands):
+        rows = (op == name) & (dims == operands)
+        assert rows.any(), (name, operands)
+        return set(blocks[rows])
+
+    assert blocks_of("aten::mm", "[[64, 256], [256, 256]]") == {"attention"}  # q / o [256, 256]
+    assert blocks_of("aten::mm", "[[64, 256], [256, 64]]") == {"attention"}  # k / v [64, 256]
+    assert blocks_of("aten::mm", "[[64, 256], [256, 688]]") == {"ffn"}  # gate / up [688, 256]
+    assert blocks_of("aten::mm", "[[64, 688], [688, 256]]") == {"ffn"}  # down [256, 688]
+    assert blocks_of("aten::mm", "[[64, 256], [256, 32000]]") == {"lm_head"}  # [32000, 256]
+    assert blocks_of("aten::mul", "[[4, 4, 16, 64], [1, 1, 16, 64]]") == {"attention"}  # 4 heads x 64
+    assert blocks_of("aten::clone", "[[4, 16, 4, 64], []]") == {"attention"}
+    assert blocks_of("aten::silu", "[[4, 16, 688]]") == {"ffn"}  # the FFN width
+    assert blocks_of("aten::mul", "[[4, 16, 688], [4, 16, 688]]") == {"ffn"}
+    assert blocks_of("aten::mean", "[[4, 16, 256], [], [], []]") == {"norm"}  # a mean over the hidden width
+    assert blocks_of("aten::rsqrt", "[[4, 16, 1]]") == {"norm"}  # between that mean and the next projection
+    assert blocks_of("aten::add", "[[4, 16, 256], [4, 16, 256], []]") == {"norm"}  # residual add before a norm
+    assert blocks_of("aten::_softmax", "[[4, 32000], [], []]") == {"lm_head"}  # the logits
+    assert blocks_of("aten::argmax", "[[4, 32000], [], []]") == {"lm_head"}
+    assert "other" not in set(blocks)

@@ -159,29 +159,31 @@ def between_anchors(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray
     same_lane = np.append(~new_lane[first[1:]], False)
     next_block = np.where(same_lane, np.append(prev_block[1:], ""), "").astype(object)
     verdict = np.full(len(first), None, dtype=object)
+    verdict[prev_block == "lm_head"] = "lm_head"  # the logits: loss, softmax, sampling, up to the next anchor
     around_norm = ((prev_block == "norm") & np.isin(next_block, LAYER_PARTS)) | ((next_block == "norm") & np.isin(prev_block, LAYER_PARTS))
     verdict[around_norm] = "norm"  # the residual add and the normalisation's elementwise steps
     conv_side = ((prev_block == "conv") & (next_block == "norm")) | ((prev_block == "norm") & (next_block == "conv"))
     verdict[conv_side] = "conv"  # a CNN's activation between its batch / group norm and the next convolution
     inside = (prev_block == next_block) & np.isin(prev_block, ["attention", "ffn", "lm_head", "conv", "norm"])
     verdict[inside] = prev_block[inside]
-    verdict[prev_block == "lm_head"] = "lm_head"  # the logits: loss, softmax, sampling, up to the next anchor
     placed = np.full(len(a), None, dtype=object)
     placed[lane_order] = verdict[segment]
     return np.where(todo, placed, None)
 
 
-def last_gemm_of_steps(k, gemm: np.ndarray, block: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Per kernel: True for the last GEMM of a step of a transformer (one with attention
-    kernels) on its device, when no weight shape placed it: a decoder's forward ends with the
-    vocabulary projection (graph-replayed serving steps carry no shapes)."""
+def last_gemm_of_steps(k, gemm: np.ndarray, phase: np.ndarray, block: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per kernel: True for the last GEMM of an inference step of a transformer (a step with
+    attention kernels and no backward or optimizer work) on its device, when no weight shape
+    placed it: a decoder's forward ends with the vocabulary projection (graph-replayed
+    serving steps carry no shapes). A training step ends with weight gradients instead."""
     out = np.zeros(len(k), dtype=bool)
     owned = steps >= 0
     if not (owned & gemm).any():
         return out
     device = k["device"].to_numpy().astype(np.int64)
     key = (steps.astype(np.int64) << 16) ^ device
-    has_attention = np.isin(key, np.unique(key[owned & (block == "attention")]))
+    training = np.isin(key, np.unique(key[owned & np.isin(phase, ["backward", "recompute", "optimizer"])]))
+    has_attention = np.isin(key, np.unique(key[owned & (block == "attention")])) & ~training
     rows = np.flatnonzero(owned & gemm & has_attention)
     if not len(rows):
         return out
@@ -220,7 +222,7 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         norm_like |= hidden_reductions(op, kernel_class, dims, widths.hidden)
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
     if widths is not None and widths.vocab:
-        block[last_gemm_of_steps(k, gemm, block, kernel_steps(trace, k))] = "lm_head"
+        block[last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))] = "lm_head"
     anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "").astype(object)
     anchor[conv] = "conv"
     anchor[(anchor == "") & (kernel_class == "attention") & (block == "attention")] = "attention"

@@ -78,7 +78,7 @@ def from_architecture(arch, tp: int = 1) -> Widths:
     for width in (getattr(arch, "expert_intermediate", 0), getattr(arch, "shared_intermediate", 0)):
         if width:
             ffn |= {width, 2 * width}
-    attention = {w // tp for w in attention if w and w % tp == 0} | ({hidden} if heads * hd == hidden * tp else set())
+    attention = {w // tp for w in attention if w and w % tp == 0}
     ffn = {w // tp for w in ffn if w and w % tp == 0} - attention
     if getattr(arch, "experts", 0):
         ffn.add(arch.experts)  # the router: replicated, never split
