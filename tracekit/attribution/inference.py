@@ -98,15 +98,16 @@ def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, 
         return block
     names = k["name"].astype("category")  # one search per distinct name
     act_by_code = np.array([bool(ACTIVATION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
-    # a MoE router's GEMM is followed by the routing (top-k gating) kernels: ffn as well
-    activation = (act_by_code[names.cat.codes.to_numpy()] | (kernel_class == "routing")) & ~is_gemm
+    activation = act_by_code[names.cat.codes.to_numpy()] & ~is_gemm
     attention = kernel_class == "attention"
     # Kernels in lane order (device, stream, start); a lane is a run of one (device, stream).
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     args = (is_gemm[order], activation[order], attention[order], lane)
     positions = np.flatnonzero(todo[order])
-    after = _signals(*args, positions)
+    # a MoE router's GEMM is followed by the routing (top-k gating) kernels: ffn as well
+    routing = (kernel_class == "routing") & ~is_gemm
+    after = _signals(is_gemm[order], (activation | routing)[order], attention[order], lane, positions)
     n = len(order)
     before = _signals(*(a[::-1] for a in args), n - 1 - positions)  # the same walk, backwards
     out = block.copy()

@@ -11,7 +11,8 @@ nothing named says which block a kernel serves. The structure does, in this orde
    autograd node, which encloses a whole recomputed layer under checkpointing.
 3. A kernel's own tensors: the vocabulary width is the logits (loss, softmax, sampling:
    lm_head), the FFN width is the activation (silu x mul and its gradient: ffn), a
-   [.., heads, .., head_dim] tensor is split into heads (rotary, head transposes: attention).
+   [B, heads, T, head_dim] or [B, T, heads, head_dim] tensor is split into heads (rotary,
+   head transposes: attention).
 4. Its place on its stream between kernels whose block is certain (anchors: GEMMs and
    convolutions placed by weight, attention kernels, norms and reductions over the hidden
    width, embeddings): between two anchors of one block it is that block's (the attention
@@ -119,6 +120,8 @@ def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.n
     elsewhere. Only the ops of `wanted` kernels are read."""
     head = {widths.head_dim, widths.head_dim // 2} if widths.head_dim else set()
     ffn = widths.ffn - {widths.hidden}
+    # heads at [B, heads, T, D] or [B, T, heads, D]; one head says nothing (a VAE's attention, any [N, C, H, W])
+    heads = set(widths.heads) - {1}
     by_op = np.full(len(dims), None, dtype=object)
     for row in np.unique(op[wanted & (op >= 0)]):
         shapes = _tensor_shapes(dims[row])
@@ -127,20 +130,36 @@ def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.n
             by_op[row] = "lm_head"
         elif last & ffn:
             by_op[row] = "ffn"
-        elif head and any(len(s) == 4 and s[-1] in head and set(s[:-1]) & widths.heads for s in shapes):
+        elif head and any(len(s) == 4 and s[-1] in head and {s[1], s[2]} & heads for s in shapes):
             by_op[row] = "attention"
     return _per_kernel(by_op, op)
 
 
-def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray, hidden: int) -> np.ndarray:
+def _reduced_dims(concrete) -> list[int] | None:
+    """The `dim` list of a reduction as its concrete inputs record it ('[-1]', '[0, 1]'), None if absent."""
+    for value in (concrete if isinstance(concrete, (list, tuple)) else [])[1:3]:
+        text = str(value)[:64].strip()
+        if text.startswith("[") and text.endswith("]"):
+            try:
+                return [int(d) for d in text[1:-1].split(",") if d.strip()]
+            except ValueError:
+                return None
+    return None
+
+
+def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray, concrete: np.ndarray, hidden: int) -> np.ndarray:
     """Per kernel: a reduction over the hidden width (the mean of an RMSNorm written out in
-    Python, a LayerNorm's statistics), or a norm kernel."""
+    Python, a LayerNorm's statistics), or a norm kernel. Where the op records the dims it
+    reduces, the last one must be among them (a bias gradient sums [tokens, hidden] over tokens)."""
     reduction = (kernel_class == "reduction") & (op >= 0)
     over_hidden = np.zeros(len(dims), dtype=bool)
     for row in np.unique(op[reduction]):
         inputs = dims[row] if isinstance(dims[row], (list, tuple)) else []
         first = inputs[0] if inputs and isinstance(inputs[0], (list, tuple)) and inputs[0] else None
-        over_hidden[row] = first is not None and first[-1] == hidden
+        if first is None or first[-1] != hidden:
+            continue
+        reduced = _reduced_dims(concrete[row])
+        over_hidden[row] = reduced is None or -1 in reduced or len(first) - 1 in reduced
     return (kernel_class == "norm") | (reduction & over_hidden[np.maximum(op, 0)]) if len(dims) else kernel_class == "norm"
 
 
@@ -219,7 +238,7 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         known = np.where(gemm & np.isin(block, TRANSFORMER_BLOCKS), block, None)
         fill(enclosing_op_blocks(op, known, parent, autograd_node))
         fill(tensor_blocks(op, dims, widths, block == DEFAULT_BLOCK))
-        norm_like |= hidden_reductions(op, kernel_class, dims, widths.hidden)
+        norm_like |= hidden_reductions(op, kernel_class, dims, trace.ops["concrete_inputs"].to_numpy(), widths.hidden)
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
     if widths is not None and widths.vocab:
         block[last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))] = "lm_head"

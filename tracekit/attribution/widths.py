@@ -178,7 +178,7 @@ def infer_widths(trace: Trace) -> Widths | None:
     unit = head_dim or 64
     attention = {x for x, n in (into + back).items()
                  if x not in ffn and x not in vocab and x % unit == 0 and n >= 2}
-    if not attention and not ffn:
+    if not attention or not ffn:  # a transformer has both; square matmuls alone (an MLP, a benchmark) say nothing
         return None
     return Widths(hidden, frozenset(attention), frozenset(ffn), frozenset(vocab), head_dim,
                   frozenset(heads), "inferred from the trace's GEMM weight shapes")
