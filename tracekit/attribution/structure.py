@@ -178,13 +178,15 @@ def between_anchors(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray
     same_lane = np.append(~new_lane[first[1:]], False)
     next_block = np.where(same_lane, np.append(prev_block[1:], ""), "").astype(object)
     verdict = np.full(len(first), None, dtype=object)
-    verdict[prev_block == "lm_head"] = "lm_head"  # the logits: loss, softmax, sampling, up to the next anchor
     around_norm = ((prev_block == "norm") & np.isin(next_block, LAYER_PARTS)) | ((next_block == "norm") & np.isin(prev_block, LAYER_PARTS))
     verdict[around_norm] = "norm"  # the residual add and the normalisation's elementwise steps
     conv_side = ((prev_block == "conv") & (next_block == "norm")) | ((prev_block == "norm") & (next_block == "conv"))
     verdict[conv_side] = "conv"  # a CNN's activation between its batch / group norm and the next convolution
     inside = (prev_block == next_block) & np.isin(prev_block, ["attention", "ffn", "lm_head", "conv", "norm"])
     verdict[inside] = prev_block[inside]
+    # the logits after the lm_head (loss, softmax, sampling) up to the next anchor, even when that is
+    # the next step's first norm (a serving step's embedding may be graph-replayed, with no op)
+    verdict[prev_block == "lm_head"] = "lm_head"
     placed = np.full(len(a), None, dtype=object)
     placed[lane_order] = verdict[segment]
     return np.where(todo, placed, None)
