@@ -3,10 +3,7 @@
 Phases come from what encloses the kernel's launch (ranges, Python frames, ops): decode,
 prefill, recompute, forward, backward, optimizer, or a user-named phase; "unknown" for a
 kernel with no launch and no GPU-side range (launched before the capture began). Blocks: attention,
-ffn, collective, norm, embedding, memory, lm_head, conv, optimizer, other. What the rules leave
-in `other` is placed by the trace's structure (structure.py): GEMMs by their weight shape
-against the model's widths (widths.py: `--model`, else inferred from the trace), the kernels
-around them by their op, their tensors and their place between GEMMs.
+ffn, collective, norm, embedding, memory, other.
 """
 
 from __future__ import annotations

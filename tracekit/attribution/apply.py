@@ -7,11 +7,11 @@ import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
-from tracekit.attribution.widths import Widths
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
 from tracekit.trace.grouping import combine
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
+from tracekit.attribution.widths import Widths
 
 
 class _Matcher:
