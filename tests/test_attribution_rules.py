@@ -154,14 +154,14 @@ def test_vae_decoder_convolutions_next_to_a_silu_are_not_ffn():
 
 def test_compiled_convolution_without_op_is_not_relabelled_by_its_neighbours(tmp_path):
     # Same form with no op (a compiled VAE): GEMM-class conv kernel, then a SiLU. A true GEMM
-    # followed by the SiLU still becomes ffn.
+    # followed by the SiLU still becomes ffn; the convolution gets its own block, conv.
     b = KinetoBuilder("AMD Instinct MI300X")
     b.kernel("igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2", 0, 100, 10)
     b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(at::TensorIteratorBase&)>(int)", 1, 111, 2)
     b.kernel(GEMM, 2, 120, 10)
     b.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel(at::TensorIteratorBase&)>(int)", 3, 131, 2)
     a, labels = _labels(b.write(tmp_path / "vae.json"))
-    assert labels["igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2"][1] == "other"
+    assert labels["igemm_fwd_gtcx3_nhwc_bf16_bx0_ex1_bt128x128x32_wt32x32x8_ws1x1_wr2x2"][1] == "conv"
     assert labels[GEMM][1] == "ffn"
     assert set(a.kernels.loc[a.kernels["name"].astype(str).str.startswith("igemm"), "kernel_class"]) == {"gemm"}
 

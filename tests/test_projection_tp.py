@@ -161,7 +161,7 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     # nothing is TP-sharded: every rank's step stays as measured
     assert all(r["step_projected_ns"] == r["step_measured_ns"] for r in t["per_rank"])
     assert t["job_step_projected_ns"] == t["job_step_measured_ns"] == max(r["step_measured_ns"] for r in t["per_rank"])
-    assert {"forward/other", "backward/other", "optimizer/other"} <= {"/".join(b) for b in t["replicated_blocks"]}
+    assert {"forward/other", "backward/other", "optimizer/optimizer"} <= {"/".join(b) for b in t["replicated_blocks"]}
     # the embedding lookups (fbgemm split tables) differ across ranks: model-parallel tables, not TP
     differs = p.ranks[~p.ranks["alike"]]
     assert differs["op"].str.contains("split_embedding_codegen_lookup").any()
@@ -174,7 +174,7 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     assert "no TP sharding found (the TP degree is unknown)" in out
     # the replicated blocks are listed by time; which order is the trace's business
     listed = next(line for line in out.splitlines() if line.startswith("replicated blocks: "))
-    assert {"forward/other", "backward/other", "optimizer/other"} <= set(listed.removeprefix("replicated blocks: ").split(", "))
+    assert {"forward/other", "backward/other", "optimizer/optimizer"} <= set(listed.removeprefix("replicated blocks: ").split(", "))
 
 
 def test_guessed_degree_without_sharded_shapes_is_tp_1():

@@ -38,13 +38,20 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict)."""
     trace = with_inferred_steps(trace)  # steps from the trace's structure where it marks none
     costs = kernel_costs(trace)
-    labels = attribute(trace, costs["kernel_class"], rules)
+    arch = widths = None
+    if model is not None:  # the model's widths place the GEMMs by their weight shapes
+        from tracekit.attribution.widths import from_architecture
+        from tracekit.model import infer_parallel, load_config
+
+        arch = load_config(model.config, model.weight_dtype, model.kv_dtype)
+        widths = from_architecture(arch, infer_parallel(trace, arch, model.tp, model.ep).tp)
+    labels = attribute(trace, costs["kernel_class"], rules, widths)
     owner = kernel_steps(trace, trace.kernels)  # row in trace.ranges of the step that owns each kernel, -1 for none
     run = None
     if model is not None:
         from tracekit.model import run_model
 
-        run = run_model(trace, costs, labels, owner, model, device)
+        run = run_model(trace, costs, labels, owner, model, device, arch)
     # Shared time goes to compute first, then copies, then communication (its exposed time).
     tiers = activity_tiers(trace.kernels["kind"].to_numpy(), (labels["block"] == "collective").to_numpy())
     exclusive = exclusive_time(trace.kernels, tiers)

@@ -16,6 +16,7 @@ from tracekit.trace.grouping import combine
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, kernel_steps, step_rows
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
+from tracekit.attribution.widths import Widths
 
 
 class _Matcher:
@@ -152,8 +153,9 @@ def _generation_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> 
     return out
 
 
-def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None) -> pd.DataFrame:
-    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels)."""
+def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None, widths: Widths | None = None) -> pd.DataFrame:
+    """Columns `phase` and `block`, one row per kernel (same index as trace.kernels).
+    `widths`: the model's (attribution.widths.from_architecture); default: inferred from the trace."""
     rules = rules or default_rules()
     matcher = _Matcher(trace, kernel_class)
     phase, matched = _first_match(matcher, rules.phase, DEFAULT_PHASE)
@@ -171,5 +173,5 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None)
     phase = _backward_threads(trace, phase, matched, states)
     phase = _generation_phases(trace, phase, matched)
     block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(k, kernel_class, phase, block, trace.ops["name"])
+    phase, block = infer_missing(trace, kernel_class, phase, block, widths)
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

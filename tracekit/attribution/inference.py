@@ -25,8 +25,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.trace import Trace
 from tracekit.trace.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
+from tracekit.attribution.structure import structural_blocks
+from tracekit.attribution.widths import Widths, infer_widths
 
 ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul|glu_kernel|mish", re.I)
 # Convolution kernels by name (cuDNN fprop / dgrad / wgrad and implicit-GEMM kernels, MIOpen
@@ -102,7 +105,9 @@ def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, 
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     args = (is_gemm[order], activation[order], attention[order], lane)
     positions = np.flatnonzero(todo[order])
-    after = _signals(*args, positions)
+    # a MoE router's GEMM is followed by the routing (top-k gating) kernels: ffn as well
+    routing = (kernel_class == "routing") & ~is_gemm
+    after = _signals(is_gemm[order], (activation | routing)[order], attention[order], lane, positions)
     n = len(order)
     before = _signals(*(a[::-1] for a in args), n - 1 - positions)  # the same walk, backwards
     out = block.copy()
@@ -141,10 +146,12 @@ def _signals(gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, la
     return np.where(found, np.where(is_activation, ACTIVATION_SEEN, ATTENTION_SEEN), 0)
 
 
-def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray,
-                  op_names: pd.Series | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Phase and block for kernels the rules left without one (see the module docstring).
-    `op_names`: the ops table's names, so that a kernel a convolution op launched is known as one."""
+def infer_missing(trace: Trace, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray,
+                  widths: Widths | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Phase and block for kernels the rules left without one (see the module docstring), then
+    the blocks the trace's structure gives (attribution.structure) to what is still `other`:
+    GEMMs by their weight shape against `widths` (the model's, else inferred from the trace)."""
+    k = trace.kernels
     if not len(k):
         return phase, block
     signatures = identical_signatures(k)
@@ -152,5 +159,11 @@ def infer_missing(k: pd.DataFrame, kernel_class: pd.Series, phase: np.ndarray, b
     grid_known = (k["grid_x"] >= 0).to_numpy()
     phase = from_identical_kernels(phase, blind, signatures, grid_known, UNKNOWN_PHASE)
     block = from_identical_kernels(block, blind, signatures, grid_known, DEFAULT_BLOCK)
-    block = layer_pattern(k, np.asarray(kernel_class, dtype=object), block, convolutions(k, op_names))
+    klass = np.asarray(kernel_class, dtype=object)
+    conv = convolutions(k, trace.ops["name"])
+    widths = widths if widths is not None else infer_widths(trace)
+    # weight shapes first: they say what a GEMM is; the neighbours only what it sits next to
+    block = structural_blocks(trace, klass, phase, block, conv, widths, gemms_only=True)
+    block = layer_pattern(k, klass, block, conv)
+    block = structural_blocks(trace, klass, phase, block, conv, widths)
     return phase, block

@@ -42,7 +42,7 @@ BLOCKS: dict[str, tuple[str, str]] = {
     "ffn elementwise": ("ffn", "vector"),  # activation (silu · up), routing
     "norm": ("norm", "norm"),  # RMSNorm with its fused residual add
     "embedding": ("embedding", "vector"),
-    "lm head": ("other", "gemm"),
+    "lm head": ("lm_head", "gemm"),
     "collective": ("collective", "collective"),
 }
 # Blocks attribution names specifically enough that any kernel in them is theirs, whatever
