@@ -243,7 +243,7 @@ def test_a_bad_inductor_figure_leaves_the_kernel_linked(tmp_path):
     b.kernel("triton_red_fused_norm_3", 1, 150, 2, kernel_flop="bad", kernel_num_gb=-1)
     a = tracekit.analyze(b.write(tmp_path / "bad_meta.json"))
     assert a.kernels["launch"].iat[0] >= 0 and a.kernels["op"].iat[0] >= 0  # the other args still read
-    assert pd_isna(a.kernels["flops"].iat[0]) and not a.warnings
+    assert pd_isna(a.kernels["flops"].iat[0]) and not [w for w in a.warnings if not w.startswith("trace health")]
 
 
 def test_a_gather_never_reads_more_than_its_table():

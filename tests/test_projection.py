@@ -223,7 +223,21 @@ def test_same_device_is_identity():
     assert p.steps["projected_ns"].tolist() == pytest.approx(p.steps["measured_ns"].tolist())
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in TORCH.glob("*.json.gz")))
+LOST_TIMES = ("h200_llama3-8b_cudagraph_decode_bs16_capture.json.gz",
+              "h200_llama3-8b_cudagraph_decode_bs16_execution_zero_kernel_times.json.gz")
+
+
+@pytest.mark.parametrize("name", LOST_TIMES)
+def test_a_trace_whose_kernel_times_are_lost_is_refused_with_the_reason(name, capsys):
+    """Every kernel has ts 0 and dur 0 (trace health): nothing to project, said in one line, exit 2."""
+    from conftest import run_main
+
+    code, out, err = run_main(capsys, "project", TORCH / name, "--to", "B200", "--format", "json")
+    assert code == 2 and not out
+    assert "lost every GPU activity's time" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in TORCH.glob("*.json.gz") if p.name not in LOST_TIMES))
 def test_every_kineto_fixture_projects(name, capsys):
     from tracekit.cli.main import main
 

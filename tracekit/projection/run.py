@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tracekit.analysis.load import analyze, build_loaded, device_name, gc_paused, load
 from tracekit.errors import TraceError
 from tracekit.hardware import DEFAULT_SUSTAINED
+from tracekit.trace.health import kernel_times_unknown
 
 if TYPE_CHECKING:
     from tracekit.analysis.result import Analysis
@@ -70,6 +71,9 @@ def _analyze_for_projection(path, device, device_file, rules, workers, samples_p
 
 
 def _check_projectable(a: Analysis, source: str) -> None:
+    if kernel_times_unknown(a.meta):
+        raise TraceError(source, "the profiler lost every GPU activity's time (ts 0 and dur 0, see `tracekit analyze`'s "
+                                 "Trace health): there are no kernel times to project onto a GPU")
     if not len(a.kernels):
         raise TraceError(source, "the trace holds no GPU work (no kernel, copy or memset: a CPU-only profile): "
                                  "there is nothing to project onto a GPU")

@@ -70,7 +70,7 @@ def roofline_line(analysis: Analysis) -> str:
 
     c = analysis.coverage
     eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
-    if c.get("kernel_time_ns") is None:  # the profiler lost the kernels' times (trace health)
+    if "kernel_time_ns" in c and c["kernel_time_ns"] is None:  # the profiler lost the kernels' times (trace health)
         return "— : the kernels' times are lost (see Trace health), so no efficiency can be stated"
     if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
         return (f"— : only {percent_against(c.get('modeled_share') or 0.0, MIN_COVERAGE)} of GPU kernel time has a cost, "
