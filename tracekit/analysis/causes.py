@@ -26,6 +26,10 @@ from tracekit.trace.grouping import key_of
 
 HOST_TIME_CAUSES = ("launch_overhead", "profiler_overhead")  # host time: overlaps the idle rows
 FASTEST = 0.1  # a call's fastest runs: the quantile that stands for its uninstrumented time
+# A launch call whose work started this long after the call returned had a queue of work ahead
+# of it on the GPU: a long call then is the launch queue pushing back (the GPU is the limit),
+# not the profiler's instrumentation, so it is left out of the profiler's share.
+BACKLOG_NS = 1_000_000
 
 
 def denominator(a, idle_window_ns: float, outside: dict[str, Any]) -> tuple[str, float]:
@@ -47,7 +51,8 @@ def _row(cause: str, what: str, where: str, time_ns: float, of_ns: float, eviden
 
 # what the GPU waited for, by idle category (timeline.idle_gaps)
 IDLE_WHAT = {"host_wait": "waiting for the host to launch work", "sync": "the host blocked in a synchronising call",
-             "queued": "work submitted but not started (an event wait; nothing ran on the GPU)",
+             "queued": "work submitted but not started, nothing recorded running on the GPU (it was held by work "
+                       "from before the capture, an event wait or another process)",
              "other": "nothing recorded (launch latency, or no launch call)"}
 # the ranked list's short names for the same
 IDLE_SHORT = {"host_wait": "host late to launch", "sync": "host blocked in a sync call", "queued": "submitted, not started",
@@ -154,7 +159,10 @@ def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
     """Launch-call time above the same call's fastest runs (its FASTEST quantile): the
     profiler's instrumentation (record_shapes, with_stack) and host contention stretch the
     calls it records; the fastest runs of a call are the closest the trace has to its
-    uninstrumented time. Inside the steps' host ranges where the trace has steps."""
+    uninstrumented time. Inside the steps' host ranges where the trace has steps. Calls
+    whose work started BACKLOG_NS or more after they returned are left out: they waited on a
+    full launch queue (the GPU busy, possibly with work from before the capture), which the
+    profiler did not cause."""
     t = a.trace
     if t is None or not len(t.launches):
         return None
@@ -166,9 +174,12 @@ def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
     launched = np.zeros(len(lt), dtype=bool)
     rows = a.kernels["launch"].to_numpy()
     launched[rows[rows >= 0]] = True
+    first_start = np.full(len(lt), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_start, rows[rows >= 0], a.kernels["start"].to_numpy(np.int64)[rows >= 0])
+    backlog = first_start - end >= BACKLOG_NS
     names = key_of(lt["name"], missing="nan")
     sync = np.array([bool(SYNC_API.search(str(n))) for n in names[1]], dtype=bool)
-    keep = (dur > 0) & launched & (names[0] >= 0)
+    keep = (dur > 0) & launched & ~backlog & (names[0] >= 0)
     keep[keep] &= ~sync[names[0][keep]]
     if len(a.steps) and "host_start_ns" in a.steps:
         lo = a.steps["host_start_ns"].to_numpy(np.int64)
