@@ -71,14 +71,18 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
     nests = model_steps(trace)
     owner = kernel_owner(trace, trace.kernels, [row for row, _ in nests], step_of)
     written = kv_write_tokens(trace.kernels, owner)
+    training = training_steps(labels, owner)
     for row, nest in nests:
         batch = reader.step(nest, options.batch, options.context)
         if row in written:
             batch = with_tokens(batch, written[row])
-        blocks = step_blocks(arch, batch, par) if batch.tokens > 0 else None
+        blocks = step_blocks(arch, batch, par) if batch.tokens > 0 and row not in training else None
         terms = step_terms(blocks, device) if blocks is not None and device is not None else None
         steps.append(ModelStep(row, reader.range_names[row], batch, blocks, terms))
     notes += _partial_notes(steps)
+    if trained := sum(s.row in training for s in steps):
+        notes.append(f"{trained} of {len(steps)} steps run backward kernels (training): the model costs and predicts "
+                     "inference forwards only, so these steps are neither costed nor predicted from it")
     if not steps:
         notes.append("the trace has no step (ProfilerStep#N, decode_step, step[..], a vLLM execute_.. range, or another "
                      "engine's step annotation): nothing to predict")
@@ -89,6 +93,14 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
             for s in steps if s.blocks is not None and s.batch.tokens_known}
     groups, group_of = spread(costs, labels, trace.kernels, owner, fill)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes, agreement(groups, group_of, trace.kernels, costs, labels))
+
+
+def training_steps(labels: pd.DataFrame, owner: np.ndarray) -> set[int]:
+    """The steps (range rows) that own a backward or recompute kernel: a training iteration,
+    whose work (forward, backward, recompute, optimizer) is not the forward the model costs."""
+    phase = labels["phase"].astype(str).to_numpy()
+    back = np.isin(phase, ["backward", "recompute"]) & (owner >= 0)
+    return {int(r) for r in np.unique(owner[back])}
 
 
 def _partial_notes(steps: list[ModelStep]) -> list[str]:
