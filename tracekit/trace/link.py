@@ -153,11 +153,22 @@ def _joint_keys(left: tuple[np.ndarray, ...], right: tuple[np.ndarray, ...]) -> 
 
 
 def _before_capture(kernels, launches, has_launch: np.ndarray) -> np.ndarray:
-    """No launch row and an id older than every captured launch: issued before the window."""
+    """No launch row and an id older than every captured launch of its own process (ids are
+    per process: an Nsight export of two ranks counts each from its own start), or a start
+    before the first captured launch: issued before the window."""
     if not len(launches):
         return ~has_launch
     launch_corr = column(launches, "correlation")
-    first_id = int(launch_corr[launch_corr >= 0].min()) if (launch_corr >= 0).any() else 0
+    valid = launch_corr >= 0
+    first_id = np.full(len(has_launch), int(launch_corr[valid].min()) if valid.any() else 0, dtype=np.int64)
+    k_pid, l_pid = column(kernels, "pid"), column(launches, "pid")
+    if k_pid is not None and l_pid is not None and valid.any():
+        pids, codes = np.unique(l_pid[valid], return_inverse=True)
+        lowest = np.full(len(pids), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(lowest, codes, launch_corr[valid].astype(np.int64))
+        at = np.clip(np.searchsorted(pids, k_pid), 0, len(pids) - 1)
+        own = pids[at] == k_pid
+        first_id[own] = lowest[at[own]]
     first_start = int(column(launches, "start").min())
     return ~has_launch & ((column(kernels, "correlation") < first_id) | (column(kernels, "start") < first_start))
 
