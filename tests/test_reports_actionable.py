@@ -283,7 +283,7 @@ def test_a_gap_the_host_spends_in_a_sync_copy_is_sync_even_with_work_queued():
     # from +0.362 ms to +463.425 ms: more than half the gap). Nothing ran on the GPU, so the
     # kernel was queued behind nothing there: the host's blocking copy holds the gap (issue 30).
     from tracekit.analysis.findings import gaps_of
-    from tracekit.parsers.launch_api import SYNC_API
+    from tracekit.trace.launch_api import SYNC_API
 
     assert SYNC_API.search("hipMemcpyWithStream") and SYNC_API.search("cudaMemcpy") and SYNC_API.search("hipStreamSynchronize")
     assert not SYNC_API.search("hipMemcpyAsync") and not SYNC_API.search("cudaMemcpyAsync")

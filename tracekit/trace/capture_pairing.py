@@ -45,12 +45,9 @@ import pandas as pd
 from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.frames import Trace
 from tracekit.trace.intervals import NO_ROW
+from tracekit.trace.launch_api import BEGIN_CAPTURE_API, COPY_API, END_CAPTURE_API, NODE_API, NOT_NODE_API, SET_API
 from tracekit.trace.link import launch_context
 
-# calls that put a node into a captured graph (not GraphLaunch, not a synchronisation)
-_NODE_API = re.compile(r"LaunchKernel|LaunchCooperativeKernel|ModuleLaunch|ExtLaunch|cuLaunch|Memcpy|Memset")
-_NOT_NODE = re.compile(r"GraphLaunch|Synchronize")
-_BEGIN, _END = re.compile(r"StreamBeginCapture"), re.compile(r"StreamEndCapture")
 # vLLM's capture annotation (gpu_model_runner: one range per captured batch size and mode)
 _CAPTURE_LABEL = re.compile(r"^capture_(\d+)(?:_([A-Za-z_]+))?")
 # the token count a step's graphs were captured for (see the module doc)
@@ -103,7 +100,7 @@ def captured_graphs(capture: Trace) -> list[_Graph]:
     pid, tid = launches["pid"].to_numpy(), launches["tid"].to_numpy()
     start, end = launches["start"].to_numpy(), launches["end"].to_numpy()
     is_begin, is_end, is_node = (rows_where(launches["name"], test) for test in (
-        _BEGIN.search, _END.search, lambda n: _NODE_API.search(n) and not _NOT_NODE.search(n)))
+        BEGIN_CAPTURE_API.search, END_CAPTURE_API.search, lambda n: NODE_API.search(n) and not NOT_NODE_API.search(n)))
     op_of, range_of = launch_context(capture)
     range_names, range_parent = as_text(capture.ranges["name"]), capture.ranges["parent"].to_numpy()
     graphs: list[_Graph] = []
@@ -129,9 +126,9 @@ def captured_graphs(capture: Trace) -> list[_Graph]:
 
 
 def _node_label(call: str, kernel: str | None) -> str | None:
-    if "Memcpy" in call:
+    if COPY_API.search(call):
         return "memcpy"
-    if "Memset" in call:
+    if SET_API.search(call):
         return "memset"
     return kernel
 
