@@ -20,7 +20,8 @@ import tracekit
 from conftest import REPO, SHARED, shared
 from tracekit.analysis.findings import compute
 from tracekit.analysis.rollup import kernel_summary
-from tracekit.trace.kernel_names import MAX_LABEL, demangle, label, labels, readable
+from tracekit.trace.kernel_names import MAX_LABEL, label, labels
+from tracekit.trace.readable_names import demangle, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
 from tracekit.trace.timeline import idle_gaps
