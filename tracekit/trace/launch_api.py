@@ -11,7 +11,8 @@ import re
 # hipModuleLaunchKernel, hipExtModuleLaunchKernel, hipExtLaunchKernel, ...
 _KERNEL = r"LaunchKernel|LaunchCooperativeKernel|cuLaunch|ModuleLaunch|ExtLaunch"
 # cudaMemcpyAsync, cudaMemsetAsync, hipMemcpyWithStream, cuMemcpyDtoH_v2, ...
-_MEMORY = r"Memcpy|Memset"
+_COPY, _SET = r"Memcpy", r"Memset"
+_MEMORY = f"{_COPY}|{_SET}"
 _GRAPH = r"GraphLaunch"  # cudaGraphLaunch, hipGraphLaunch
 _SYNCHRONIZE = r"Synchronize"
 
@@ -39,5 +40,5 @@ BEGIN_CAPTURE_API = re.compile(r"StreamBeginCapture")
 END_CAPTURE_API = re.compile(r"StreamEndCapture")
 CAPTURE_API = re.compile(f"{BEGIN_CAPTURE_API.pattern}|{END_CAPTURE_API.pattern}")
 # A node that copies memory, and one that sets it (rather than a kernel).
-COPY_API = re.compile(r"Memcpy")
-SET_API = re.compile(r"Memset")
+COPY_API = re.compile(_COPY)
+SET_API = re.compile(_SET)
