@@ -13,7 +13,7 @@ import numpy as np
 _NULL = msgspec.Raw(b"null")
 _NAN = float("nan")
 ARG_LABEL = {"correlation": "correlation", "external_id": "External id", "sequence": "Sequence number", "registers": "registers per thread",
-              "shared_memory": "shared memory", "in_elems": "In msg nelems", "out_elems": "Out msg nelems", "group_size": "Group size"}
+             "shared_memory": "shared memory", "in_elems": "In msg nelems", "out_elems": "Out msg nelems", "group_size": "Group size"}
 
 
 class KernelArgs(msgspec.Struct):
