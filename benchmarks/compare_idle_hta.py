@@ -56,7 +56,7 @@ sys.path.insert(0, str(HERE.parent))
 SHARED = HERE.parent.parent / "shared" / "fixtures"
 
 import tracekit  # noqa: E402
-from tracekit.parsers.launch_api import SYNC_API  # noqa: E402
+from tracekit.trace.launch_api import SYNC_API  # noqa: E402
 
 HTA_SCRIPT = """
 import json, logging, sys

@@ -150,7 +150,7 @@ def test_diff_device_option_puts_an_unnamed_export_on_a_gpu():
 
 def test_diff_of_two_rank_directories(tmp_path):
     from conftest import shared
-    from tracekit.compare.diff import diff_ranks
+    from tracekit.compare.diff_ranks import diff_ranks
 
     for side in ("a", "b"):
         (tmp_path / side).mkdir()

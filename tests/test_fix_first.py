@@ -138,7 +138,7 @@ def test_host_bound_verdict_says_how_much_launch_time_the_profiler_may_own(runs)
     range, sync calls apart: what the profiler's instrumentation can have added."""
     import numpy as np
 
-    from tracekit.parsers.launch_api import SYNC_API
+    from tracekit.trace.launch_api import SYNC_API
 
     a = runs["bert"]
     p = next(c for c in a.findings.causes if c["cause"] == "profiler_overhead")

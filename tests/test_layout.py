@@ -1,6 +1,6 @@
-"""The layout of ../shared/DESIGN.md, checked: no import circle between tracekit's modules, no
-private name of one module used by another, a small top level, and one meaning per
-table-column constant. Read from the source with ast, so a lazy import inside a function
+"""The layout of ../shared/DESIGN.md, checked: no import circle between tracekit's modules nor
+between its packages, no private name of one module used by another, no module over
+MAX_LINES lines, a small top level, and one meaning per table-column constant. Read from the source with ast, so a lazy import inside a function
 counts as much as one at the top."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "tracekit"
+MAX_LINES = 400  # a module longer than this does more than one job: split it by job
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -91,6 +92,53 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_no_import_cycles():
     assert _cycles(_graph()) == []
+
+
+def _package(module: str) -> str:
+    """tracekit.X.anything -> X; a top-level module (tracekit.api) is its own node (api)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded into packages: X -> Y when a module of X imports one of Y."""
+    packages: dict[str, set[str]] = {_package(m): set() for m in graph}
+    for module, targets in graph.items():
+        packages[_package(module)] |= {_package(t) for t in targets} - {_package(module)}
+    return packages
+
+
+def test_the_package_cycle_finder_finds_a_cycle_no_module_cycle_shows():
+    # a.x -> b.y -> a.z: no module imports itself back, but packages a and b import each other
+    modules = {"tracekit.a.x": {"tracekit.b.y"}, "tracekit.b.y": {"tracekit.a.z"}, "tracekit.a.z": set()}
+    assert _cycles(modules) == []
+    assert _cycles(_package_graph(modules)) == [["a", "b"]]
+    # a top-level module is a node of its own, a package's __init__ belongs to the package
+    assert _cycles(_package_graph({"tracekit.api": {"tracekit.a"}, "tracekit.a": {"tracekit.a.x"}, "tracekit.a.x": {"tracekit.api"}})) == [["a", "api"]]
+    assert _cycles(_package_graph({"tracekit.a.x": {"tracekit.a.y"}, "tracekit.a.y": {"tracekit.b.z"}, "tracekit.b.z": set()})) == []
+
+
+def test_no_package_cycles():
+    """Packages import one way (parsers -> trace -> costs/attribution/model -> analysis ->
+    reports/compare/ranks/projection -> cli/api); lazy imports inside functions count."""
+    assert _cycles(_package_graph(_graph())) == []
+
+
+def _long_modules(paths, limit: int = MAX_LINES) -> dict[str, int]:
+    """{path: lines} of the files longer than `limit` lines."""
+    lengths = {str(p): len(pathlib.Path(p).read_text().splitlines()) for p in paths}
+    return {p: n for p, n in lengths.items() if n > limit}
+
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    short, long = tmp_path / "short.py", tmp_path / "long.py"
+    short.write_text("x = 1\n" * MAX_LINES)
+    long.write_text("x = 1\n" * (MAX_LINES + 1))
+    assert _long_modules([short, long]) == {str(long): MAX_LINES + 1}
+
+
+def test_every_module_is_at_most_max_lines():
+    assert _long_modules(sorted(PACKAGE.rglob("*.py"))) == {}
 
 
 def test_no_private_name_used_across_modules():

@@ -24,7 +24,8 @@ import tracekit
 from conftest import PROJECT_FIXTURES, REPO, shared, shared_model
 from tracekit.errors import TraceError
 from tracekit.model import ModelOptions, load_config
-from tracekit.model.batch import Requests, from_annotation
+from tracekit.model.batch import Requests
+from tracekit.model.batch_annotations import from_annotation
 from tracekit.model.blocks import expected_experts
 from tracekit.model.calibrate import fit
 from tracekit.model.predict import predicted_ns

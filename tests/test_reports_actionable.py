@@ -20,7 +20,8 @@ import tracekit
 from conftest import REPO, SHARED, shared
 from tracekit.analysis.findings import compute
 from tracekit.analysis.rollup import kernel_summary
-from tracekit.trace.kernel_names import MAX_LABEL, demangle, label, labels, readable
+from tracekit.trace.kernel_names import MAX_LABEL, label, labels
+from tracekit.trace.readable_names import demangle, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
 from tracekit.trace.timeline import idle_gaps
@@ -283,7 +284,7 @@ def test_a_gap_the_host_spends_in_a_sync_copy_is_sync_even_with_work_queued():
     # from +0.362 ms to +463.425 ms: more than half the gap). Nothing ran on the GPU, so the
     # kernel was queued behind nothing there: the host's blocking copy holds the gap (issue 30).
     from tracekit.analysis.findings import gaps_of
-    from tracekit.parsers.launch_api import SYNC_API
+    from tracekit.trace.launch_api import SYNC_API
 
     assert SYNC_API.search("hipMemcpyWithStream") and SYNC_API.search("cudaMemcpy") and SYNC_API.search("hipStreamSynchronize")
     assert not SYNC_API.search("hipMemcpyAsync") and not SYNC_API.search("cudaMemcpyAsync")

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import run_cli as cli, shared_model
 from synthetic import KinetoBuilder
-from tracekit.model.batch import from_annotation
+from tracekit.model.batch_annotations import from_annotation
 
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tracekit.parsers.launch_api import SYNC_API
+from tracekit.trace.launch_api import SYNC_API
 from tracekit.trace.grouping import key_of
 
 HOST_TIME_CAUSES = ("launch_overhead", "profiler_overhead")  # host time: overlaps the idle rows

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.idle_host import charges as idle_charges, top_by_cause
-from tracekit.parsers.launch_api import SYNC_API
+from tracekit.trace.launch_api import SYNC_API
 from tracekit.trace.grouping import group_rows, key_of, label_column
 from tracekit.trace.timeline import IDLE_CATEGORIES, difference, idle_gaps, union
 

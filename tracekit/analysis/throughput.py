@@ -56,7 +56,7 @@ STAGE_COLUMNS = ["stage", "kernels", "busy_ns", "wall_ns", "wall_share", "runs",
 
 def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, frames_per_step: int | None = None) -> pd.DataFrame:
     """Per step: items, unit and where the count came from (see the module docstring)."""
-    from tracekit.model.batch import from_annotation
+    from tracekit.model.batch_annotations import from_annotation
 
     from tracekit.trace.forwards import token_forwards, tokens_between
 

@@ -67,7 +67,7 @@ class Widths:
 
 
 def from_architecture(arch, tp: int = 1) -> Widths:
-    """Per-rank widths of a tracekit.model.config.Architecture (read by attribute, so that
+    """Per-rank widths of a tracekit.model.architecture.Architecture (read by attribute, so that
     attribution does not import the model stage): tensor parallelism splits every
     projection's non-hidden side."""
     tp = max(int(tp or 1), 1)

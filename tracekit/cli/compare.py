@@ -59,7 +59,7 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
 
 def _diff_ranks(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None, device: str | None,
                 device_file: str | None, min_change: float) -> None:
-    from tracekit.compare.diff import diff_ranks
+    from tracekit.compare.diff_ranks import diff_ranks
     from tracekit.reports import diff as render
 
     with status("analysing both runs' ranks"):

@@ -272,14 +272,14 @@ def _regression(summary, baseline, item, scope, metric, min_change) -> dict[str,
     if then is None:
         return {"measured": None, "reason": f"baseline {why_then}"}
     if scope == "block" and metric == "time":  # per step when the captures cover different steps
-        from tracekit.compare.diff import same_steps
+        from tracekit.compare.diff_steps import same_steps
 
         steps_now, steps_then = len(records(summary, "steps")), len(records(baseline, "steps"))
         if not same_steps(summary, baseline)[0] and steps_now and steps_then:
             now, then = now / steps_now, then / steps_then
     samples = (None, None)
     if scope == "run" and metric == "step_time":
-        from tracekit.compare.diff import step_samples
+        from tracekit.compare.diff_steps import step_samples
 
         samples = (step_samples(baseline), step_samples(summary))
     return _change(then, now, *samples, "median", min_change, worse)

@@ -14,10 +14,12 @@ import pandas as pd
 
 from tracekit.hardware import Device
 from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
-from tracekit.model.batch import BatchReader, StepBatch, kv_write_tokens, with_tokens
+from tracekit.model.batch import StepBatch, kv_write_tokens, with_tokens
+from tracekit.model.batch_reader import BatchReader
 from tracekit.model.blocks import Parallel, StepCosts, step_blocks
 from tracekit.model.parts import moe_parts, projection_parts
-from tracekit.model.config import Architecture, load_config
+from tracekit.model.architecture import Architecture
+from tracekit.model.config import load_config
 from tracekit.model.fill import spread
 from tracekit.model.parallel import infer_parallel
 from tracekit.model.predict import step_terms

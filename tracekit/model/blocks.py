@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.model.batch import StepBatch
-from tracekit.model.config import Architecture
+from tracekit.model.architecture import Architecture
 
 # model block -> (attribution block whose kernels it is spread over, kernel family)
 BLOCKS: dict[str, tuple[str, str]] = {

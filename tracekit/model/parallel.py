@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracekit.model.blocks import Parallel
-from tracekit.model.config import Architecture
+from tracekit.model.architecture import Architecture
 from tracekit.trace import Trace
 
 _LINEAR = ["aten::linear", "aten::addmm", "aten::mm", "aten::matmul"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tracekit.model.batch import StepBatch
 from tracekit.model.blocks import Parallel, expected_experts, ffn_shapes, gdn_shapes, heads_per_rank
-from tracekit.model.config import Architecture
+from tracekit.model.architecture import Architecture
 
 
 MOE_PARTS = ("router", "gate_up", "down", "combine")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.model.batch import ANNOTATION
+from tracekit.model.batch_annotations import ANNOTATION
 from tracekit.trace import Trace
 
 from tracekit.trace.step_ownership import kernel_steps, step_rows

@@ -19,7 +19,7 @@ import pandas as pd
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
-from tracekit.parsers.launch_api import CAPTURE_API, LAUNCH_API
+from tracekit.trace.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.nsys_nvtx import parse_op_text
 from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
 

@@ -188,7 +188,8 @@ def _install_entries(tmp: str, target: str) -> None:
 
 def _with_names(k):
     """The kernels table with, beside the raw name, its demangled name and its report label."""
-    from tracekit.trace.kernel_names import labels, readable
+    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.readable_names import readable
 
     k = k.copy()
     names = k["name"].astype(str)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracekit.reports.section import Named, Section
-from tracekit.trace.kernel_names import demangle, labels
+from tracekit.trace.kernel_names import labels
+from tracekit.trace.readable_names import demangle
 from tracekit.common.format import duration, number, percent, si, text
 from tracekit.strict_json import records
 

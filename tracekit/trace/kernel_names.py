@@ -1,18 +1,12 @@
-"""Kernel names a person can read: demangled, and a short label per kernel that still tells
-apart the kernels of one template.
+"""A short label per kernel that still tells apart the kernels of one template:
 
-    demangle(name)   _ZN5aiter24add_rmsnorm_quant_kernelIDF16b...Evv
-                     -> void aiter::add_rmsnorm_quant_kernel<std::bfloat16_t, ..., 256, 16, ...>(...)
-    readable(name)   demangled, nsys casts dropped ((int)128 -> 128, (bool)0 -> false),
-                     no return type (`std::enable_if<...>::type f<...>(...)` -> `f<...>`), no
-                     parameter list: what the kernel is, not how it is called
-    labels(names)    {name: short label}: `elementwise_kernel<128, 2, MulFunctor>`; where two
-                     names share a label, a more detailed one, then a numbered one
+    label(name)      `elementwise_kernel<128, 2, MulFunctor>`: the kernel, its numbers and what
+                     its arguments do, at most MAX_LABEL characters
+    labels(names)    {name: short label}: where two names share a label, a more detailed one,
+                     then a numbered one
 
-Demangling uses `cpp_demangle` (Python bindings of the gimli-rs cpp_demangle crate, abi3
-wheels for every Python >= 3.8). Where it cannot (newer manglings, such as C++20's `Tn`
-template parameter declarations, or a name cut short), the qualified name is decoded from
-the mangling's nested-name prefix, so no label is ever a raw `_ZN...`.
+Labels are built from the readable name (tracekit.trace.readable_names: demangled, without
+return type and parameters).
 """
 
 from __future__ import annotations
@@ -21,14 +15,9 @@ import re
 from functools import lru_cache
 
 from tracekit.common.format import shorten
+from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope
+from tracekit.trace.readable_names import readable
 
-# Names are bounded before any work: the longest real kernel name we have seen is ~3 kB.
-MAX_CHARS = 4096
-
-_CAST = re.compile(r"(?<![\w)])\(([A-Za-z_][\w: ]*)\)(-?\d+)")
-_LAMBDA_GNU = re.compile(r"\{lambda\(([^(){}]*)\)#(\d+)\}")  # {lambda(float)#1}
-_LAMBDA_NSYS = re.compile(r"\[lambda\(([^()\[\]]*)\) \(instance (\d+)\)\]")  # [lambda(int) (instance 1)]
-_OPERATOR_CALL = re.compile(r"::operator ?\(\)\s*\([^()]*\)(?: const)?")
 _SCALARS = {"float", "double", "half", "int", "long", "short", "char", "bool", "unsigned", "signed", "void",
             "Half", "BFloat16", "__half", "__nv_bfloat16", "__hip_bfloat16", "bfloat16_t", "float16_t", "OpaqueType",
             "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t", "uint32_t", "uint64_t", "size_t",
@@ -40,204 +29,10 @@ _PLUMBING = {"Array", "TrivialOffsetCalculator", "OffsetCalculator", "LoadWithCa
 _WRAPPERS = {"Kernel", "Kernel2", "kernel", "device_kernel", "GenericKernel"}
 
 
-@lru_cache(maxsize=1)
-def _demangler():
-    try:
-        from cpp_demangle import demangle as fn
-    except ImportError:  # the label still reads: the nested-name decoder below takes over
-        return None
-    return fn
-
-
-def demangle(name: str) -> str:
-    """The C++ name behind an Itanium-mangled symbol (`_Z...`); other names unchanged."""
-    name = str(name)[:MAX_CHARS]
-    if not name.startswith("_Z"):
-        return name
-    fn = _demangler()
-    if fn is not None:
-        try:
-            return fn(name)
-        except Exception:  # a mangling the demangler does not know, or a name cut short
-            pass
-    return _nested_name(name) or name
-
-
-def _nested_name(mangled: str) -> str | None:
-    """`_ZN7sgl_hip10activation18act_and_mul_kernelI...` -> `sgl_hip::activation::act_and_mul_kernel<…>`:
-    the <length><identifier> run of a nested name, for manglings no demangler reads."""
-    m = re.match(r"_Z(?:L|N(?:[rVK]*))?", mangled)
-    pos = m.end() if m else 2
-    parts = []
-    while pos < len(mangled):
-        num = re.match(r"\d+", mangled[pos:])
-        if not num:
-            break
-        n = int(num.group())
-        start = pos + len(num.group())
-        if n <= 0 or start + n > len(mangled):
-            break
-        parts.append(mangled[start : start + n].replace("_GLOBAL__N_1", "(anonymous namespace)"))
-        pos = start + n
-    if not parts:
-        return None
-    return "::".join(parts) + ("<…>" if mangled[pos : pos + 1] == "I" else "")
-
-
-def _split_args(inside: str) -> list[str]:
-    """Top-level comma split of a template argument list."""
-    args, depth, current = [], 0, []
-    for ch in inside:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            args.append("".join(current).strip())
-            current = []
-        else:
-            current.append(ch)
-    tail = "".join(current).strip()
-    if tail:
-        args.append(tail)
-    return args
-
-
-def _match_close(text: str, start: int) -> int:
-    """Index of the `>` closing the `<` at `start`; a `>` inside parentheses is an operator
-    (`enable_if<((8)>(0))>`), not a bracket. -1 when unbalanced."""
-    depth, paren = 0, 0
-    for i in range(start, len(text)):
-        ch = text[i]
-        if ch in "([{":
-            paren += 1
-        elif ch in ")]}":
-            paren -= 1
-        elif paren == 0 and ch == "<":
-            depth += 1
-        elif paren == 0 and ch == ">":
-            depth -= 1
-            if depth == 0:
-                return i
-    return -1
-
-
-def _strip_signature(text: str) -> str:
-    """Drop the return type (`void `, `std::enable_if<...>::type `) and the parameter list."""
-    out, paren, i = [], 0, 0
-    last_space = -1
-    while i < len(text):
-        ch = text[i]
-        if ch == "<" and paren == 0:
-            close = _match_close(text, i)
-            if close < 0:  # unbalanced (a name cut short): keep the rest as is
-                out.append(text[i:])
-                break
-            out.append(text[i : close + 1])
-            i = close + 1
-            continue
-        if ch in "([{":
-            if ch == "(" and paren == 0 and out and "".join(out).strip() and not "".join(out).endswith("operator"):
-                break  # the parameter list of the function itself
-            paren += 1
-        elif ch in ")]}":
-            paren -= 1
-        elif ch == " " and paren == 0:
-            last_space = len("".join(out))
-        out.append(ch)
-        i += 1
-    joined = "".join(out)
-    return joined[last_space + 1 :].strip() if last_space >= 0 else joined.strip()
-
-
-@lru_cache(maxsize=65536)
-def readable(name: str) -> str:
-    """The demangled name without return type, parameter list and nsys casts."""
-    text = demangle(name)
-    if "::" not in text and "<" not in text:  # C, or not code (Memcpy HtoD (Pinned -> Device), Triton names)
-        plain = re.fullmatch(r"(?:void )?([A-Za-z_]\w*)\(.*\)", text)
-        return plain.group(1) if plain else text
-    text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
-    text = text.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
-    text = _OPERATOR_CALL.sub("", text)
-    text = _LAMBDA_GNU.sub(lambda m: f"λ{m.group(2)}", text)
-    text = _LAMBDA_NSYS.sub(lambda m: f"λ{m.group(2)}", text)
-    return _strip_signature(text)
-
-
-def _base_and_args(text: str) -> tuple[str, list[str]]:
-    start = text.find("<")
-    if start <= 0:
-        return text, []
-    close = _match_close(text, start)
-    if close < 0:
-        return text[:start], []
-    return text[:start], _split_args(text[start + 1 : close])
-
-
-def _last(qualified: str) -> str:
-    parts = [p for p in _split_scope(qualified) if p and not p.startswith("λ")]
-    if not parts:
-        return qualified
-    last = parts[-1]
-    return last.split("(")[0] if not last.startswith("(") else last
-
-
-def _split_scope(text: str) -> list[str]:
-    parts, depth, current, i = [], 0, [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if depth == 0 and text.startswith("::", i):
-            parts.append("".join(current))
-            current = []
-            i += 2
-            continue
-        current.append(ch)
-        i += 1
-    parts.append("".join(current))
-    return parts
-
-
-def _drop_scope_params(text: str) -> str:
-    """`update_halo_kernel(int, const std::array<int, 4> &)::λ7` -> `update_halo_kernel::λ7`:
-    the parameters of a function that only scopes a lambda say nothing of the kernel."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "(":
-            depth, j = 0, i
-            while j < len(text):
-                depth += text[j] == "("
-                depth -= text[j] == ")"
-                if depth == 0:
-                    break
-                j += 1
-            if j < len(text) and text.startswith("::", j + 1):
-                i = j + 1
-                continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
-
-
-def _strip_templates(text: str) -> str:
-    """The text outside any template argument list."""
-    out, depth = [], 0
-    for ch in text:
-        depth += ch == "<"
-        if depth == 0:
-            out.append(ch)
-        depth -= ch == ">" and depth > 0
-    return "".join(out)
-
-
 def _clean_type(arg: str) -> str:
     arg = re.sub(r"\b(const|volatile|struct|class|enum|typename)\b", "", arg)
     arg = re.sub(r"^\s*void\s+", "", arg)
-    return _drop_scope_params(arg.replace("&", "").replace("*", "")).strip()
+    return drop_scope_params(arg.replace("&", "").replace("*", "")).strip()
 
 
 def _is_scalar(name: str) -> bool:
@@ -259,10 +54,10 @@ def _leaf(arg: str, detail: int) -> str | None:
         return None
     if _LITERAL.fullmatch(arg):
         return arg
-    base, args = _base_and_args(arg)
+    base, args = base_and_args(arg)
     if base.startswith("std::") and base not in ("std::bfloat16_t", "std::float16_t"):
         return None
-    name = _last(base)
+    name = last_name(base)
     if name in _PLUMBING:
         return None
     if _is_scalar(name):
@@ -273,7 +68,7 @@ def _leaf(arg: str, detail: int) -> str | None:
         return f"{name}<{inner}>" if detail >= 2 else inner
     if detail <= 0:
         return name
-    lambdas = re.findall(r"λ\d+", _strip_templates(arg))
+    lambdas = re.findall(r"λ\d+", outside_templates(arg))
     shown = name + "".join("::" + x for x in lambdas)
     leaves = [x for x in (_leaf(a, 0) for a in args) if x]
     return f"{shown}<{', '.join(leaves)}>" if leaves else shown
@@ -292,8 +87,8 @@ _TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_")
 def _qualified(base: str) -> str:
     """The kernel's name with the outermost scope that identifies its library:
     `flash::FlashAttnBwdSm90`, `fp8_gemm::GemmKernel`; torch's `at::native::` is dropped."""
-    name = _last(base)
-    scopes = [p for p in _split_scope(base)[:-1] if p and "(" not in p and "<" not in p and not p.startswith("λ")]
+    name = last_name(base)
+    scopes = [p for p in split_scope(base)[:-1] if p and "(" not in p and "<" not in p and not p.startswith("λ")]
     scope = next((p for p in scopes if p not in _GENERIC_SCOPES), None)
     return f"{scope}::{name}" if scope else name
 
@@ -320,7 +115,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
     then its middle (`pow_tensor_sca…impl::λ1`: its head and its lambda number stay)."""
     if len(text) <= limit:
         return text
-    base, args = _base_and_args(text)
+    base, args = base_and_args(text)
     if not args or len(base) + 4 >= limit:
         return text[: limit - 1] + "…"
     at = max((i for i, a in enumerate(args) if not _LITERAL.fullmatch(a.strip())), default=len(args) - 1)
@@ -370,8 +165,8 @@ def label(name: str, detail: int = 0) -> str:
     text = readable(name)
     if ("<" not in text and "::" not in text):
         return _fit(text)
-    base, args = _base_and_args(text)
-    short = _last(base) if base else text
+    base, args = base_and_args(text)
+    short = last_name(base) if base else text
     if not args:
         return _fit(_qualified(base) if base else text)
     if short in _WRAPPERS:

@@ -9,15 +9,13 @@ imported, and an Nsight Systems trace's DataFrames are read through the same acc
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import numpy as np
 
+from tracekit.trace.launch_api import GRAPH_LAUNCH_API, KERNEL_LAUNCH_API
 from tracekit.trace.intervals import NO_ROW, innermost_enclosing, nest
 from tracekit.trace.tables import ColumnTrace, coded, column, dense_ranks
-
-_GRAPH_LAUNCH = "GraphLaunch"
 
 
 def link(trace: Any) -> Any:
@@ -31,8 +29,6 @@ def link(trace: Any) -> Any:
                                ranges=trace.ranges.assign(**range_nesting), warnings=warnings)
 
 
-# Kernel launch calls (not graph launches, copies or synchronisations).
-_KERNEL_LAUNCH = re.compile(r"LaunchKernel|LaunchCooperativeKernel|cuLaunch|ModuleLaunch|ExtLaunch")
 ORPHAN_MIN, ORPHAN_SHARE = 10, 0.05  # fewer unmatched launches than this are the capture's edge
 
 
@@ -42,7 +38,7 @@ def _launches_without_activity(launches, launch_of_kernel: np.ndarray) -> list[s
     (nothing runs then). Figures that count kernels miss them: the reader should know."""
     if not len(launches):
         return []
-    is_launch = coded(launches, "name").where(lambda name: bool(_KERNEL_LAUNCH.search(str(name)[:128])))
+    is_launch = coded(launches, "name").where(lambda name: bool(KERNEL_LAUNCH_API.search(str(name)[:128])))
     linked = np.zeros(len(launches), dtype=bool)
     linked[launch_of_kernel[launch_of_kernel >= 0]] = True
     total, orphan = int(is_launch.sum()), int((is_launch & ~linked).sum())
@@ -76,7 +72,7 @@ def link_columns(kernels, launches, ops, ranges) -> tuple[dict[str, np.ndarray],
     query = (has_launch, launch_pid, launch_tid, launch_start)
     graph = np.zeros(len(kernels), dtype=bool)
     if has_launch.any():  # one substring test per distinct launch API name
-        graph[has_launch] = coded(launches, "name").where(lambda name: _GRAPH_LAUNCH in str(name))[launch[has_launch]]
+        graph[has_launch] = coded(launches, "name").where(lambda name: bool(GRAPH_LAUNCH_API.search(str(name))))[launch[has_launch]]
     kernel_columns = {
         "launch": launch,
         "op": op_rows.enclosing(*query),

@@ -1,0 +1,111 @@
+"""C++ names read as text, brackets counted: the `<...>` that closes a template argument list,
+its top-level arguments, the `::` scopes of a qualified name and its last one. Shared by the
+readable names (tracekit.trace.readable_names) and the kernel labels (kernel_names)."""
+
+from __future__ import annotations
+
+def split_template_args(inside: str) -> list[str]:
+    """Top-level comma split of a template argument list."""
+    args, depth, current = [], 0, []
+    for ch in inside:
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(current).strip())
+            current = []
+        else:
+            current.append(ch)
+    tail = "".join(current).strip()
+    if tail:
+        args.append(tail)
+    return args
+
+
+def closing_bracket(text: str, start: int) -> int:
+    """Index of the `>` closing the `<` at `start`; a `>` inside parentheses is an operator
+    (`enable_if<((8)>(0))>`), not a bracket. -1 when unbalanced."""
+    depth, paren = 0, 0
+    for i in range(start, len(text)):
+        ch = text[i]
+        if ch in "([{":
+            paren += 1
+        elif ch in ")]}":
+            paren -= 1
+        elif paren == 0 and ch == "<":
+            depth += 1
+        elif paren == 0 and ch == ">":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def base_and_args(text: str) -> tuple[str, list[str]]:
+    start = text.find("<")
+    if start <= 0:
+        return text, []
+    close = closing_bracket(text, start)
+    if close < 0:
+        return text[:start], []
+    return text[:start], split_template_args(text[start + 1 : close])
+
+
+def last_name(qualified: str) -> str:
+    parts = [p for p in split_scope(qualified) if p and not p.startswith("λ")]
+    if not parts:
+        return qualified
+    last = parts[-1]
+    return last.split("(")[0] if not last.startswith("(") else last
+
+
+def split_scope(text: str) -> list[str]:
+    parts, depth, current, i = [], 0, [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        if depth == 0 and text.startswith("::", i):
+            parts.append("".join(current))
+            current = []
+            i += 2
+            continue
+        current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def drop_scope_params(text: str) -> str:
+    """`update_halo_kernel(int, const std::array<int, 4> &)::λ7` -> `update_halo_kernel::λ7`:
+    the parameters of a function that only scopes a lambda say nothing of the kernel."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "(":
+            depth, j = 0, i
+            while j < len(text):
+                depth += text[j] == "("
+                depth -= text[j] == ")"
+                if depth == 0:
+                    break
+                j += 1
+            if j < len(text) and text.startswith("::", j + 1):
+                i = j + 1
+                continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def outside_templates(text: str) -> str:
+    """The text outside any template argument list."""
+    out, depth = [], 0
+    for ch in text:
+        depth += ch == "<"
+        if depth == 0:
+            out.append(ch)
+        depth -= ch == ">" and depth > 0
+    return "".join(out)
