@@ -168,7 +168,7 @@ def test_launch_calls_behind_a_full_queue_are_not_the_profilers_share():
     1 ms or more after the call returned left out (the queue's time, not the profiler's)."""
     import numpy as np
 
-    from tracekit.parsers.launch_api import SYNC_API
+    from tracekit.trace.launch_api import SYNC_API
 
     a = tracekit.analyze(shared("torch", "h200_llama3-8b_eager_decode_bs16.json.gz"), workers=1)
     p = next(c for c in a.findings.causes if c["cause"] == "profiler_overhead")
