@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis import plausibility
-from tracekit.analysis.annotation_steps import annotation_step_table, model_step_bytes
+from tracekit.analysis.annotation_steps import annotation_step_table, cut_short_warning, model_step_bytes
 from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
@@ -70,7 +70,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     else:
         steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
     measured = Measured(kernels=kernels, ops=ops, coverage=_lost_times_unknown(coverage(kernels), trace.meta), device=device, sustained=sustained,
-                        meta=trace.meta, warnings=list(trace.warnings), blocks=block_table(kernels), steps=steps,
+                        meta=trace.meta, warnings=list(trace.warnings) + cut_short_warning(steps), blocks=block_table(kernels), steps=steps,
                         devices=devices, trace=trace, model_notes=list(run.notes) if run is not None else None)
     collectives = collective_table(measured)
     findings = compute_findings(measured)
