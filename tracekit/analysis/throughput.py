@@ -83,7 +83,8 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
         elif images:
             items, unit, source = float(images), "images", "batch of the latents the VAE decoded"
         elif (decoded := _in_host_window(r, lambda lo, hi: vae_frames(trace, vae, lo, hi))) is not None:
-            items, unit, source = float(decoded), "frames", "frames of the VAE stage's last convolution"
+            items, unit, source = (float(decoded), "frames", "frames the VAE stage's last convolution decodes (images out of "
+                                   "the VAE; a video VAE's temporal upsampling is not in the trace: --frames-per-step N for video frames)")
         elif (seen := _in_host_window(r, lambda lo, hi: tokens_between(forwards, lo, hi))) is not None:
             items, unit, source = float(seen[1]), "tokens", f"token embedding input of {seen[0]} forward pass(es)"
         else:
