@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -75,12 +76,10 @@ def _hostile_analysis():
     first_op = a.kernels["op_name"].cat.categories[0]
     a.kernels["op_name"] = a.kernels["op_name"].cat.rename_categories({first_op: HOSTILE})
     a.ops.loc[0, "op"] = HOSTILE
-    a.meta = {**a.meta, "path": HOSTILE}
-    a.warnings = [HOSTILE]
-    a.coverage["top_unmodeled"] = [{"name": HOSTILE, "reason": HOSTILE, "time_ns": 1.0, "share": 0.5}]
-    a.findings = compute(a)
-    a.kernel_summary = kernel_summary(a.kernels)  # built once in build(): again for the renamed kernel
-    return a
+    a = replace(a, meta={**a.meta, "path": HOSTILE}, warnings=[HOSTILE],
+                coverage={**a.coverage, "top_unmodeled": [{"name": HOSTILE, "reason": HOSTILE, "time_ns": 1.0, "share": 0.5}]})
+    # built once in build(): again for the renamed kernel
+    return replace(a, findings=compute(a), kernel_summary=kernel_summary(a.kernels))
 
 
 def test_hostile_names_in_the_terminal():

@@ -98,11 +98,12 @@ def cpu_ops_table(trace: Trace) -> pd.DataFrame:
 
 
 
-def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]], points: int = 20) -> dict[tuple[str, str], list[float]]:
-    """Per (op, input shapes) in `wanted`: a sketch of its calls' GPU time (the kernel time
-    each call launched; tracekit.common.sketch), for telling a change from noise."""
+def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]] | None = None,
+                  points: int = 20) -> dict[tuple[str, str], list[float]]:
+    """Per (op, input shapes) in `wanted` (None: every one): a sketch of its calls' GPU time
+    (the kernel time each call launched; tracekit.common.sketch), for telling a change from noise."""
     linked = np.flatnonzero(kernels["op"].to_numpy() >= 0) if len(kernels) else np.array([], dtype=np.int64)
-    if not len(linked) or not wanted:
+    if not len(linked) or wanted is not None and not wanted:
         return {}
     from tracekit.common.sketch import sketch
     from tracekit.trace.column_text import as_text
@@ -115,6 +116,6 @@ def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, st
     groups: dict[tuple[str, str], list[float]] = {}
     for row in calls:
         key = (str(names[row]), _shapes(dims[row]))
-        if key in wanted:
+        if wanted is None or key in wanted:
             groups.setdefault(key, []).append(per_call[row])
     return {key: sketch(np.asarray(v), points) for key, v in groups.items()}
