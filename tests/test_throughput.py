@@ -150,10 +150,10 @@ def test_cpu_diffusion_pipeline_calls_are_steps_with_host_stages(cpu_diffusion):
 
     calls = durations("pipelines/stable_diffusion/pipeline_stable_diffusion.py", "__call__")
     t = cpu_diffusion.throughput
-    assert len(calls) == 2 and t["steps"]["duration_ns"].tolist() == pytest.approx(calls, abs=2)
-    assert t["steps"]["unit"].tolist() == ["images", "images"]
-    assert t["total"]["throughput"] == pytest.approx(2 / sum(calls) * 1e9, rel=1e-6)  # 2 images / 1.478 s = 1.35 images/s
-    stages = t["stages"].set_index("stage")
+    assert len(calls) == 2 and t.steps["duration_ns"].tolist() == pytest.approx(calls, abs=2)
+    assert t.steps["unit"].tolist() == ["images", "images"]
+    assert t.total["throughput"] == pytest.approx(2 / sum(calls) * 1e9, rel=1e-6)  # 2 images / 1.478 s = 1.35 images/s
+    stages = t.stages.set_index("stage")
     text = sum(durations("pipelines/stable_diffusion/pipeline_stable_diffusion.py", "encode_prompt"))
     vae = sum(durations("models/autoencoders/autoencoder_kl.py", "decode")) + sum(durations("image_processor.py", "postprocess"))
     assert stages.loc["text_encode", "wall_ns"] == pytest.approx(text, abs=4)
