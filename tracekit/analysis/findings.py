@@ -9,7 +9,7 @@ same denominator (analysis.causes); the headline sentences from that list (analy
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,6 +21,9 @@ from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_tabl
 from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, launching_records, top_by_cause
 from tracekit.strict_json import records
 from tracekit.trace.grouping import key_of
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
 __all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_context"]
 
@@ -61,7 +64,7 @@ class Findings:
         }
 
 
-def compute(a) -> Findings:
+def compute(a: Measured) -> Findings:
     k = a.kernels
     basis, basis_ns = fix_basis(a)
     if k.empty:

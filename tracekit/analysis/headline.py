@@ -5,7 +5,7 @@ first causes of the ranked list (analysis.causes), in that list's own figures.""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -15,6 +15,9 @@ from tracekit.costs.unknown import MIN_COVERAGE
 from tracekit.common.format import duration, middle, percent, percent_against, rounded_percent
 from tracekit.trace.grouping import key_of
 from tracekit.trace.health import kernel_times_unknown
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
 HEADLINE_MIN_SHARE = 0.01  # a loss under 1% of the denominator is no headline
 HEADLINE_NAME = 60  # characters of an op, kernel or host-code name in the headline
@@ -74,7 +77,7 @@ _TENSORRT_RANGE = re.compile(r"(?i)^(\[tensorrt\]|tensorrt\b)|^ExecutionContext:
 _TENSORRT_KERNEL = re.compile(r"^(__myl_|trt_|_trt_)")
 
 
-def _tensorrt(a) -> bool:
+def _tensorrt(a: Measured) -> bool:
     if a.trace is None:
         return False
     r = a.trace.ranges
@@ -88,7 +91,7 @@ def _tensorrt(a) -> bool:
     return any(_TENSORRT_KERNEL.search(str(n)[:64]) for n in kernels)
 
 
-def _how_to_cost(a) -> str:
+def _how_to_cost(a: Measured) -> str:
     reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
     fmt = a.meta.get("format")
     if _tensorrt(a):  # a TensorRT engine: layers are NVTX ranges without shapes; no PyTorch op to record
@@ -110,13 +113,13 @@ def _how_to_cost(a) -> str:
     return f"{record}, or pass --model config.json"
 
 
-def _block_shares(a) -> list[tuple[tuple[str, str], float]]:
+def _block_shares(a: Measured) -> list[tuple[tuple[str, str], float]]:
     """Phase x block shares of GPU time: the blocks table's own figures, so the headline and
     the table never print two numbers for one thing."""
     return [((r["phase"], r["block"]), r["share"]) for r in a.blocks.to_dict(orient="records")]
 
 
-def headline(a, f) -> list[str]:
+def headline(a: Measured, f) -> list[str]:
     """3 to 5 plain sentences: where the GPU time went, what bounds it, how efficient it is
     (only where at least half the time has a cost), what is missing, and the largest win."""
     c = a.coverage
@@ -175,7 +178,7 @@ def headline(a, f) -> list[str]:
     return sentences[:5]
 
 
-def lost_times_headline(a) -> str:
+def lost_times_headline(a: Measured) -> str:
     """The trace's GPU activities had no times (trace.health): what is known is the GPU
     annotations' windows, used as the steps."""
     lost = sum(p["count"] for p in a.meta.get("health") or [] if p["kind"] in ("kernel", "memcpy", "memset")
@@ -191,7 +194,7 @@ def lost_times_headline(a) -> str:
     return text
 
 
-def cpu_headline(a) -> list[str]:
+def cpu_headline(a: Measured) -> list[str]:
     if kernel_times_unknown(a.meta):
         return [lost_times_headline(a)]
     if any("cut short" in w for w in a.warnings):  # a GPU trace may have lost its GPU events

@@ -14,7 +14,8 @@ from tracekit.analysis.collectives import collective_summary, collective_table, 
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
 from tracekit.analysis.ops import call_sketches, cpu_ops_table, ops_table
-from tracekit.analysis.result import Analysis, HostEvents, Measured
+from tracekit.analysis.measured import HostEvents, Measured
+from tracekit.analysis.result import Analysis
 from tracekit.analysis.rollup import block_table, duration_sketches, kernel_summary
 from tracekit.analysis.steps import step_table
 from tracekit.analysis.throughput import throughput
