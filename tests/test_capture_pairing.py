@@ -168,13 +168,14 @@ def test_agreement_per_block_with_the_model(analyses):
 
 def test_report_lines(analyses):
     from tracekit.reports import markdown
+    from tracekit.reports.renderer import RenderOptions
     from tracekit.reports.analyze import capture_line
 
     line = capture_line(analyses[True, True])
     assert line.startswith("25 of 25 graph launches paired with 25 captured graphs (25 sequence): 361 of 361 graph kernels")
     assert "15.7% costed from it" in line
     assert capture_line(analyses[False, True]) is None
-    md = markdown.render(analyses[True, True], images=False)
+    md = markdown.render(analyses[True, True], RenderOptions())
     assert "- capture: 25 of 25 graph launches" in md and "Model vs the trace's own costs" in md
 
 

@@ -24,6 +24,7 @@ from tracekit.analysis.rollup import kernel_summary
 from tracekit.trace.kernel_names import MAX_LABEL, demangle, label, labels, readable
 from tracekit.reports import analyze as console_report
 from tracekit.reports import html, markdown
+from tracekit.reports.renderer import RenderOptions
 from tracekit.trace.timeline import idle_gaps
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
@@ -98,7 +99,7 @@ def test_hostile_names_in_the_terminal():
 
 def test_hostile_names_in_markdown():
     a = _hostile_analysis()
-    text = markdown.render(a, 15)
+    text = markdown.render(a, RenderOptions(top=15, images={"roofline": b"", "breakdown": b""}))
     assert "<script" not in text and "<img" not in text and "![](" not in text and "\r" not in text
     assert "https://evil" not in text  # no autolink
     assert "&lt;script&gt;" in text
@@ -117,7 +118,7 @@ def test_hostile_names_in_markdown():
 
 def test_hostile_names_in_html():
     a = _hostile_analysis()
-    page = html.render(a, {}, 15)
+    page = html.render(a, RenderOptions(top=15))
     assert "<script>alert" not in page and "<img src=x" not in page and "\x1b" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'title="x [/nope]' in page  # the full name in the cell's title, escaped
