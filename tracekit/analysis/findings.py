@@ -16,7 +16,7 @@ import pandas as pd
 from tracekit.analysis import causes as cause_list
 from tracekit.analysis.fix import FIX_COLUMNS, basis as fix_basis, op_shapes, ranked, work as kernel_work
 from tracekit.analysis.headline import cpu_headline, headline, sentence
-from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_context,
+from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_and_sync_calls,
                                     short_kernels)
 from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, launching_records, top_by_cause
 from tracekit.strict_json import records
@@ -25,7 +25,7 @@ from tracekit.trace.grouping import key_of
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
 
-__all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_context"]
+__all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_and_sync_calls"]
 
 
 @dataclass
@@ -73,7 +73,7 @@ def compute(a: Measured) -> Findings:
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = idle_windows(a)
-    launches = launch_context(a)
+    launches = launch_and_sync_calls(a)
     gaps = gaps_of(a, windows, launches)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
     f = Findings(headline=[], basis=basis, basis_ns=basis_ns,

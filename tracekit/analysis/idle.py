@@ -64,12 +64,12 @@ def idle_windows(a: Measured) -> tuple[dict[int, np.ndarray], str]:
 
 def gaps_of(a: Measured, windows: dict[int, np.ndarray], launches: tuple | None = None) -> pd.DataFrame:
     """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps).
-    `launches`: launch_context(a), when already made."""
-    launch_start, sync_calls, launch_end = launch_context(a) if launches is None else launches
+    `launches`: launch_and_sync_calls(a), when already made."""
+    launch_start, sync_calls, launch_end = launch_and_sync_calls(a) if launches is None else launches
     return idle_gaps(a.kernels, launch_start, sync_calls, windows, launch_end)
 
 
-def launch_context(a: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def launch_and_sync_calls(a: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What the idle rules read of the host's calls: per kernel its launch call's start and end
     (-1: none), and the synchronizing calls (start, end, pid)."""
     k = a.kernels

@@ -17,7 +17,7 @@ from tracekit.analysis.ops import call_sketches, cpu_ops_table, ops_table
 from tracekit.analysis.measured import HostEvents, Measured
 from tracekit.analysis.result import Analysis
 from tracekit.analysis.rollup import block_table, duration_sketches, kernel_summary
-from tracekit.analysis.steps import step_table
+from tracekit.analysis.per_step import step_table
 from tracekit.analysis.throughput import throughput
 from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs

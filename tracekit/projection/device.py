@@ -9,7 +9,7 @@ the method's own error on the pairs it can check (tracekit.projection.ranges). T
 timeline is projected apart from GPU time: each stream is replayed with its kernels at their
 projected durations (tracekit.projection.replay), so a kernel waits for its launch and a
 launch-bound step stays launch-bound. Steps are the Analysis' GPU windows moved with their
-kernels (tracekit.projection.steps).
+kernels (tracekit.projection.projected_steps).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tracekit.projection import ranges
 from tracekit.projection.bounds import kernel_rules, rule_time
 from tracekit.projection.notes import device_assumptions, throughput_why
 from tracekit.projection.replay import launch_starts, replay
-from tracekit.projection.steps import step_totals, steps_frame, throughput
+from tracekit.projection.projected_steps import step_totals, steps_frame, throughput
 from tracekit.strict_json import dumps, records
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from tracekit.projection import ranges
 from tracekit.projection.bounds import rule_time
 from tracekit.projection.device import aggregate, device_ratios, replayed
 from tracekit.projection.notes import rule_shares
-from tracekit.projection.steps import step_totals, steps_frame, throughput
+from tracekit.projection.projected_steps import step_totals, steps_frame, throughput
 from tracekit.projection.tp_roles import (COLLECTIVE, OTHER_COLLECTIVE, REPLICATED, ROLES, SHARDED, UNKNOWN, int_shapes, kernel_roles,
                                           op_dims, stated_tp)
 from tracekit.strict_json import dumps, records

@@ -36,7 +36,7 @@ def summary_line(a: Analysis) -> str:
             f"(bandwidth x {s['bandwidth_efficiency']:.2f}, matrix x {s['matrix_efficiency']:.2f})")
 
 
-def step_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
+def predicted_step_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     head = ["step", "batch", "GPU busy", "GPU window", "predicted", "error", "bytes (weights + KV + activations)", "TB/s", "of peak BW",
             "roofline eff.", "coverage"]
     rows = []
@@ -79,7 +79,7 @@ def sections(a: Analysis) -> list:
 
     if getattr(a, "model", None) is None:
         return []
-    step_head, step_body = step_rows(a)
+    step_head, step_body = predicted_step_rows(a)
     block_head, block_body = block_rows(a)
     agree_head, agree_body = agreement_rows(a)
     return [
