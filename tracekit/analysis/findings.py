@@ -8,7 +8,7 @@ same denominator (analysis.causes); the headline sentences from that list (analy
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_and_sync_calls"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Findings:
     headline: list[str]
     basis: str  # "step time" or "GPU busy time": what the recoverable tables' shares are of
@@ -85,11 +85,13 @@ def compute(a: Measured) -> Findings:
     launching = launching_records(a)  # the host records gaps are charged to, once for both sets of gaps
     charged = idle_charges(a, gaps, launching)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
-    f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged, idle_by_cause)
-    f.outside = idle_outside_gpu_windows(a, windows, launches, launching)
-    f.denominator, f.denominator_ns = cause_list.denominator(a, window_ns, f.outside)
-    f.causes = cause_list.ranked(a, f, work)
-    for c in f.causes:
-        c["sentence"] = sentence(c, f.denominator, f.causes)
-    f.headline = headline(a, f)
-    return f
+    outside = idle_outside_gpu_windows(a, windows, launches, launching)
+    denominator, denominator_ns = cause_list.denominator(a, window_ns, outside)
+    # each stage reads the ones before it (the causes: the idle tables; the headline: the causes)
+    f = replace(f, idle_host=host_behind_idle(charged, gaps), idle_host_by_cause=top_by_cause(charged, idle_by_cause),
+                outside=outside, denominator=denominator, denominator_ns=denominator_ns)
+    causes = cause_list.ranked(a, f, work)
+    for c in causes:
+        c["sentence"] = sentence(c, f.denominator, causes)
+    f = replace(f, causes=causes)
+    return replace(f, headline=headline(a, f))

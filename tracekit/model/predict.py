@@ -32,7 +32,7 @@ PREDICTED_STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "
 PREDICTED_BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
     steps: pd.DataFrame  # PREDICTED_STEP_COLUMNS
     blocks: pd.DataFrame  # PREDICTED_BLOCK_COLUMNS: per step x block group
