@@ -21,7 +21,7 @@ from tracekit.analysis.measured import HostEvents, Measured
 from tracekit.analysis.plausibility import Flag
 from tracekit.analysis.throughput import Throughput
 from tracekit.model.predict import Prediction
-from tracekit.strict_json import clean, dumps, records
+from tracekit.strict_json import clean, records
 
 SCHEMA_VERSION = 2
 
@@ -63,14 +63,12 @@ class Analysis(Measured):
             return rows
         return [{**r, "call_sketch_ns": self.op_sketches.get((r["op"], r["shapes"]))} for r in rows]
 
-    def to_json(self, top: int = 15) -> str:
-        return dumps(self.to_dict(top))
-
     def to_dict(self, top: int = 15) -> dict[str, Any]:
-        """summary.json as a dict: strict JSON values (an unknown figure is None, never NaN)."""
+        """summary.json's figures as a dict: strict JSON values (an unknown figure is None, never
+        NaN). The words (the headline, each cause's sentence) are the reports': summary.json is
+        tracekit.reports.summary_json.summary, this dict with them."""
         return clean({
             "schema_version": SCHEMA_VERSION,
-            "headline": list(self.findings.headline),
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,

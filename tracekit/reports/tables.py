@@ -56,7 +56,9 @@ def _marks(a: Analysis, table: str):
 
 
 def headline(a: Analysis) -> list[str]:
-    return list(a.findings.headline) if a.findings is not None else []
+    from tracekit.reports.headline import headline as words
+
+    return words(a.findings) if a.findings is not None else []
 
 
 def fix_first(a: Analysis) -> Section:
