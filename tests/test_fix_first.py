@@ -102,11 +102,12 @@ def test_every_report_leads_with_the_ranked_list(runs, tmp_path):
     from rich.console import Console
 
     from tracekit.reports import analyze as terminal_report, html, markdown
+    from tracekit.reports.renderer import RenderOptions
 
     a = runs["bert"]
     out = io.StringIO()
     terminal_report.render_console(a, Console(file=out, width=120), top=15)
-    for text in (out.getvalue(), markdown.render(a), html.render(a, {})):
+    for text in (out.getvalue(), markdown.render(a, RenderOptions()), html.render(a, RenderOptions())):
         first = text.index("What to fix first: every cause")
         assert first < text.index("coverage") < text.index("Recoverable kernel time by op")
         assert text.index("GPU time went to") < first
