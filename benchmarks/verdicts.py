@@ -36,7 +36,7 @@ def verdict(path: pathlib.Path) -> dict:
         a = tracekit.analyze(path)
     except TraceError as exc:  # e.g. an export that names no GPU: analysed without a roofline
         return {"trace": str(path), "error": str(exc)}
-    summary = json.loads(a.to_json(top=max(len(a.ops), len(a.kernel_summary), len(a.copy_summary), 1)))
+    summary = json.loads(tracekit.summary_json(a, top=max(len(a.ops), len(a.kernel_summary), len(a.copy_summary), 1)))
     return {"trace": str(path), "headline": summary["headline"], "causes": summary["what_to_fix_first"].get("causes", [])[:3],
             "flags": summary["flags"], "unflagged": unflagged(summary)}
 

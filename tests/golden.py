@@ -33,9 +33,10 @@ def golden_name(path: pathlib.Path) -> str:
 
 def summary(path: pathlib.Path) -> dict:
     import tracekit
+    from tracekit.reports import summary_json
 
     a = tracekit.analyze(path, device=DEVICES.get(path.name))
-    out = a.to_dict(TOP)
+    out = summary_json.summary(a, TOP)  # what summary.json holds, the headline's words included
     out["trace"]["path"] = path.relative_to(SHARED).as_posix()  # machine-independent
     return _rounded(json.loads(json.dumps(out, default=str)))
 

@@ -14,6 +14,8 @@ and 12 kernels with no op: the same names in the same order. gpt-oss-20b: hidden
 
 from __future__ import annotations
 
+import tracekit
+
 import json
 
 import numpy as np
@@ -66,7 +68,7 @@ def test_every_replay_pairs_with_its_captured_piece(analyses):
     assert [g["nodes"] for g in c["graphs"]] == [4] + [15] * 23 + [12]
     # the graphs ran 96.1% of the step's kernel time; the rest is attention (eager), copies, the LM head
     assert c["matched_share_of_kernel_time"] == pytest.approx(149_919_755 / 156_008_664, abs=1e-3)
-    assert json.loads(analyses[True, False].to_json())["capture"] == c  # summary.json `capture`, as stored
+    assert json.loads(tracekit.summary_json(analyses[True, False]))["capture"] == c  # summary.json `capture`, as stored
     assert "capture" not in analyses[False, False].to_dict()
 
 
@@ -168,13 +170,14 @@ def test_agreement_per_block_with_the_model(analyses):
 
 def test_report_lines(analyses):
     from tracekit.reports import markdown
+    from tracekit.reports.renderer import RenderOptions
     from tracekit.reports.analyze import capture_line
 
     line = capture_line(analyses[True, True])
     assert line.startswith("25 of 25 graph launches paired with 25 captured graphs (25 sequence): 361 of 361 graph kernels")
     assert "15.7% costed from it" in line
     assert capture_line(analyses[False, True]) is None
-    md = markdown.render(analyses[True, True], images=False)
+    md = markdown.render(analyses[True, True], RenderOptions())
     assert "- capture: 25 of 25 graph launches" in md and "Model vs the trace's own costs" in md
 
 

@@ -249,13 +249,14 @@ def test_rank_from_file_name_when_the_trace_does_not_say(tmp_path):
 
 def test_ranks_with_different_collective_counts_are_flagged(dlrm_ranks):
     import copy
+    import dataclasses
 
     from tracekit.ranks.executor import cross_rank
 
     results = copy.deepcopy(dlrm_ranks.ranks[:3])
     c = results[1].analysis.collectives
     first = c.sort_values("start")["row"].iloc[0]
-    results[1].analysis.collectives = c[c["row"] != first]  # rank 1 misses its first all_to_all
+    results[1].analysis = dataclasses.replace(results[1].analysis, collectives=c[c["row"] != first])  # rank 1 misses its first all_to_all
     assert cross_rank(copy.deepcopy(dlrm_ranks.ranks[:3])).summary["unequal_collective_counts"] == []
     assert cross_rank(results).summary["unequal_collective_counts"] == ["all_to_all: 4 to 5 per rank"]
 

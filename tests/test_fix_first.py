@@ -9,6 +9,7 @@ import io
 import pytest
 
 import tracekit
+from tracekit.reports.headline import headline as headline_words
 from conftest import shared
 
 BERT = ("torch", "h100_bert_small_hf_inference.json.gz")
@@ -69,7 +70,7 @@ def test_sglang_first_row_is_the_blocking_copy_before_the_step(runs):
     assert first["time_ns"] == pytest.approx(463.18e6, rel=1e-3)
     assert f.denominator_ns == _step_wall(a) == pytest.approx(473.556e6, rel=1e-4)
     assert "copy_ of Tensor object" in first["where"] and "0x" not in first["where"]  # the address is dropped
-    assert any("463.176 ms" in s and "synchronising call" in s for s in f.headline)
+    assert any("463.176 ms" in s and "synchronising call" in s for s in headline_words(f))
 
 
 def test_fsdp_nsys_first_row_is_the_host_to_device_copies(runs):
@@ -101,11 +102,12 @@ def test_every_report_leads_with_the_ranked_list(runs, tmp_path):
     from rich.console import Console
 
     from tracekit.reports import analyze as terminal_report, html, markdown
+    from tracekit.reports.renderer import RenderOptions
 
     a = runs["bert"]
     out = io.StringIO()
     terminal_report.render_console(a, Console(file=out, width=120), top=15)
-    for text in (out.getvalue(), markdown.render(a), html.render(a, {})):
+    for text in (out.getvalue(), markdown.render(a, RenderOptions()), html.render(a, RenderOptions())):
         first = text.index("What to fix first: every cause")
         assert first < text.index("coverage") < text.index("Recoverable kernel time by op")
         assert text.index("GPU time went to") < first
@@ -154,7 +156,7 @@ def test_host_bound_verdict_says_how_much_launch_time_the_profiler_may_own(runs)
     excess = sum(float(np.clip(g - np.quantile(g, 0.1), 0, None).sum()) for _, g in d.groupby(mine["name"].astype(str)))
     assert p["time_ns"] == pytest.approx(excess) and p["evidence"]["launch_ns"] == pytest.approx(float(d.sum()))
     assert p["cumulative_share"] is None  # host time: part of the host-wait idle, not added to it
-    sentence = next(s for s in a.findings.headline if "waiting for the host" in s)
+    sentence = next(s for s in headline_words(a.findings) if "waiting for the host" in s)
     assert f"{p['evidence']['launch_ns'] / 1e3:,.3f} us the host spent in launch calls" in sentence
     assert "the profiler's own share at most" in sentence
 

@@ -208,7 +208,7 @@ def test_step_times_are_the_gpu_windows_analyze_reports():
         step, row = p.steps.iloc[0], a.steps.iloc[0]
         assert row["window_source"] == "gpu annotation"
         assert step["measured_ns"] == row["duration_ns"] and step["host_ns"] == row["host_duration_ns"]
-        assert a.throughput["steps"]["duration_ns"].iloc[0] == row["duration_ns"]
+        assert a.throughput.steps["duration_ns"].iloc[0] == row["duration_ns"]
     assert pair["h100"].steps["duration_ns"].iloc[0] == pytest.approx(159.99e6, abs=0.01e6)
     assert pair["h100"].steps["host_duration_ns"].iloc[0] == pytest.approx(382.54e6, abs=0.01e6)
     # projected onto the other GPU, the step lands near the window that GPU measured (within the busy error)

@@ -56,7 +56,7 @@ def test_streaming_video_is_inference_with_its_stages(video):
     shares = _phase_shares(video)
     assert "backward" not in shares and "decode" not in shares
     truth = _truth(VIDEO)["stage_share"]
-    stages = {r["stage"]: r["wall_share"] for r in video.throughput["stages"].to_dict(orient="records")}
+    stages = {r["stage"]: r["wall_share"] for r in video.throughput.stages.to_dict(orient="records")}
     for ours, theirs in (("denoise", "denoise"), ("recompute", "recompute"), ("vae_decode", "vae")):
         assert abs(stages[ours] - truth[theirs]) <= 0.03, (ours, stages[ours], truth[theirs])
     # the KV-cache concatenation between the ranges is named as what it is, not "forward"
@@ -65,7 +65,7 @@ def test_streaming_video_is_inference_with_its_stages(video):
 
 def test_streaming_video_chunks_and_frames(video):
     # no ProfilerStep: the top-level ranges repeat (denoise_step x2, kv_recompute, vae_decode) per chunk
-    steps = video.throughput["steps"]
+    steps = video.throughput.steps
     assert len(steps) == _truth(VIDEO)["chunks_profiled"] == 5
     # frames: the VAE's last convolution works on [3, 96, 480, 832]: 3 frames of 480 x 832 per chunk
     assert steps["unit"].tolist() == ["frames"] * 5 and steps["items"].tolist() == [3.0] * 5
@@ -80,8 +80,8 @@ def test_streaming_video_frames_per_step_option():
     from tracekit.api import analyze
 
     a = analyze(_trace(VIDEO), frames_per_step=12)
-    fps = a.throughput["total"]["throughput"]
-    assert fps == pytest.approx(12 * 5 / (a.throughput["total"]["wall_ns"] * 1e-9))
+    fps = a.throughput.total["throughput"]
+    assert fps == pytest.approx(12 * 5 / (a.throughput.total["wall_ns"] * 1e-9))
     assert abs(fps / _truth(VIDEO)["fps"] - 1) <= 0.10
 
 
@@ -129,7 +129,7 @@ def test_checkpointed_training_recompute_share(train):
 
 def test_training_tokens_per_step(train):
     # the embedding's input [8, 2048]: 8 x 2048 = 16,384 tokens per step
-    steps = train.throughput["steps"]
+    steps = train.throughput.steps
     assert steps["unit"].tolist() == ["tokens", "tokens"]
     assert steps["items"].tolist() == [8 * 2048] * 2 == [_truth(TRAIN)["tokens_per_step"]] * 2
     assert steps["throughput"].tolist() == pytest.approx([16384 / (d * 1e-9) for d in steps["duration_ns"]])
@@ -142,11 +142,11 @@ def test_generate_prefill_and_decode_steps(generate):
     assert names[0].startswith("prefill#0") and all(n.startswith("decode#") for n in names[1:])
     shares = _phase_shares(generate)
     assert "backward" not in shares and shares["decode"] > 0.5 and shares["prefill"] > 0.05
-    items = generate.throughput["steps"]
+    items = generate.throughput.steps
     # tokens: the embedding's indices [1, 512] at prefill, [1, 1] at each decode step
     assert items["items"].tolist() == [float(truth["prompt"])] + [1.0] * 16 and set(items["unit"]) == {"tokens"}
     # decode rate apart from the prompt: 16 tokens / the decode steps' GPU windows
-    decode = generate.throughput["total"]["by_main_stage"]["decode"]
+    decode = generate.throughput.total["by_main_stage"]["decode"]
     wall = float(items["duration_ns"].iloc[1:].sum())
     assert decode["steps"] == 16 and decode["items"] == 16 and decode["throughput"] == pytest.approx(16 / (wall * 1e-9))
 
@@ -176,7 +176,7 @@ def test_training_without_profiler_steps(tmp_path):
     optimizer_steps = sum(1 for e in kept if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#"))
     a = analyze(path)
     assert a.steps["step"].tolist() == [f"iteration#{i}" for i in range(optimizer_steps)] == ["iteration#0", "iteration#1"]
-    items = a.throughput["steps"]
+    items = a.throughput.steps
     assert items["items"].tolist() == [16384.0, 16384.0] and set(items["unit"]) == {"tokens"}
     # each iteration's GPU window is one training step: 0.427 s unprofiled (truth), within 10%
     step_s = _truth(TRAIN)["step_s"]

@@ -53,7 +53,7 @@ def test_denoising_steps_of_the_cpu_diffusion_fixture(cpu_diffusion):
     from tracekit.trace.column_text import as_text
 
     a = cpu_diffusion
-    marked = a.throughput["denoise_steps"]
+    marked = a.throughput.denoise_steps
     r = a.trace.ranges
     names = as_text(r["name"])
     rows = [i for i, n in enumerate(names) if n.startswith("denoise_step#")]
@@ -114,12 +114,12 @@ def test_flux1_xdit_stages_images_per_second_and_denoising_step():
     step = a.steps.iloc[0]
     assert len(a.steps) == 1 and step["step"].endswith("pipeline_flux.py(652): __call__")
     assert step["duration_ns"] == pytest.approx(window, abs=2) and step["kernels"] + step["copies"] == len(call) == 2555
-    t = a.throughput["steps"].iloc[0]
+    t = a.throughput.steps.iloc[0]
     assert (t["items"], t["unit"]) == (1.0, "images") and t["throughput"] == pytest.approx(1e9 / window)  # 2.52 images/s
     k = a.kernels
     graph = k[k["graph_launch"]]
     assert len(graph) == sum(1 for *_, api in call if api == "hipGraphLaunch") == 993 and set(graph["phase"]) == {"denoise"}
-    stages = a.throughput["stages"].set_index("stage")
+    stages = a.throughput.stages.set_index("stage")
     assert set(stages.index) == {"text_encode", "denoise", "vae_decode"}
     text = _launched_in(events, t0, "pipeline_flux.py(311): encode_prompt")  # CLIP + T5
     vae = _launched_in(events, t0, "autoencoder_kl.py(213): decode") + _launched_in(events, t0, "image_processor.py(738): postprocess")
@@ -130,7 +130,7 @@ def test_flux1_xdit_stages_images_per_second_and_denoising_step():
     assert stages.loc["denoise", "kernels"] == len(call) - len(text) - len(vae)  # the rest of the call
     assert stages["wall_share"].sum() <= 1.0
     # the one denoising step: the transformer's forward to the end of scheduler.step, timed by its GPU work
-    d = a.throughput["denoise_steps"]
+    d = a.throughput.denoise_steps
     loop = _launched_in(events, t0, "transformer_flux.py(268): forward") + _launched_in(events, t0, "scheduling_flow_match_euler_discrete.py(425): step")
     assert len(d) == 1 and d["kernels"].iloc[0] == len(loop) == 1007
     assert d["duration_ns"].iloc[0] == pytest.approx(max(e for _, e, _ in loop) - min(s for s, _, _ in loop), abs=2)
@@ -150,10 +150,10 @@ def test_cpu_diffusion_pipeline_calls_are_steps_with_host_stages(cpu_diffusion):
 
     calls = durations("pipelines/stable_diffusion/pipeline_stable_diffusion.py", "__call__")
     t = cpu_diffusion.throughput
-    assert len(calls) == 2 and t["steps"]["duration_ns"].tolist() == pytest.approx(calls, abs=2)
-    assert t["steps"]["unit"].tolist() == ["images", "images"]
-    assert t["total"]["throughput"] == pytest.approx(2 / sum(calls) * 1e9, rel=1e-6)  # 2 images / 1.478 s = 1.35 images/s
-    stages = t["stages"].set_index("stage")
+    assert len(calls) == 2 and t.steps["duration_ns"].tolist() == pytest.approx(calls, abs=2)
+    assert t.steps["unit"].tolist() == ["images", "images"]
+    assert t.total["throughput"] == pytest.approx(2 / sum(calls) * 1e9, rel=1e-6)  # 2 images / 1.478 s = 1.35 images/s
+    stages = t.stages.set_index("stage")
     text = sum(durations("pipelines/stable_diffusion/pipeline_stable_diffusion.py", "encode_prompt"))
     vae = sum(durations("models/autoencoders/autoencoder_kl.py", "decode")) + sum(durations("image_processor.py", "postprocess"))
     assert stages.loc["text_encode", "wall_ns"] == pytest.approx(text, abs=4)
@@ -174,10 +174,10 @@ def test_sglang_stage_and_model_wall_are_the_step_gpu_window():
     k = a.kernels[a.kernels["step"] >= 0]
     assert step["duration_ns"] == k["end"].max() - k["start"].min() == 10366887
     assert step["host_duration_ns"] == 465248054
-    stage = a.throughput["stages"].set_index("stage").loc["decode"]
+    stage = a.throughput.stages.set_index("stage").loc["decode"]
     assert stage["wall_ns"] == step["duration_ns"] and stage["runs"] == 1 and stage["wall_share"] == 1.0
-    assert a.throughput["total"]["outside_steps_kernels"] == int((a.kernels["step"] < 0).sum()) == 7
-    assert a.throughput["steps"]["throughput"].iloc[0] == pytest.approx(32 / 10366887e-9)  # 3,086.75 tokens/s
+    assert a.throughput.total["outside_steps_kernels"] == int((a.kernels["step"] < 0).sum()) == 7
+    assert a.throughput.steps["throughput"].iloc[0] == pytest.approx(32 / 10366887e-9)  # 3,086.75 tokens/s
 
 
 def test_host_stages_follow_the_users_phase_rules(tmp_path, cpu_diffusion):
@@ -188,8 +188,8 @@ def test_host_stages_follow_the_users_phase_rules(tmp_path, cpu_diffusion):
 
     rules = tmp_path / "rules.toml"
     rules.write_text("[[phase]]\nname = \"unet\"\nframe = 'unet_2d_condition\\.py\\(\\d+\\): forward$'\n")
-    stages = analyze(CPU_DIFFUSION, rules=str(rules)).throughput["stages"].set_index("stage")
-    default = cpu_diffusion.throughput["stages"].set_index("stage")
+    stages = analyze(CPU_DIFFUSION, rules=str(rules)).throughput.stages.set_index("stage")
+    default = cpu_diffusion.throughput.stages.set_index("stage")
     assert "unet" in stages.index and "unet" not in default.index
     # the UNet's time moved out of denoise; the text encoder and the VAE keep theirs
     assert stages.loc["unet", "wall_ns"] + stages.loc["denoise", "wall_ns"] == pytest.approx(default.loc["denoise", "wall_ns"], abs=16)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import tracekit
+from tracekit.reports.headline import cause_sentences, headline as headline_words
 from conftest import PROJECT_FIXTURES, SHARED, shared
 from physical_limits import unflagged, violations
 from synthetic import KinetoBuilder
@@ -38,7 +39,7 @@ def summaries() -> dict[str, dict]:
     for path in _every_trace():
         a = tracekit.analyze(path, workers=1)
         # every row of every table, not only the top 15, so that nothing escapes the check
-        out[f"{path.parent.name}/{path.name}"] = json.loads(a.to_json(top=max(len(a.ops), len(a.kernel_summary), len(a.copy_summary), 1)))
+        out[f"{path.parent.name}/{path.name}"] = json.loads(tracekit.summary_json(a, top=max(len(a.ops), len(a.kernel_summary), len(a.copy_summary), 1)))
     return out
 
 
@@ -117,7 +118,7 @@ def test_exposed_communication_outranks_a_tiny_copy(tmp_path):
             - min(step["start_ns"], step["host_start_ns"]))
     assert a.findings.denominator == "step wall time" and a.findings.denominator_ns == wall
     assert first["share"] == pytest.approx(360_000 / wall)
-    text = " ".join(a.findings.headline)
+    text = " ".join(headline_words(a.findings))
     assert f"Communication no compute hides takes 360.000 us ({round(100 * 360_000 / wall)}% of step wall time)" in text
     assert "aten::copy_" not in text and "recoverable" not in text  # the copy's 0.3%: no headline material
     copy = next(c for c in a.findings.causes if c["cause"] == "recoverable")
@@ -128,7 +129,7 @@ def test_names_in_the_headline_fit_sixty_characters():
     """A 400-character Tensile / templated name never reaches the headline whole."""
     for path in (shared("torch", "mi300x_bert_small_hf_inference.json.gz"), shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")):
         a = tracekit.analyze(path)
-        for c in a.findings.causes:
+        for c in cause_sentences(a.findings):
             for key in ("op", "kernel"):
                 name = c["evidence"].get(key)
                 if name and len(name) > 60:
@@ -157,7 +158,7 @@ def test_python_code_not_a_returned_sync_holds_the_gap(tmp_path):
     top = a.findings.idle_host.iloc[0]
     assert (top["kind"], top["name"]) == ("frame", "scipy/ndimage/_interpolation.py(836): zoom")
     assert top["idle_ns"] == pytest.approx(108_000)
-    assert "the host was in frame scipy/ndimage/_interpolation.py(836): zoom for 108.000 us" in " ".join(a.findings.headline)
+    assert "the host was in frame scipy/ndimage/_interpolation.py(836): zoom for 108.000 us" in " ".join(headline_words(a.findings))
 
 
 def test_a_compiler_range_open_across_the_gap_is_named():
@@ -181,7 +182,7 @@ def test_a_compiler_range_open_across_the_gap_is_named():
     top = a.findings.idle_host.iloc[0]
     assert (top["kind"], top["name"]) == ("range", "executor_utils::Nvrtc::CompileProgram")
     assert top["idle_ns"] == pytest.approx(end - start)
-    assert "executor_utils::Nvrtc::CompileProgram for 313.358 ms" in " ".join(a.findings.headline)
+    assert "executor_utils::Nvrtc::CompileProgram for 313.358 ms" in " ".join(headline_words(a.findings))
 
 
 def test_step_markers_are_not_host_code():
@@ -200,7 +201,7 @@ def test_a_tensorrt_engine_is_not_told_to_record_with_emit_nvtx(tmp_path):
     real export gets that domain and a layer range around its kernels."""
     src = shared("nsys", "a100_saxpy_mpi_nsys2022.2.sqlite")
     before = tracekit.analyze(src)
-    assert "emit_nvtx" in " ".join(before.findings.headline)
+    assert "emit_nvtx" in " ".join(headline_words(before.findings))
     path = tmp_path / "trt.sqlite"
     shutil.copy(src, path)
     db = sqlite3.connect(path)
@@ -211,7 +212,7 @@ def test_a_tensorrt_engine_is_not_told_to_record_with_emit_nvtx(tmp_path):
                (first - 5, last + 5, tid))
     db.commit()
     db.close()
-    text = " ".join(tracekit.analyze(path).findings.headline)
+    text = " ".join(headline_words(tracekit.analyze(path).findings))
     assert "TensorRT engine" in text and "emit_nvtx(" not in text
 
 
@@ -232,7 +233,7 @@ def test_a_rate_above_the_device_peak_is_flagged_with_its_reason(tmp_path):
     flags = {(f.table, f.figure) for f in a.flags}
     assert {("kernels", "efficiency"), ("kernels", "achieved_tbps"), ("ops", "efficiency")} <= flags
     assert any(w.startswith("implausible kernels efficiency") and "re-read from cache" in w for w in a.warnings)
-    doc = json.loads(a.to_json())
+    doc = json.loads(tracekit.summary_json(a))
     assert any(f["table"] == "kernels" and f["row"] == 0 and f["figure"] == "efficiency" for f in doc["flags"])
     from tracekit.reports.tables import FLAG, kernel_rows, Labels
 

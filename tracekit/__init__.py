@@ -34,13 +34,13 @@ _interrupts_before_imports()
 
 from tracekit.errors import TraceError  # noqa: E402
 
-__all__ = ["analyze", "load", "TraceError", "__version__"]
+__all__ = ["analyze", "load", "summary_json", "TraceError", "__version__"]
 
 
 def __getattr__(name: str):
     """`tracekit.profiler`, `tracekit.mlflow`, `tracekit.compare` on first use: a plain
     `import tracekit` stays as light as the analysis needs."""
-    if name in ("analyze", "load"):  # imported on first use: `tracekit` the command handles Ctrl-C before this
+    if name in ("analyze", "load", "summary_json"):  # imported on first use: `tracekit` the command handles Ctrl-C before this
         from tracekit import api
 
         return getattr(api, name)

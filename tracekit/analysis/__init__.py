@@ -3,7 +3,7 @@ complete when `build` (pipeline.py, the one orchestrator) returns it. load.py tu
 path into one (parse, link, resolve the GPU, build).
 
 Stages, each a function returning its table: costs and roofline per kernel, attribution,
-steps (steps.py), blocks and kernels by name (rollup.py), ops (ops.py), coverage
+steps (per_step.py), blocks and kernels by name (rollup.py), ops (ops.py), coverage
 (coverage.py), collectives and overlap (collectives.py), what to fix first (findings.py:
 fix.py, idle.py, causes.py, headline.py), and last the plausibility pass (plausibility.py):
 every ratio against its physical limit.

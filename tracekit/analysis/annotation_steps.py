@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.steps import STEP_COLUMNS
+from tracekit.analysis.per_step import STEP_COLUMNS
 from tracekit.trace.column_text import as_text
 from tracekit.trace.frames import Trace
 from tracekit.trace.step_ownership import host_range_by_gpu_annotation

@@ -17,12 +17,15 @@ idle comes from: they overlap it, so they carry no running total.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracekit.trace.launch_api import SYNC_API
 from tracekit.trace.grouping import key_of
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
 HOST_TIME_CAUSES = ("launch_overhead", "profiler_overhead")  # host time: overlaps the idle rows
 FASTEST = 0.1  # a call's fastest runs: the quantile that stands for its uninstrumented time
@@ -32,7 +35,7 @@ FASTEST = 0.1  # a call's fastest runs: the quantile that stands for its uninstr
 BACKLOG_NS = 1_000_000
 
 
-def denominator(a, idle_window_ns: float, outside: dict[str, Any]) -> tuple[str, float]:
+def denominator(a: Measured, idle_window_ns: float, outside: dict[str, Any]) -> tuple[str, float]:
     """(name, ns): what every share in the ranked list is of."""
     devices = int(a.kernels["device"].nunique()) if len(a.kernels) else 0
     over = f", summed over {devices} GPUs" if devices > 1 else ""
@@ -81,12 +84,12 @@ def idle_rows(f, of_ns: float) -> list[dict[str, Any]]:
     return out
 
 
-def _in_scope(a) -> np.ndarray:
+def _in_scope(a: Measured) -> np.ndarray:
     k = a.kernels
     return k["step"].to_numpy() >= 0 if len(a.steps) else np.ones(len(k), dtype=bool)
 
 
-def copy_row(a, of_ns: float) -> dict[str, Any] | None:
+def copy_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Copies and memsets: the GPU time they hold alone (what no kernel hides)."""
     k = a.kernels
     copy = (k["kind"] != "kernel").to_numpy() & _in_scope(a)
@@ -102,7 +105,7 @@ def copy_row(a, of_ns: float) -> dict[str, Any] | None:
                 {"copy": top, "copy_ns": float(by_name.max()), "calls": count})
 
 
-def comm_row(a, of_ns: float) -> dict[str, Any] | None:
+def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Communication no compute hides (its exclusive time)."""
     from tracekit.trace.kernel_names import labels
 
@@ -119,7 +122,7 @@ def comm_row(a, of_ns: float) -> dict[str, Any] | None:
                 {"kernel": top, "exposed_ns": float(by_name.max()), "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
 
 
-def recoverable_row(f, work: dict[str, np.ndarray], a, of_ns: float) -> dict[str, Any] | None:
+def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Kernel time recoverable at the sustained roofline (kernels only: copies are their own
     row), named by the op (or, without one, the kernel) that holds the most of it."""
     from tracekit.trace.kernel_names import labels
@@ -155,7 +158,7 @@ def launch_row(f, of_ns: float) -> dict[str, Any] | None:
                 {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"])})
 
 
-def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
+def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Launch-call time above the same call's fastest runs (its FASTEST quantile): the
     profiler's instrumentation (record_shapes, with_stack) and host contention stretch the
     calls it records; the fastest runs of a call are the closest the trace has to its
@@ -204,7 +207,7 @@ def profiler_row(a, of_ns: float) -> dict[str, Any] | None:
                 {"launch_ns": float(d.sum()), "calls": int(keep.sum()), "top_call": top, "top_excess_ns": float(by_name.max())})
 
 
-def ranked(a, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """Every cause, ranked by time; GPU-time rows carry the running total of their shares."""
     of = f.denominator_ns
     rows = [*idle_rows(f, of), copy_row(a, of), comm_row(a, of), recoverable_row(f, work, a, of), launch_row(f, of), profiler_row(a, of)]

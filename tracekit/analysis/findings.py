@@ -3,31 +3,35 @@
 The stages: recoverable kernel time ranked by op, kernel and block (analysis.fix); GPU idle
 by cause inside the steps and outside their GPU windows, with the host code behind it, and
 launch overhead (analysis.idle, analysis.idle_host); one ranked list of every cause in the
-same denominator (analysis.causes); the headline sentences from that list (analysis.headline).
+same denominator (analysis.causes); the headline's figures from that list (analysis.headline;
+tracekit.reports.headline puts them in words).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from tracekit.analysis import causes as cause_list
 from tracekit.analysis.fix import FIX_COLUMNS, basis as fix_basis, op_shapes, ranked, work as kernel_work
-from tracekit.analysis.headline import cpu_headline, headline, sentence
-from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_context,
+from tracekit.analysis.headline import Headline, cpu_headline, headline
+from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_and_sync_calls,
                                     short_kernels)
 from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, launching_records, top_by_cause
 from tracekit.strict_json import records
 from tracekit.trace.grouping import key_of
 
-__all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_context"]
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
+
+__all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_and_sync_calls"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Findings:
-    headline: list[str]
+    headline: Headline  # the headline's figures (tracekit.reports.headline words them)
     basis: str  # "step time" or "GPU busy time": what the recoverable tables' shares are of
     basis_ns: float
     fix_ops: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -61,7 +65,7 @@ class Findings:
         }
 
 
-def compute(a) -> Findings:
+def compute(a: Measured) -> Findings:
     k = a.kernels
     basis, basis_ns = fix_basis(a)
     if k.empty:
@@ -70,10 +74,10 @@ def compute(a) -> Findings:
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = idle_windows(a)
-    launches = launch_context(a)
+    launches = launch_and_sync_calls(a)
     gaps = gaps_of(a, windows, launches)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
-    f = Findings(headline=[], basis=basis, basis_ns=basis_ns,
+    f = Findings(headline=Headline(kind="gpu"), basis=basis, basis_ns=basis_ns,
                  fix_ops=ranked(work, {"op": op_name, "shapes": op_shapes(a)}, basis_ns, linked),
                  fix_kernels=ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
                  fix_blocks=ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
@@ -82,11 +86,10 @@ def compute(a) -> Findings:
     launching = launching_records(a)  # the host records gaps are charged to, once for both sets of gaps
     charged = idle_charges(a, gaps, launching)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
-    f.idle_host, f.idle_host_by_cause = host_behind_idle(charged, gaps), top_by_cause(charged, idle_by_cause)
-    f.outside = idle_outside_gpu_windows(a, windows, launches, launching)
-    f.denominator, f.denominator_ns = cause_list.denominator(a, window_ns, f.outside)
-    f.causes = cause_list.ranked(a, f, work)
-    for c in f.causes:
-        c["sentence"] = sentence(c, f.denominator, f.causes)
-    f.headline = headline(a, f)
-    return f
+    outside = idle_outside_gpu_windows(a, windows, launches, launching)
+    denominator, denominator_ns = cause_list.denominator(a, window_ns, outside)
+    # each stage reads the ones before it (the causes: the idle tables; the headline: the causes)
+    f = replace(f, idle_host=host_behind_idle(charged, gaps), idle_host_by_cause=top_by_cause(charged, idle_by_cause),
+                outside=outside, denominator=denominator, denominator_ns=denominator_ns)
+    f = replace(f, causes=cause_list.ranked(a, f, work))
+    return replace(f, headline=headline(a, f))

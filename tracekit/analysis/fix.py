@@ -12,12 +12,16 @@ each line's share of the basis (step time, or GPU busy time without steps)."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from tracekit.analysis.ops import shape_key
 from tracekit.trace.grouping import Key, group_rows, label_column
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
 FIX_COLUMNS = ["what", "detail", "count", "time_ns", "t_min_ns", "recoverable_ns", "share", "cumulative_share"]
 
@@ -40,7 +44,7 @@ def work(k: pd.DataFrame, in_steps: bool) -> dict[str, np.ndarray]:
     return {"time_ns": time, "t_min_ns": t_min, "recoverable_ns": np.clip(time - t_min, 0, None)}
 
 
-def basis(a) -> tuple[str, float]:
+def basis(a: Measured) -> tuple[str, float]:
     if len(a.steps):
         return "step time", float(a.steps["duration_ns"].sum())
     busy = float(a.devices["busy_ns"].sum()) if len(a.devices) else 0.0
@@ -52,7 +56,7 @@ def _without_scalars(dims) -> str:
     return "" if dims is None else re.sub(r"(, \[\])+\]$", "]", str(dims))
 
 
-def op_shapes(a) -> Key:
+def op_shapes(a: Measured) -> Key:
     """Per kernel: a code for its op's input shapes (-1 for a kernel without an op: those
     are not ranked by op)."""
     op = a.kernels["op"].to_numpy()

@@ -6,7 +6,7 @@ kernels that ran shorter than the host call that launched them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -16,8 +16,11 @@ from tracekit.trace.launch_api import SYNC_API
 from tracekit.trace.grouping import group_rows, key_of, label_column
 from tracekit.trace.timeline import IDLE_CATEGORIES, difference, idle_gaps, union
 
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
-def idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], launches=None, launching=None) -> dict[str, Any]:
+
+def idle_outside_gpu_windows(a: Measured, windows: dict[int, np.ndarray], launches=None, launching=None) -> dict[str, Any]:
     """Steps measure their time on the GPU; where a step's host range reaches past its GPU
     window (before its first kernel, after its last), GPU idle time there is invisible to
     the step figures. Measured here: that idle time, by cause, with the host record behind
@@ -43,7 +46,7 @@ def idle_outside_gpu_windows(a, windows: dict[int, np.ndarray], launches=None, l
             "host_by_cause": host, "gaps_by_cause": {str(c): int(n) for c, n in gaps.groupby("category").size().items()}}
 
 
-def idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
+def idle_windows(a: Measured) -> tuple[dict[int, np.ndarray], str]:
     """Where idle time counts: inside the steps (the same windows on every device), or,
     in a trace without steps, from each device's first activity to its last."""
     k = a.kernels
@@ -59,14 +62,14 @@ def idle_windows(a) -> tuple[dict[int, np.ndarray], str]:
     return out, "from first to last GPU activity"
 
 
-def gaps_of(a, windows: dict[int, np.ndarray], launches: tuple | None = None) -> pd.DataFrame:
+def gaps_of(a: Measured, windows: dict[int, np.ndarray], launches: tuple | None = None) -> pd.DataFrame:
     """Idle gaps of an analysis' devices inside `windows`, by cause (timeline.idle_gaps).
-    `launches`: launch_context(a), when already made."""
-    launch_start, sync_calls, launch_end = launch_context(a) if launches is None else launches
+    `launches`: launch_and_sync_calls(a), when already made."""
+    launch_start, sync_calls, launch_end = launch_and_sync_calls(a) if launches is None else launches
     return idle_gaps(a.kernels, launch_start, sync_calls, windows, launch_end)
 
 
-def launch_context(a) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def launch_and_sync_calls(a: Measured) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """What the idle rules read of the host's calls: per kernel its launch call's start and end
     (-1: none), and the synchronizing calls (start, end, pid)."""
     k = a.kernels
@@ -95,7 +98,7 @@ def idle_table(gaps: pd.DataFrame, window_ns: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def short_kernels(a) -> dict[str, Any]:
+def short_kernels(a: Measured) -> dict[str, Any]:
     """Kernels that ran for less time than the host call that launched them: launching
     them costs more than running them (fuse them, or capture them in a CUDA graph)."""
     k = a.kernels

@@ -15,14 +15,18 @@ are markers, not code: they are not charged. HTA gives categories; this names th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import SERVING_STEP, STEP
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
 
 # "<built-in method copy_ of Tensor object at 0x7ed6e00c44a0>": the address tells the reader
 # nothing and splits one method into one name per object
@@ -89,7 +93,7 @@ def host_records(trace) -> list[HostRecords]:
     return out
 
 
-def _launching_threads(a) -> dict[int, pd.MultiIndex]:
+def _launching_threads(a: Measured) -> dict[int, pd.MultiIndex]:
     """Per device: the (pid, tid) pairs of the threads that launched work on it."""
     k = a.kernels
     launch = k["launch"].to_numpy()
@@ -104,7 +108,7 @@ def _launching_threads(a) -> dict[int, pd.MultiIndex]:
 Launching = list[tuple[HostRecords, dict[int, np.ndarray]]]
 
 
-def launching_records(a, records: list[HostRecords] | None = None) -> Launching:
+def launching_records(a: Measured, records: list[HostRecords] | None = None) -> Launching:
     """Per record kind: per device, the mask of its records on the threads that launched work
     on that device (devices with none left out). Made once per analysis: every set of gaps
     (inside the steps, outside their GPU windows) is charged against the same records."""
@@ -120,7 +124,7 @@ def launching_records(a, records: list[HostRecords] | None = None) -> Launching:
     return out
 
 
-def charges(a, gaps: pd.DataFrame, launching: Launching | None = None) -> pd.DataFrame:
+def charges(a: Measured, gaps: pd.DataFrame, launching: Launching | None = None) -> pd.DataFrame:
     """One row per (gap category, kind, name): the gaps it was charged in and the idle time
     charged to it (CAUSE_COLUMNS). `launching`: launching_records(a), when already made."""
     if not len(gaps):

@@ -98,11 +98,12 @@ def cpu_ops_table(trace: Trace) -> pd.DataFrame:
 
 
 
-def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]], points: int = 20) -> dict[tuple[str, str], list[float]]:
-    """Per (op, input shapes) in `wanted`: a sketch of its calls' GPU time (the kernel time
-    each call launched; tracekit.common.sketch), for telling a change from noise."""
+def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, str]] | None = None,
+                  points: int = 20) -> dict[tuple[str, str], list[float]]:
+    """Per (op, input shapes) in `wanted` (None: every one): a sketch of its calls' GPU time
+    (the kernel time each call launched; tracekit.common.sketch), for telling a change from noise."""
     linked = np.flatnonzero(kernels["op"].to_numpy() >= 0) if len(kernels) else np.array([], dtype=np.int64)
-    if not len(linked) or not wanted:
+    if not len(linked) or wanted is not None and not wanted:
         return {}
     from tracekit.common.sketch import sketch
     from tracekit.trace.column_text import as_text
@@ -110,11 +111,16 @@ def call_sketches(kernels: pd.DataFrame, trace: Trace, wanted: set[tuple[str, st
     op_rows = kernels["op"].to_numpy()[linked]
     per_call = np.bincount(op_rows, weights=kernels["duration_ns"].to_numpy(dtype=np.float64)[linked])
     calls = np.unique(op_rows)
-    dims = trace.ops["input_dims"].to_numpy()
-    names = as_text(trace.ops["name"])
-    groups: dict[tuple[str, str], list[float]] = {}
-    for row in calls:
-        key = (str(names[row]), _shapes(dims[row]))
-        if key in wanted:
-            groups.setdefault(key, []).append(per_call[row])
-    return {key: sketch(np.asarray(v), points) for key, v in groups.items()}
+    # one code per call for its (op name, input shapes), the shapes' text made once per distinct list
+    shape_codes, shape_labels = shape_key(trace.ops["input_dims"].to_numpy(), calls)
+    name_codes, name_labels = pd.factorize(np.array([str(n) for n in as_text(trace.ops["name"])[calls]], dtype=object))
+    pair, inverse = np.unique(name_codes.astype(np.int64) * max(len(shape_labels), 1) + shape_codes, return_inverse=True)
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    cuts = np.r_[0, np.flatnonzero(np.diff(inverse.reshape(-1)[order])) + 1, len(order)]
+    out: dict[tuple[str, str], list[float]] = {}
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        first = order[lo]
+        key = (str(name_labels[name_codes[first]]), str(shape_labels[shape_codes[first]]))
+        if wanted is None or key in wanted:
+            out[key] = sketch(per_call[calls[order[lo:hi]]], points)
+    return out

@@ -13,10 +13,11 @@ from tracekit.analysis.annotation_steps import annotation_step_table, cut_short_
 from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
-from tracekit.analysis.ops import cpu_ops_table, ops_table
-from tracekit.analysis.result import Analysis, Measured
-from tracekit.analysis.rollup import block_table, kernel_summary
-from tracekit.analysis.steps import step_table
+from tracekit.analysis.ops import call_sketches, cpu_ops_table, ops_table
+from tracekit.analysis.measured import HostEvents, Measured
+from tracekit.analysis.result import Analysis
+from tracekit.analysis.rollup import block_table, duration_sketches, kernel_summary
+from tracekit.analysis.per_step import step_table
 from tracekit.analysis.throughput import throughput
 from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs
@@ -79,7 +80,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
         from tracekit.model.predict import predict
 
         prediction = predict(run, kernels, exclusive, device, trace.ranges, sustained)
-        measured.warnings += [f"model: {note}" for note in run.notes]
+    model_warnings = [f"model: {note}" for note in run.notes] if run is not None else []
     summary, copies = kernel_summary(kernels), kernel_summary(kernels, copies=True)
     per_collective, overlap = collective_summary(collectives), overlap_table(kernels)
     # The last stage: every stated ratio against its physical limit (analysis.plausibility).
@@ -87,12 +88,15 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                                collective_summary=per_collective, devices=devices, overlap=overlap,
                                fix_tables={"ops": findings.fix_ops, "kernels": findings.fix_kernels, "blocks": findings.fix_blocks},
                                coverage=measured.coverage, causes=findings.causes, idle=findings.idle)
-    measured.warnings += plausibility.warnings(flags)
-    return Analysis(**{f.name: getattr(measured, f.name) for f in fields(Measured)},
-                    kernel_summary=summary, copy_summary=copies, collectives=collectives,
+    whole = {f.name: getattr(measured, f.name) for f in fields(Measured)}
+    whole["warnings"] = [*measured.warnings, *model_warnings, *plausibility.warnings(flags)]
+    return Analysis(**whole, kernel_summary=summary, copy_summary=copies, collectives=collectives,
                     collective_summary=per_collective, overlap=overlap,
                     findings=findings, model=prediction, flags=flags,
-                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules))
+                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules),
+                    # every name / (op, shapes) a summary can list, so serialising computes nothing
+                    kernel_sketches=duration_sketches(kernels, list(summary["name"]) if len(summary) else []),
+                    op_sketches=call_sketches(kernels, trace) if len(kernels) else None, host=HostEvents.of(trace))
 
 
 def _lost_times_unknown(cov: dict, meta: dict) -> dict:

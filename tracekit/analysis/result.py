@@ -3,7 +3,10 @@
 `Measured` holds the tables measured from the trace (kernels with their costs, roofline and
 labels; ops; blocks; steps; devices; coverage). The judgment stages (collectives, findings,
 the model's prediction) read a `Measured` and their results complete the `Analysis`, so
-nothing is filled in afterwards and reports read only an Analysis.
+nothing is filled in afterwards and reports read only an Analysis. Both are frozen: a
+variant (a rank's analysis without its trace, a test's hostile names) is a
+`dataclasses.replace` copy. `to_dict` only arranges what build computed (the duration and
+call sketches included).
 """
 
 from __future__ import annotations
@@ -14,32 +17,16 @@ from typing import Any
 import pandas as pd
 
 from tracekit.analysis.findings import Findings
+from tracekit.analysis.measured import HostEvents, Measured
 from tracekit.analysis.plausibility import Flag
-from tracekit.hardware import Device
+from tracekit.analysis.throughput import Throughput
 from tracekit.model.predict import Prediction
-from tracekit.strict_json import clean, dumps, records
-from tracekit.trace.frames import Trace
+from tracekit.strict_json import clean, records
 
 SCHEMA_VERSION = 2
 
 
-@dataclass(kw_only=True)
-class Measured:
-    kernels: pd.DataFrame  # one row per GPU activity: trace columns + costs + roofline + labels + op name + step
-    ops: pd.DataFrame  # one row per (op name, input shapes) that launched GPU work
-    coverage: dict[str, Any]
-    device: Device | None  # None for a CPU-only profile
-    sustained: float
-    meta: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
-    blocks: pd.DataFrame = field(default_factory=pd.DataFrame)  # phase x block
-    steps: pd.DataFrame = field(default_factory=pd.DataFrame)
-    devices: pd.DataFrame = field(default_factory=pd.DataFrame)  # busy / idle per device
-    trace: Trace | None = field(default=None, repr=False)  # the linked trace it was built from
-    model_notes: list[str] | None = None  # with --model: what the model could not cost (None: no --model)
-
-
-@dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Analysis(Measured):
     kernel_summary: pd.DataFrame  # every kernel name by time, kernels only (rollup.kernel_summary)
     collectives: pd.DataFrame  # one row per collective kernel
@@ -47,9 +34,15 @@ class Analysis(Measured):
     overlap: pd.DataFrame  # communication hidden by compute, per device
     findings: Findings  # the headline and what to fix first
     model: Prediction | None = None  # with --model
-    throughput: dict | None = None  # analysis.throughput: per step items/s, per stage share of wall time
+    throughput: Throughput | None = None  # analysis.throughput: per step items/s, per stage share of wall time
     copy_summary: pd.DataFrame = field(default_factory=pd.DataFrame)  # memcpy / memset by name (share of copy time)
     flags: list[Flag] = field(default_factory=list)  # figures past a physical limit, with why (analysis.plausibility)
+    # compare.noise's input, for every row a summary can list: per kernel name (kernel_summary)
+    # its calls' durations, per (op, input shapes) (ops) its calls' GPU time (common.sketch);
+    # op_sketches is None where the ops were not linked to kernels (no trace, no kernels)
+    kernel_sketches: dict[str, list[float]] = field(default_factory=dict, repr=False)
+    op_sketches: dict[tuple[str, str], list[float]] | None = field(default=None, repr=False)
+    host: HostEvents | None = field(default=None, repr=False)  # the host timeline (reports.perfetto)
 
     @property
     def prediction(self) -> pd.DataFrame:
@@ -60,31 +53,22 @@ class Analysis(Measured):
         return self.kernel_summary.head(n).reset_index(drop=True)
 
     def _kernel_records(self, top: int) -> list[dict[str, Any]]:
-        """The top kernels, each with a sketch of its calls' durations (compare.noise)."""
-        from tracekit.analysis.rollup import duration_sketches
-
-        rows = records(self.top_kernels(top))
-        sketches = duration_sketches(self.kernels, [r["name"] for r in rows])
-        return [{**r, "duration_sketch_ns": sketches.get(r["name"])} for r in rows]
+        """The top kernels, each with the sketch of its calls' durations build made (compare.noise)."""
+        return [{**r, "duration_sketch_ns": self.kernel_sketches.get(r["name"])} for r in records(self.top_kernels(top))]
 
     def _op_records(self, top: int) -> list[dict[str, Any]]:
-        """The top ops, each with a sketch of its calls' GPU time (compare.noise)."""
-        from tracekit.analysis.ops import call_sketches
-
+        """The top ops, each with the sketch of its calls' GPU time build made (compare.noise)."""
         rows = records(self.ops.head(top))
-        if self.trace is None or not len(self.kernels):
+        if self.op_sketches is None:
             return rows
-        sketches = call_sketches(self.kernels, self.trace, {(r["op"], r["shapes"]) for r in rows})
-        return [{**r, "call_sketch_ns": sketches.get((r["op"], r["shapes"]))} for r in rows]
-
-    def to_json(self, top: int = 15) -> str:
-        return dumps(self.to_dict(top))
+        return [{**r, "call_sketch_ns": self.op_sketches.get((r["op"], r["shapes"]))} for r in rows]
 
     def to_dict(self, top: int = 15) -> dict[str, Any]:
-        """summary.json as a dict: strict JSON values (an unknown figure is None, never NaN)."""
+        """summary.json's figures as a dict: strict JSON values (an unknown figure is None, never
+        NaN). The words (the headline, each cause's sentence) are the reports': summary.json is
+        tracekit.reports.summary_json.summary, this dict with them."""
         return clean({
             "schema_version": SCHEMA_VERSION,
-            "headline": list(self.findings.headline),
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
@@ -107,8 +91,11 @@ class Analysis(Measured):
             "flags": [f.to_dict() for f in self.flags],
             **({"capture": self.meta["capture"]} if self.meta.get("capture") is not None else {}),
             **({"model": self.model.to_dict()} if self.model is not None else {}),
-            **({"throughput": {"steps": records(self.throughput["steps"]), "stages": records(self.throughput["stages"]),
-                               "total": self.throughput["total"],
-                               **({"denoise_steps": records(self.throughput["denoise_steps"])}
-                                  if len(self.throughput.get("denoise_steps", ())) else {})}} if self.throughput is not None else {}),
+            **({"throughput": _throughput_dict(self.throughput)} if self.throughput is not None else {}),
         })
+
+
+def _throughput_dict(t: Throughput) -> dict[str, Any]:
+    d = t.denoise_steps
+    return {"steps": records(t.steps), "stages": records(t.stages), "total": t.total,
+            **({"denoise_steps": records(d)} if d is not None and len(d) else {})}

@@ -99,21 +99,22 @@ def kernel_summary(k: pd.DataFrame, copies: bool = False) -> pd.DataFrame:
 def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> dict[str, list[float]]:
     """Per kernel name in `names`: a sketch of its calls' durations (at most `points` values,
     each the quantile (i + 0.5) / points, or every duration when there are fewer): what
-    tracekit.compare.noise resamples to tell a change from noise."""
-    if not len(k) or not names:
+    tracekit.compare.noise resamples to tell a change from noise. Grouped by the name's
+    category code (one pass, no string sort), so build can sketch every name at once."""
+    if not len(k) or not len(names):
         return {}
     from tracekit.common.sketch import sketch
 
-    name = text_of(k["name"])
-    wanted = np.isin(name, np.asarray(names, dtype=object))
-    durations = k["duration_ns"].to_numpy(dtype=np.float64)[wanted]
-    chosen = name[wanted]
+    cat = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
+    categories = np.array([str(c) for c in cat.cat.categories], dtype=object)
+    codes = cat.cat.codes.to_numpy()
+    wanted_code = np.isin(categories, np.asarray(list(names), dtype=object))
+    rows = np.flatnonzero((codes >= 0) & wanted_code[np.maximum(codes, 0)])
+    if not len(rows):
+        return {}
+    chosen = codes[rows]
     order = np.argsort(chosen, kind="stable")
-    chosen, durations = chosen[order], durations[order]
-    out: dict[str, list[float]] = {}
-    if not len(chosen):
-        return out
+    chosen, durations = chosen[order], k["duration_ns"].to_numpy(dtype=np.float64)[rows][order]
     cuts = np.flatnonzero(chosen[1:] != chosen[:-1]) + 1
-    for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(chosen)]):
-        out[str(chosen[lo])] = sketch(durations[lo:hi], points)
-    return out
+    return {str(categories[chosen[lo]]): sketch(durations[lo:hi], points)
+            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(chosen)])}

@@ -37,6 +37,8 @@ rule (default rules, in order) whose frame, range or op pattern matches somethin
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -318,10 +320,22 @@ def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
     return out
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """What build measures of throughput; reports.throughput shows it, Analysis.to_dict writes it."""
+
+    steps: pd.DataFrame  # per step: items, unit, duration_ns, throughput, per_stage shares, source
+    stages: pd.DataFrame  # per stage: kernels, runs, wall_ns, wall_share, wall_per_run_ns, busy_ns
+    # all steps together: items, unit, wall_ns, throughput, outside_steps_kernels / _busy_ns and,
+    # where the steps fall in two or more main stages, by_main_stage; None without steps
+    total: dict[str, Any] | None
+    denoise_steps: pd.DataFrame | None  # tracekit.analysis.denoise: one row per denoising step
+
+
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
-               frames_per_step: int | None = None, rules=None) -> dict:
-    """{"steps": per step items and throughput, "stages": stage table, "total": items / time of all
-    steps (and the kernels outside every step), "denoise_steps": tracekit.analysis.denoise}.
+               frames_per_step: int | None = None, rules=None) -> Throughput:
+    """Per step items and throughput, the stage table, the items / time of all steps (and the
+    kernels outside every step) and the denoising steps (tracekit.analysis.denoise).
     `rules`: the attribution rules (a user's --rules), whose phase rules name the host stages."""
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
@@ -349,4 +363,4 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
             total["by_main_stage"] = by_stage
     from tracekit.analysis.denoise import denoise_steps
 
-    return {"steps": per_step, "stages": stages, "total": total, "denoise_steps": denoise_steps(trace, kernels)}
+    return Throughput(steps=per_step, stages=stages, total=total, denoise_steps=denoise_steps(trace, kernels))

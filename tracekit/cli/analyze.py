@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracekit.cli.common import (WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, importer, model_from, model_options,
-                                 progress, safe, status, warn)
+                                 progress, safe, show, status, warn)
 from tracekit.errors import TraceError
 
 
@@ -79,24 +79,10 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     for warning in analysis.warnings:
         warn(path, warning)
 
-    def table() -> None:
-        from tracekit.reports import analyze as render
+    from tracekit.reports.renderer import RenderOptions
 
-        render.render_console(analysis, console(), top, warnings=False)  # the warnings are on stderr already
-
-    def markdown() -> str:
-        from tracekit.reports import markdown
-
-        return markdown.render(analysis, top, images=False)
-
-    def summary_json() -> str:
-        if not what_if:
-            return analysis.to_json(top)
-        from tracekit.strict_json import dumps
-
-        return dumps({**analysis.to_dict(top), "what_if": projected})
-
-    emit(fmt, json=summary_json, markdown=markdown, table=table)
+    # the warnings are on stderr already; Markdown on stdout links no images (no bundle beside it)
+    show(fmt, analysis, RenderOptions(top=top, warnings=False, json_extra={"what_if": projected} if what_if else {}))
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)
     if to_mlflow:

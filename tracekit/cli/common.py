@@ -124,10 +124,25 @@ def format_option(choices: tuple[str, ...] = FORMATS):
     return click.option("--format", "fmt", type=click.Choice(list(choices)), default="table", show_default=True)
 
 
+def show(fmt: str, analysis, options) -> None:
+    """The output dispatcher for an Analysis: the --format's renderer (tracekit.reports.renderer)
+    makes the text, stdout gets it as made (the terminal report with its colour codes)."""
+    from tracekit.reports.renderer import renderer
+
+    out = renderer(fmt).render(analysis, options)
+    if isinstance(out, bytes):
+        sys.stdout.buffer.write(out)
+    elif fmt == "table":
+        sys.stdout.write(out)
+    else:
+        click.echo(out)
+    sys.stdout.flush()
+
+
 def emit(fmt: str, *, json: Callable[[], str], table: Callable[[], None], markdown: Callable[[], str] | None = None,
          markdown_newline: bool = True) -> None:
-    """The one output dispatcher: JSON and Markdown to stdout as text, tables through the
-    terminal renderer (`table()` prints)."""
+    """The output dispatcher for the other results (a diff, ranks, an inventory, a projection):
+    JSON and Markdown to stdout as text, tables through the terminal renderer (`table()` prints)."""
     if fmt == "json":
         click.echo(json())
     elif fmt == "markdown" and markdown is not None:

@@ -23,7 +23,7 @@ from tracekit.model.config import load_config
 from tracekit.model.fill import spread
 from tracekit.model.parallel import infer_parallel
 from tracekit.model.predict import step_terms
-from tracekit.model.steps import kernel_owner, model_steps
+from tracekit.model.predicted_steps import kernel_owner, model_steps
 from tracekit.trace import Trace
 
 __all__ = ["ModelOptions", "ModelRun", "run_model", "load_config"]

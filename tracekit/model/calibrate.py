@@ -11,15 +11,30 @@ measured) is reported beside it. The JSON is meant for a simulator to read.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from tracekit.hardware import Device
+    from tracekit.model.predict import Prediction
 
 GRID = np.round(np.arange(0.01, 1.5001, 0.01), 4)  # coarse; refined around the best point
 FINE = np.round(np.arange(0.001, 1.5001, 0.001), 4)
 SCHEMA = "tracekit.calibration/1"
 MIN_MIX_SPREAD = 0.05  # spread of the steps' compute share of roofline time needed to fit two factors
+
+
+class Fitted(Protocol):
+    """What the fit reads of an analysis (tracekit.analysis.Analysis, which model/ sits below)."""
+
+    @property
+    def model(self) -> Prediction | None: ...
+    @property
+    def device(self) -> Device | None: ...
+    @property
+    def meta(self) -> dict[str, Any]: ...
 
 
 def _step_arrays(terms: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
@@ -86,7 +101,7 @@ def block_efficiency(blocks: pd.DataFrame) -> dict[str, Any]:
     return {name: {"efficiency": float(r.peak / r.measured), "steps": int(r.steps)} for name, r in g.iterrows()}
 
 
-def calibrate(analyses: list) -> dict[str, Any]:
+def calibrate(analyses: list[Fitted]) -> dict[str, Any]:
     """Fit per device over analyses built with a model (tracekit.analysis.Analysis with .model)."""
     per_device: dict[str, list] = {}
     traces, left_out = [], []
@@ -119,7 +134,7 @@ def calibrate(analyses: list) -> dict[str, Any]:
     return out
 
 
-def unusable(a) -> str | None:
+def unusable(a: Fitted) -> str | None:
     """Why an analysis gives the fit nothing to use (None: it has steps to fit)."""
     if a.model is None:
         return "it was analysed without a model"
@@ -136,7 +151,7 @@ def unusable(a) -> str | None:
     return None
 
 
-def _peak_blocks(a) -> pd.DataFrame:
+def _peak_blocks(a: Fitted) -> pd.DataFrame:
     """Block groups of one analysis with their roofline time at peak (prediction at e = 1)."""
     from tracekit.model.predict import predicted_ns
 

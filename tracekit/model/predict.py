@@ -32,7 +32,7 @@ PREDICTED_STEP_COLUMNS = ["step", "batch", "batch_source", "kind", "requests", "
 PREDICTED_BLOCK_COLUMNS = ["step", "step_row", "group", "blocks", "kernels", "measured_ns", "predicted_ns", "error", "flops", "bytes", "filled_share", "note"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
     steps: pd.DataFrame  # PREDICTED_STEP_COLUMNS
     blocks: pd.DataFrame  # PREDICTED_BLOCK_COLUMNS: per step x block group
@@ -105,7 +105,7 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
     w_lo, w_hi, _ = gpu_windows(trace_ranges, kernels, rows, run.owner)
     window = {int(row): float(hi - lo) for row, lo, hi in zip(rows, w_lo, w_hi)}
     groups_of_step = run.groups.groupby("step_row").groups if len(run.groups) else {}
-    step_rows, block_rows, all_terms, all_costs = [], [], [], []
+    step_records, block_rows, all_terms, all_costs = [], [], [], []
     for step in run.steps:
         busy, ktime = float(per_row["busy"][step.row]), float(per_row["kernel"][step.row])
         wall = window[int(step.row)]
@@ -135,8 +135,8 @@ def predict(run, kernels: pd.DataFrame, exclusive: np.ndarray, device: Device | 
                            bandwidth_share_peak=tbps * 1e12 / device.bandwidth if tbps is not None else None,
                            roofline_efficiency=peak / busy if busy and exact else None)
                 block_rows += _groups(run.groups.loc[groups_of_step.get(step.row, [])], step, terms, group_time, matrix_eff, bandwidth_eff)
-        step_rows.append(row)
-    steps = pd.DataFrame(step_rows, columns=PREDICTED_STEP_COLUMNS)
+        step_records.append(row)
+    steps = pd.DataFrame(step_records, columns=PREDICTED_STEP_COLUMNS)
     errors = steps["error"].dropna().abs() if len(steps) else pd.Series(dtype=float)
     terms = _terms_frame(all_terms)
     summary = {

@@ -9,13 +9,13 @@ the method's own error on the pairs it can check (tracekit.projection.ranges). T
 timeline is projected apart from GPU time: each stream is replayed with its kernels at their
 projected durations (tracekit.projection.replay), so a kernel waits for its launch and a
 launch-bound step stays launch-bound. Steps are the Analysis' GPU windows moved with their
-kernels (tracekit.projection.steps).
+kernels (tracekit.projection.projected_steps).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -25,8 +25,11 @@ from tracekit.projection import ranges
 from tracekit.projection.bounds import kernel_rules, rule_time
 from tracekit.projection.notes import device_assumptions, throughput_why
 from tracekit.projection.replay import launch_starts, replay
-from tracekit.projection.steps import step_totals, steps_frame, throughput
+from tracekit.projection.projected_steps import step_totals, steps_frame, throughput
 from tracekit.strict_json import dumps, records
+
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
 
 PROJECTED_BLOCK_COLUMNS = ["phase", "block", "kernels", "measured_ns", "projected_ns", "low_ns", "high_ns", "ratio", "roof", "costed_share"]
 
@@ -79,7 +82,7 @@ def target_device(to: str, device_file: str | None = None, source: str = "trace"
     return found
 
 
-def device_ratios(a, target: Device) -> pd.DataFrame:
+def device_ratios(a: Analysis, target: Device) -> pd.DataFrame:
     """Per kernel: the rule table (tracekit.projection.bounds) with `low` / `high` widened by
     the error bands (tracekit.projection.ranges)."""
     r = kernel_rules(a.kernels, a.device, target, a.sustained)
@@ -87,7 +90,7 @@ def device_ratios(a, target: Device) -> pd.DataFrame:
     return r
 
 
-def replayed(a, r: pd.DataFrame, same_machine: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def replayed(a: Analysis, r: pd.DataFrame, same_machine: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per "ratio" / "low" / "high": every kernel's replayed (start', end'), the host at its
     measured pace for the point and, on another machine, at the range's paces for low and high."""
     k = a.kernels
@@ -135,7 +138,7 @@ def kernel_totals(k: pd.DataFrame, r: pd.DataFrame, ends: dict) -> dict[str, Any
     }
 
 
-def project_device(a, target: Device, items: pd.DataFrame | None = None) -> Projection:
+def project_device(a: Analysis, target: Device, items: pd.DataFrame | None = None) -> Projection:
     """Project Analysis `a` (measured on a.device) onto `target`. `items`: per step name, the
     work it did (columns step, items, unit) for throughput; default one step per step."""
     source, k = a.device, a.kernels

@@ -3,7 +3,7 @@ roof, and why throughput does (or does not) follow the bandwidth ratio."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -11,11 +11,14 @@ import pandas as pd
 from tracekit.hardware import Device
 from tracekit.projection import ranges
 
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
+
 # A kernel below this fraction of its binding roof is not limited by that roof (see far_from_roof).
 FAR_FROM_ROOF = 0.05
 
 
-def far_from_roof(a) -> dict[str, Any] | None:
+def far_from_roof(a: Analysis) -> dict[str, Any] | None:
     """The costed kernels below FAR_FROM_ROOF of their roof on the source, when they hold at
     least FAR_FROM_ROOF of the busy time: their share, and the (op, shapes) group with the
     most of their time (its kernels, time, and time-weighted efficiency), else None."""
@@ -65,7 +68,7 @@ def throughput_why(totals: dict, source: Device, target: Device) -> str | None:
             f"{top} {share.get(top, 0.0):.0%}), so {unit}/s does not track the HBM ratio ×{bw:.2f}")
 
 
-def device_assumptions(a, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:
+def device_assumptions(a: Analysis, source: Device, target: Device, totals: dict, steps: pd.DataFrame) -> list[str]:
     share = totals["costed_share"]
     out = [
         (f"each kernel's time splits into the part its roof sets (share s = t_min at η {a.sustained:.0%} of bandwidth / measured) "

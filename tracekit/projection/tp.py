@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -35,10 +35,13 @@ from tracekit.projection import ranges
 from tracekit.projection.bounds import rule_time
 from tracekit.projection.device import aggregate, device_ratios, replayed
 from tracekit.projection.notes import rule_shares
-from tracekit.projection.steps import step_totals, steps_frame, throughput
+from tracekit.projection.projected_steps import step_totals, steps_frame, throughput
 from tracekit.projection.tp_roles import (COLLECTIVE, OTHER_COLLECTIVE, REPLICATED, ROLES, SHARDED, UNKNOWN, int_shapes, kernel_roles,
                                           op_dims, stated_tp)
 from tracekit.strict_json import dumps, records
+
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
 
 _NO_LABEL = "\0"  # a kernel without a phase or block label, as a pivot key only (never shown)
 _COLL_TYPES = [("all_reduce", re.compile(r"(?i)all_?reduce")), ("all_gather", re.compile(r"(?i)all_?gather")),
@@ -119,7 +122,7 @@ def _message_bytes(k: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def project_tp(a, target_tp: int, current_tp: int, tp_source: str, arch=None, items: pd.DataFrame | None = None,
+def project_tp(a: Analysis, target_tp: int, current_tp: int, tp_source: str, arch=None, items: pd.DataFrame | None = None,
                guessed: bool = False, target=None) -> TPProjection:
     """`guessed`: current_tp comes from the job (collective group size, world size), not from
     --run-tp or the model config: it is a hypothesis the shapes must confirm (stated_tp).

@@ -17,9 +17,12 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
 
 
 SHARDED, REPLICATED, COLLECTIVE, UNKNOWN = "sharded", "replicated", "collective", "unknown"
@@ -31,7 +34,7 @@ _ATTN_OPS = re.compile(r"(?i)attention|sdpa|flash_attn|reshape_and_cache|paged")
 _MOE_OPS = re.compile(r"(?i)moe|fused_experts|grouped_mm")
 
 
-def op_dims(a) -> list:
+def op_dims(a: Analysis) -> list:
     """Per kernel: its op's input dims (a list of shapes), [] when it has none."""
     ops = a.trace.ops if a.trace is not None else None
     op = a.kernels["op"].to_numpy()
@@ -44,7 +47,7 @@ def op_dims(a) -> list:
 def int_shapes(dims: list) -> list[list[int]]:
     return [list(s) for s in dims if isinstance(s, (list, tuple)) and s and all(isinstance(d, (int, np.integer)) for d in s)]
 
-def hidden_from_norms(a, dims: list) -> int | None:
+def hidden_from_norms(a: Analysis, dims: list) -> int | None:
     """The hidden size: the last dim of the norm ops' first input, the one with most kernel time."""
     names = a.kernels["op_name"].astype(object).fillna("").astype(str).to_numpy()
     excl = a.kernels["exclusive_ns"].to_numpy(dtype=np.float64)
@@ -72,7 +75,7 @@ def config_widths(arch, tp: int) -> tuple[set[int], set[int]]:
     return per_rank - {arch.hidden}, full
 
 
-def kernel_roles(a, tp: int, arch=None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def kernel_roles(a: Analysis, tp: int, arch=None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(role, reason) per kernel and what the classification rests on (hidden size, widths)."""
     k = a.kernels
     n = len(k)

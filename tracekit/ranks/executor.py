@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import re
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -84,8 +84,9 @@ def analyze_one(path: str, device: str | None = None, device_file: str | None = 
     `parse_workers`: 1 when the ranks already run side by side (one process per core)."""
     from tracekit.analysis.load import analyze
 
-    a = analyze(path, device=device, device_file=device_file, sustained=sustained, rules=rules, workers=parse_workers)
-    a.trace = None  # the linked trace stays in the worker
+    # the linked trace and its host tables stay in the worker
+    a = replace(analyze(path, device=device, device_file=device_file, sustained=sustained, rules=rules, workers=parse_workers),
+                trace=None, host=None)
     rank = rank_of(path, a)
     return RankResult(rank if rank is not None else -1, path, a, a.meta.get("origin_abs_ns"))
 

@@ -1,6 +1,9 @@
-"""`tracekit analyze`: the coverage line, the top kernels and ops with their roofline."""
+"""`tracekit analyze` in the terminal (the `table` renderer, reports.renderer): the coverage
+line, the top kernels and ops with their roofline."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
@@ -8,13 +11,21 @@ from rich.text import Text
 from tracekit.analysis import Analysis
 from tracekit.common.format import duration, number, percent, percent_against
 from tracekit.reports.tables import headline, lead, sections
-from tracekit.reports.terminal import print_section
+from tracekit.reports.terminal import console, print_section
 from tracekit.reports.text import terminal
-from tracekit.strict_json import dumps
+
+if TYPE_CHECKING:
+    from tracekit.reports.renderer import RenderOptions
 
 
-def to_json(analysis: Analysis, top: int) -> str:
-    return dumps(analysis.to_dict(top))
+def render(analysis: Analysis, options: RenderOptions) -> str:
+    """The terminal report as the text (with the console's colour codes) it prints."""
+    con = console()
+    if options.width is not None:
+        con.width = options.width
+    with con.capture() as captured:
+        render_console(analysis, con, options.top, warnings=options.warnings)
+    return captured.get()
 
 
 

@@ -221,7 +221,8 @@ def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
 
 def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     """Writes the bundle's files into `out_dir` (a directory being built); their names."""
-    from tracekit.reports import html, markdown, plots
+    from tracekit.reports import html, markdown, plots, summary_json
+    from tracekit.reports.renderer import RenderOptions
 
     os.makedirs(out_dir, exist_ok=True)
     written = []
@@ -233,8 +234,9 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
         written.append(name)
 
     images = {"roofline": plots.roofline_png(a), "breakdown": plots.breakdown_png(a)}
-    save("report.md", markdown.render(a, top))
-    save("report.html", html.render(a, images, top))
+    options = RenderOptions(top=top, images=images)
+    save("report.md", markdown.render(a, options))
+    save("report.html", html.render(a, options))
     save("roofline.png", images["roofline"])
     save("breakdown.png", images["breakdown"])
     kernels = _with_names(a.kernels)
@@ -252,5 +254,5 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     written.append("ops.parquet")
     a.blocks.to_csv(os.path.join(out_dir, "blocks.csv"), index=False)
     written.append("blocks.csv")
-    save("summary.json", a.to_json(top))  # last: its presence says the bundle is whole
+    save("summary.json", summary_json.render(a, options))  # last: its presence says the bundle is whole
     return written

@@ -7,6 +7,7 @@ A kernel's cell carries its full demangled name in its title attribute."""
 from __future__ import annotations
 
 import base64
+from typing import TYPE_CHECKING
 
 from jinja2 import Environment, select_autoescape
 
@@ -15,6 +16,9 @@ from tracekit.reports.analyze import capture_line, coverage_line, device_line, r
 from tracekit.common.format import duration
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.text import html as h
+
+if TYPE_CHECKING:
+    from tracekit.reports.renderer import RenderOptions
 
 _TEMPLATE = """{% macro table(s) %}
 <h2>{{ s.title }}</h2>
@@ -59,7 +63,8 @@ def _section(s) -> dict:
     return {"title": h(s.title), "head": [h(x) for x in s.head], "rows": rows, "note": h(s.note), "empty": h(s.empty)}
 
 
-def render(a: Analysis, images: dict[str, bytes], top: int = 15) -> str:
+def render(a: Analysis, options: RenderOptions) -> str:
+    images, top = options.images, options.top
     return _ENV.from_string(_TEMPLATE).render(
         path=h(a.meta.get("path")), fmt=h(a.meta.get("format")), span=duration(a.meta.get("span_ns")),
         headline=[h(x) for x in headline(a)], device=h("device: " + device_line(a)),

@@ -3,6 +3,8 @@ Every trace string passes through text.markdown."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tracekit.analysis import Analysis
 from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
 from tracekit.common.format import duration
@@ -10,8 +12,12 @@ from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.section import section_markdown
 from tracekit.reports.text import markdown as md
 
+if TYPE_CHECKING:
+    from tracekit.reports.renderer import RenderOptions
 
-def render(a: Analysis, top: int = 15, images: bool = True) -> str:
+
+def render(a: Analysis, options: RenderOptions) -> str:
+    """report.md; the images in options.images are linked as NAME.png (the bundle writes them beside it)."""
     meta = a.meta
     lines = [f"# tracekit report: {md(meta.get('path'))}", ""]
     lines += [" ".join(md(s) for s in headline(a))]
@@ -28,8 +34,9 @@ def render(a: Analysis, top: int = 15, images: bool = True) -> str:
         lines.append(f"- roofline: {md(roofline_line(a))}")
     for w in a.warnings:
         lines.append(f"- warning: {md(w)}")
-    if images and a.device is not None:
-        lines += ["", "![roofline](roofline.png)", "", "![breakdown](breakdown.png)"]
-    for s in sections(a, top):
+    if options.images and a.device is not None:
+        for name in options.images:
+            lines += ["", f"![{name}]({name}.png)"]
+    for s in sections(a, options.top):
         lines += section_markdown(s)
     return "\n".join(lines) + "\n"

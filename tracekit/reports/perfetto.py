@@ -59,15 +59,15 @@ class _Ids:
 def write_perfetto(a: Analysis, path: str) -> int:
     ids = _Ids()
     events: list[dict[str, Any]] = []
-    trace = getattr(a, "trace", None)
+    host = a.host
     op_slot: dict[int, tuple[int, int, float]] = {}  # op row -> (pid, tid, ts) of its slice
-    if trace is not None:
+    if host is not None:
         # Python frames (Kineto's python_function events) and the CUDA/HIP runtime calls are
         # kept: they are the host side of the host-bound gaps the report blames.
-        ranges = trace.ranges
+        ranges = host.ranges
         domain = ranges["domain"].astype(str).to_numpy() if "domain" in ranges else np.full(len(ranges), "", dtype=object)
-        launches = trace.launches
-        for table, cats in ((trace.ops, np.full(len(trace.ops), "cpu_op", dtype=object)),
+        launches = host.launches
+        for table, cats in ((host.ops, np.full(len(host.ops), "cpu_op", dtype=object)),
                             (ranges, np.where(domain == "python", "python_function", np.where(domain == "gpu", "gpu_range", "range"))),
                             (launches, np.full(len(launches), "cuda_runtime", dtype=object))):
             if not len(table):
@@ -88,7 +88,7 @@ def write_perfetto(a: Analysis, path: str) -> int:
     cols = ["name", "kind", "device", "stream", "start", "end", "phase", "block", "flops", "bytes_read", "bytes_written",
             "efficiency", "efficiency_sustained", "bound", "intensity", "cost_source", "unknown_reason", "op_name", "op", "launch"]
     flows: dict[int, int] = {}  # launch row -> flow id (one arrow per launch, from its op)
-    launch_start = trace.launches["start"].to_numpy() if trace is not None and len(trace.launches) else np.zeros(0, dtype=np.int64)
+    launch_start = host.launches["start"].to_numpy() if host is not None and len(host.launches) else np.zeros(0, dtype=np.int64)
     for r in k[cols].itertuples(index=False):
         pid = ids.pid(("gpu", int(r.device)), f"GPU {int(r.device)}", 1000 + int(r.device))
         tid = ids.tid(pid, ("stream", int(r.stream)), f"stream {int(r.stream)}")

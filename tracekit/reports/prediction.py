@@ -7,12 +7,14 @@ through the Markdown renderer's cell escaping.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from tracekit.common.format import UNKNOWN, duration, number, percent, si, signed_percent
 
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
 
 
 
@@ -22,7 +24,8 @@ from tracekit.common.format import UNKNOWN, duration, number, percent, si, signe
 
 
 
-def summary_line(a) -> str:
+
+def summary_line(a: Analysis) -> str:
     s = a.model.summary
     mape = percent(s["mape"])
     bounds = s.get("steps_lower_bound") or 0
@@ -33,7 +36,7 @@ def summary_line(a) -> str:
             f"(bandwidth x {s['bandwidth_efficiency']:.2f}, matrix x {s['matrix_efficiency']:.2f})")
 
 
-def step_rows(a) -> tuple[list[str], list[list[str]]]:
+def predicted_step_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     head = ["step", "batch", "GPU busy", "GPU window", "predicted", "error", "bytes (weights + KV + activations)", "TB/s", "of peak BW",
             "roofline eff.", "coverage"]
     rows = []
@@ -52,7 +55,7 @@ def step_rows(a) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def block_rows(a) -> tuple[list[str], list[list[str]]]:
+def block_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     head = ["step", "kernels", "model blocks", "count", "measured", "predicted", "error", "FLOP", "bytes", "note"]
     rows = [[r["step"], r["group"], r["blocks"], f"{r['kernels']:,}", duration(r["measured_ns"]), duration(r["predicted_ns"]),
              signed_percent(r["error"]), si(r["flops"]), si(r["bytes"], "B"), r["note"] or ""]
@@ -60,7 +63,7 @@ def block_rows(a) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def agreement_rows(a) -> tuple[list[str], list[list[str]]]:
+def agreement_rows(a: Analysis) -> tuple[list[str], list[list[str]]]:
     head = ["phase", "kernels", "model blocks", "count", "costed by the trace", "FLOP: trace", "model", "difference",
             "bytes: trace", "model", "difference"]
     rows = [[r["phase"] or "", r["group"], r["blocks"], f"{r['kernels']:,}", percent(r["trace_share"]), si(r["trace_flops"]),
@@ -70,13 +73,13 @@ def agreement_rows(a) -> tuple[list[str], list[list[str]]]:
     return head, rows
 
 
-def sections(a) -> list:
+def sections(a: Analysis) -> list:
     """The model's sections (tables.Section) for every renderer; none without --model."""
     from tracekit.reports.section import Section
 
     if getattr(a, "model", None) is None:
         return []
-    step_head, step_body = step_rows(a)
+    step_head, step_body = predicted_step_rows(a)
     block_head, block_body = block_rows(a)
     agree_head, agree_body = agreement_rows(a)
     return [

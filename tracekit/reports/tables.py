@@ -57,7 +57,9 @@ def _marks(a: Analysis, table: str):
 
 
 def headline(a: Analysis) -> list[str]:
-    return list(a.findings.headline) if a.findings is not None else []
+    from tracekit.reports.headline import headline as words
+
+    return words(a.findings) if a.findings is not None else []
 
 
 def fix_first(a: Analysis) -> Section:
@@ -162,7 +164,7 @@ def device_rows(a: Analysis) -> Section:
                    head, rows, [0, 1, 0, 0, 2, 2, 1, 1, 1])
 
 
-def step_rows(a: Analysis) -> Section:
+def steps_section(a: Analysis) -> Section:
     head = ["step", "GPU window", "host range", "GPU behind host", "kernels", "copies", "busy in window", "its kernels' busy",
             "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW"]
     mark = _marks(a, "steps")
@@ -251,11 +253,11 @@ def sections(a: Analysis, top: int) -> list[Section]:
     from tracekit.trace.health import kernel_times_unknown
 
     if kernel_times_unknown(a.meta):  # GPU times lost: the steps are the GPU annotations' windows
-        return [health_section(a), step_rows(a), op_rows(a, top), *throughput_sections(a), *prediction_sections(a)]
+        return [health_section(a), steps_section(a), op_rows(a, top), *throughput_sections(a), *prediction_sections(a)]
     if a.kernels.empty:  # a CPU-only profile: its ops, costed against CPU time; steps and stages on the host
         return [health_section(a), op_rows(a, top), *throughput_sections(a)]
     # A GPU trace on an unknown GPU has every table; its roofline figures are "—".
     label = Labels(a)
     return [health_section(a), fix_ops(a, top), fix_kernels(a, top, label), fix_blocks(a, top), idle(a), idle_host(a),
             block_rows(a), kernel_rows(a, top, label), copy_rows(a, top), op_rows(a, top),
-            collective_rows(a, top), overlap_rows(a), device_rows(a), step_rows(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]
+            collective_rows(a, top), overlap_rows(a), device_rows(a), steps_section(a), *throughput_sections(a), *prediction_sections(a), unmodeled_rows(a, label)]

@@ -26,8 +26,8 @@ def sections(a: Analysis) -> list[Section]:
     head = ["step", "wall", "work", "throughput", "stages (share of the step)", "from"]
     rows = [[r["step"], duration(r["duration_ns"]), f"{number(r['items'], '{:,.0f}')} {r['unit']}",
              f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s", _stage_shares(r.get("per_stage")), r["source"]]
-            for r in t["steps"].to_dict(orient="records")]
-    total = t["total"]
+            for r in t.steps.to_dict(orient="records")]
+    total = t.total
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
     for stage, g in ((total or {}).get("by_main_stage") or {}).items():
@@ -45,7 +45,7 @@ def sections(a: Analysis) -> list[Section]:
     if host:
         head[4] = "share of the steps' host time" if in_steps else "share of the capture"
     rows = [[r["stage"], f"{r['kernels']:,}", f"{r['runs']:,}", duration(r["wall_ns"]), percent(r["wall_share"]),
-             duration(r["wall_per_run_ns"]), duration(r["busy_ns"])] for r in t["stages"].to_dict(orient="records")]
+             duration(r["wall_per_run_ns"]), duration(r["busy_ns"])] for r in t.stages.to_dict(orient="records")]
     outside = (total or {}).get("outside_steps_kernels") or 0
     note = (f"{outside:,} GPU activities outside every step ({duration(total['outside_steps_busy_ns'])} busy) are not in "
             "this table" if outside else "")
@@ -53,7 +53,7 @@ def sections(a: Analysis) -> list[Section]:
              if not host else "Stages: share of host time (no GPU work: each instant goes to the first phase rule whose "
              "frame, range or op is open then)")
     out.append(Section(title, head, rows, [0, 2, 2, 0, 0, 1, 1], note=note))
-    d = t.get("denoise_steps")
+    d = t.denoise_steps
     if d is not None and len(d):
         mean = float(d["duration_ns"].mean())
         head = ["denoising step", "start", "wall", "host range", "kernels", "GPU busy", "from"]

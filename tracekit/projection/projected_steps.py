@@ -14,16 +14,21 @@ tracekit.analysis.throughput.step_items (tokens, frames, samples; else one step)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
 
 from tracekit.trace.column_text import as_text
 
+if TYPE_CHECKING:
+    from tracekit.analysis.result import Analysis
+
 PROJECTED_STEP_COLUMNS = ["step", "measured_ns", "host_ns", "projected_ns", "low_ns", "high_ns", "busy_ns", "busy_projected_ns", "ratio",
                 "host_bound", "items", "unit", "throughput", "throughput_projected", "throughput_low", "throughput_high"]
 
 
-def _owners(a) -> list[np.ndarray | None]:
+def _owners(a: Analysis) -> list[np.ndarray | None]:
     """Per row of a.steps: the kernels it owns (row positions), matched through the step's
     range (its name and host start): kernels carry the range row that owns them."""
     k = a.kernels
@@ -47,7 +52,7 @@ def _owners(a) -> list[np.ndarray | None]:
     return out
 
 
-def steps_frame(a, ratio: np.ndarray, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
+def steps_frame(a: Analysis, ratio: np.ndarray, ends: dict, items: pd.DataFrame | None) -> pd.DataFrame:
     """`ratio`: per kernel, the point projected / measured time; `ends`: per "ratio" / "low" /
     "high", the replayed (start', end') of every kernel."""
     if not len(a.steps):

@@ -1,0 +1,127 @@
+"""The headline in words: 3 to 5 plain sentences from the figures tracekit.analysis.headline
+chose, and each ranked cause (analysis.causes) as a sentence in that list's own figures."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tracekit.analysis.causes import IDLE_WHAT
+from tracekit.common.format import duration, middle, percent, percent_against, rounded_percent
+from tracekit.costs.unknown import MIN_COVERAGE
+
+if TYPE_CHECKING:
+    from tracekit.analysis.findings import Findings
+    from tracekit.analysis.headline import Headline, HowToCost
+
+HEADLINE_NAME = 60  # characters of an op, kernel or host-code name in the headline
+_RECORD = {"tensorrt": "a TensorRT engine records its layers without tensor shapes (emit_nvtx does not apply to it)",
+           "nsys": "record with torch.autograd.profiler.emit_nvtx(record_shapes=True)",
+           "torch": "record with torch.profiler.profile(record_shapes=True)"}
+
+
+
+def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) -> str:
+    """One cause of the ranked list as a sentence, with its share of the one denominator."""
+    from tracekit.trace.kernel_names import labels
+
+    share = f"{rounded_percent(c['share'])} of {denominator}"
+    e = c["evidence"]
+    kind = c["cause"]
+    if kind.startswith("idle_"):
+        h = e.get("host")
+        host = f"; the host was in {h['kind']} {middle(h['name'], HEADLINE_NAME)} for {duration(h['idle_ns'])} of it" if h else ""
+        category = kind.removeprefix("idle_outside_").removeprefix("idle_")
+        first_wait = next((x for x in causes if x["cause"].endswith("host_wait")), None) is c
+        profiler = _profiler_clause(causes) if first_wait else ""
+        return (f"{duration(c['time_ns'])} ({share}) is GPU idle {e['where']}, {IDLE_WHAT.get(category, category)}"
+                f"{host}{profiler}.")
+    if kind == "copies":
+        return (f"Copies and memsets no kernel hides take {duration(c['time_ns'])} ({share}), most of it "
+                f"{middle(e['copy'], HEADLINE_NAME)} ({duration(e['copy_ns'])} in {e['calls']:,} calls).")
+    if kind == "exposed_communication":
+        top = e["kernel"]
+        return (f"Communication no compute hides takes {duration(c['time_ns'])} ({share}), most of it in "
+                f"{middle(labels([top])[top], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
+    if kind == "recoverable":
+        name = (f"{e['op']} {e['shapes']}".strip() if "op" in e else labels([e["kernel"]])[e["kernel"]])
+        return (f"Kernel time above the sustained roofline is {duration(c['time_ns'])} ({share}); the largest part is "
+                f"{middle(name, HEADLINE_NAME)}: {duration(e['recoverable_ns'])}.")
+    return f"{c['what']}: {duration(c['time_ns'])} ({share})."
+
+
+def _profiler_clause(causes: list[dict[str, Any]]) -> str:
+    """For a host-bound verdict: how much of the host's launch-call time is above the same
+    call's fastest runs (what the profiler's instrumentation adds, at most)."""
+    p = next((c for c in causes if c["cause"] == "profiler_overhead"), None)
+    if p is None:
+        return ""
+    e = p["evidence"]
+    return (f"; of the {duration(e['launch_ns'])} the host spent in launch calls, {duration(p['time_ns'])} is above the "
+            f"same call's fastest runs (the profiler's own share at most: a profiled eager run is slower on the host)")
+
+
+def cause_sentences(f: Findings) -> list[dict[str, Any]]:
+    """The ranked causes, each with its sentence (summary.json's what_to_fix_first.causes)."""
+    return [{**c, "sentence": sentence(c, f.denominator, f.causes)} for c in f.causes]
+
+
+def _how_to_cost(h: HowToCost) -> str:
+    record = _RECORD[h.recorder]
+    if h.model_flags is not None:  # --model was given: say what it lacked, not to pass it again
+        flags = h.model_flags
+        missing = f"pass {' and '.join(flags)} to complete the model's steps" if flags else "the model's blocks did not cover the rest"
+        return f"{missing}{', or pass --capture CAPTURE.json (the graph capture profile)' if h.graphs else ''}, or {record}"
+    if h.graph_reason is not None:
+        return f"most of it is {h.graph_reason.split(':')[0]}: pass --model config.json to cost it from the model"
+    return f"{record}, or pass --model config.json"
+
+
+def _no_gpu(h: Headline) -> list[str]:
+    if h.kind == "times_lost":
+        text = (f"The profiler lost the times of every GPU activity ({h.lost_activities:,} kernels, copies and memsets have ts 0 and dur 0): "
+                "kernel-level figures (GPU time, idle, shares, efficiency) are unknown.")
+        if h.step_walls is not None:
+            n, total, median = h.step_walls
+            text += f" The {n:,} steps are the GPU annotations' windows ({duration(total)} in all, median {duration(median)})."
+        else:
+            text += " No GPU annotation kept its time either: the trace has no step on the GPU."
+        return [text]
+    if h.kind == "cut_short":
+        return ["The part of the trace that could be read (it is cut short) holds no GPU activity: "
+                "its ops are costed against CPU time, with no roofline."]
+    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline."]
+
+
+def headline(f: Findings) -> list[str]:
+    """3 to 5 plain sentences: where the GPU time went, what bounds it, how efficient it is
+    (only where at least half the time has a cost), what is missing, and the largest win."""
+    h = f.headline
+    if h.kind != "gpu":
+        return _no_gpu(h)
+    sentences = []
+    if h.blocks:
+        parts = [f"{phase} / {block} {percent(share)}" for phase, block, share in h.blocks]
+        where = f"GPU time went to {', '.join(parts)} (of all GPU time, as in the blocks table)"
+        if h.idle_share is not None:
+            where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}"
+        sentences.append(where + ".")
+    apart = " (communication apart)" if h.comm_apart else ""
+    if h.bounds:
+        parts = [f"{rounded_percent(v)} {b}-bound" for b, v in h.bounds]
+        of = (f"the kernel time with a cost{apart}" if h.work_covered >= MIN_COVERAGE
+              else f"the {rounded_percent(h.work_covered)} of kernel time with a cost{apart}")
+        sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
+                         f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
+    if h.efficiency is not None:
+        sustained, peak = h.efficiency
+        sentences.append(f"Those kernels run at {rounded_percent(sustained)} of the sustained roofline "
+                         f"({rounded_percent(peak)} of peak), over {rounded_percent(h.work_covered)} of GPU "
+                         f"kernel time{apart}.")
+    elif h.costed_without_device is not None:
+        sentences.append(f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
+                         "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
+    else:
+        sentences.append(f"Only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
+                         f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
+    sentences += [sentence(f.causes[i], f.denominator, f.causes) for i in h.causes]
+    return sentences[:5]
