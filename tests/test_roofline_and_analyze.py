@@ -244,7 +244,7 @@ def test_labels_collectives_are_comm_bound_and_zero_time_has_no_rate_or_bound():
 def test_the_plotted_roof_is_the_peak_of_the_dtype_the_work_ran_in():
     import tracekit
     from conftest import shared
-    from tracekit.hardware.roofline import roof_flops
+    from tracekit.analysis.roofline import roof_flops
 
     a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"))
     peak, label = roof_flops(a.device, a.kernels)

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.costs.unknown import MIN_COVERAGE
-from tracekit.hardware.roofline import OVER_PEAK, group_efficiency
+from tracekit.analysis.roofline import OVER_PEAK, group_efficiency
 from tracekit.strict_json import records
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
 

@@ -22,7 +22,7 @@ from tracekit.analysis.throughput import throughput
 from tracekit.attribution import Rules, attribute
 from tracekit.costs.assign import kernel_costs
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
-from tracekit.hardware.roofline import roofline
+from tracekit.analysis.roofline import roofline
 from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace

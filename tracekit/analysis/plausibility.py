@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.hardware import Device
-from tracekit.hardware.roofline import OVER_PEAK
+from tracekit.analysis.roofline import OVER_PEAK
 
 RATE_SLACK = OVER_PEAK  # the roofline's own threshold
 SHARE_SLACK = 1.0 + 1e-6

@@ -31,7 +31,7 @@ import pandas as pd
 
 from tracekit.costs.dtypes import dominant_matrix_dtype
 from tracekit.hardware import DEFAULT_SUSTAINED, Device
-from tracekit.hardware.roofline import roofline
+from tracekit.analysis.roofline import roofline
 
 HOST_COPIES = ["HtoD", "DtoH", "HtoH", "Pageable", "Pinned"]
 COMPUTE_CLASSES = ("attention", "gemm")  # uncosted: compute-bound at the sizes that leave them uncosted

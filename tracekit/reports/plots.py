@@ -9,7 +9,7 @@ import io
 import numpy as np
 
 from tracekit.analysis import Analysis
-from tracekit.hardware.roofline import roof_flops
+from tracekit.analysis.roofline import roof_flops
 
 
 def _pyplot():
