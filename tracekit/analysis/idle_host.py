@@ -81,7 +81,7 @@ def host_records(trace) -> list[HostRecords]:
         position[rows] = np.arange(len(rows))
         names = table["name"] if isinstance(table["name"].dtype, pd.CategoricalDtype) else table["name"].astype("category")
         # One label per distinct text (names differing only in an address, or past 200
-        # characters, are one name), so charges can group records by code (CHARGE_KEYS).
+        # characters, are one name), so charges can group records by their codes.
         text = np.array([_ADDRESS.sub("", str(c)[:200]) for c in names.cat.categories] + [""], dtype=object)
         labels, code_of = np.unique(text, return_inverse=True)
         codes = names.cat.codes.to_numpy()[rows].astype(np.int64)
