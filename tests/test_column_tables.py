@@ -73,6 +73,18 @@ def test_info_does_not_import_pandas(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == "NO PANDAS"
 
 
+def test_info_does_not_import_the_worker_pool_or_other_commands():
+    """A trace under kineto_parallel.MIN_PARALLEL_BYTES (16 MB) is read in one process: the
+    pool's modules are not imported, nor are the modules of the commands that did not run."""
+    path = SHARED / "torch" / "h100_bert_small_hf_inference.json.gz"  # 1.1 MB of JSON
+    code = ("import sys\nfrom tracekit.cli import main\ntry:\n    main(['info', '--format', 'json', sys.argv[1]])\nexcept SystemExit:\n"
+            "    pass\nprint(sorted(m for m in ('multiprocessing', 'concurrent.futures', 'tracekit.cli.analyze', 'tracekit.cli.compare',"
+            " 'tracekit.cli.calibrate', 'tracekit.cli.project', 'tracekit.cli.trace') if m in sys.modules), file=sys.stderr)")
+    result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert '"kernels"' in result.stdout or "kernels" in result.stdout
+    assert result.stderr.strip().splitlines()[-1] == "['tracekit.cli.trace']"
+
+
 def test_interner_codes_in_order_of_first_sight_with_none_missing():
     interner = Interner()
     assert interner.codes(["b", None, "a", "b"]).tolist() == [0, -1, 1, 0]

@@ -18,3 +18,13 @@ def test_labels_match_astype_str_and_missing_is_none():
 def test_labels_of_a_plain_column_and_of_non_string_categories():
     assert as_text(pd.Series(["b", "a", "b"])).tolist() == ["b", "a", "b"]
     assert as_text(pd.Series(pd.Categorical([3, 1, 3]))).tolist() == ["3", "1", "3"]
+
+
+def test_rows_in_is_isin_of_the_text_with_missing_rows_out():
+    from tracekit.trace.column_text import rows_in
+
+    column = pd.Series(pd.Categorical(["python", None, "gpu", "user_annotation", "python", "inferred"]))
+    # np.isin(as_text(column), values): rows 0, 2, 4 hold python or gpu; row 1 is missing, never in
+    assert rows_in(column, ["python", "gpu"]).tolist() == [True, False, True, False, True, False]
+    assert (~rows_in(column, ["python", "gpu"])).tolist() == [False, True, False, True, False, True]
+    assert rows_in(pd.Series(["a", "b"]), ()).tolist() == [False, False]

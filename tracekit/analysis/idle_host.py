@@ -84,9 +84,13 @@ def host_records(trace) -> list[HostRecords]:
         position = np.full(len(table) + 1, -1, dtype=np.int64)
         position[rows] = np.arange(len(rows))
         names = table["name"] if isinstance(table["name"].dtype, pd.CategoricalDtype) else table["name"].astype("category")
+        # One label per distinct text (names differing only in an address, or past 200
+        # characters, are one name), so charges can group records by their codes.
+        text = np.array([_ADDRESS.sub("", str(c)[:200]) for c in names.cat.categories] + [""], dtype=object)
+        labels, code_of = np.unique(text, return_inverse=True)
+        codes = names.cat.codes.to_numpy()[rows].astype(np.int64)
         out.append(HostRecords(
-            kind=kind, codes=names.cat.codes.to_numpy()[rows].astype(np.int64),
-            labels=np.array([_ADDRESS.sub("", str(c)[:200]) for c in names.cat.categories] + [""], dtype=object),
+            kind=kind, codes=code_of.reshape(-1)[np.where(codes >= 0, codes, len(text) - 1)], labels=labels,
             start=table["start"].to_numpy(np.int64)[rows], end=table["end"].to_numpy(np.int64)[rows],
             pid=table["pid"].to_numpy()[rows], tid=table["tid"].to_numpy()[rows],
             ancestor=position[np.where(anc[rows] >= 0, anc[rows], len(table))]))
@@ -135,7 +139,7 @@ def charges(a: Measured, gaps: pd.DataFrame, launching: Launching | None = None)
     g = gaps.sort_values(["idle_ns", "device", "start"], ascending=[False, True, True], kind="stable").head(MAX_GAPS)
     categories = pd.Categorical(g["category"].astype(str))
     parts = []
-    for rec, masks in launching:
+    for which, (rec, masks) in enumerate(launching):
         for dev, mine in masks.items():
             on = (g["device"] == dev).to_numpy()
             if not on.any():
@@ -143,13 +147,23 @@ def charges(a: Measured, gaps: pd.DataFrame, launching: Launching | None = None)
             part = _charged(rec, mine, g[on], categories.codes[on])
             if part is not None:
                 cat, name, n, t = part
-                parts.append((np.asarray(categories.categories, dtype=object)[cat], np.full(len(cat), rec.kind, dtype=object),
-                              rec.labels[rec.codes[np.flatnonzero(mine)][name]], n, t))
+                parts.append((cat, np.full(len(cat), which), rec.codes[np.flatnonzero(mine)][name], n, t))
     if not parts:
         return pd.DataFrame(columns=CAUSE_COLUMNS)
-    columns = [np.concatenate(c) for c in zip(*parts)]
-    out = pd.DataFrame({name: pd.Series(values, dtype=object if i < 3 else None) for i, (name, values) in enumerate(zip(CAUSE_COLUMNS, columns))})
-    return out.groupby(["category", "kind", "name"], sort=True).agg(gaps=("gaps", "sum"), idle_ns=("idle_ns", "sum")).reset_index()[CAUSE_COLUMNS]
+    # Summed by integer codes (category, record kind, label): each stands for one text (the
+    # kinds of `launching` are distinct, host_records' labels too), so the groups and their
+    # sums are those of grouping the texts, at a fraction of the cost of hashing strings.
+    cat, which, name, n, t = (np.concatenate(c) for c in zip(*parts))
+    summed = pd.DataFrame({"category": cat, "kind": which, "name": name, "gaps": n, "idle_ns": t}).groupby(
+        ["category", "kind", "name"], sort=False).agg(gaps=("gaps", "sum"), idle_ns=("idle_ns", "sum")).reset_index()
+    which = summed["kind"].to_numpy()
+    name = np.empty(len(summed), dtype=object)
+    for i, (rec, _) in enumerate(launching):
+        name[which == i] = rec.labels[summed["name"].to_numpy()[which == i]]
+    out = pd.DataFrame({"category": pd.Series(np.asarray(categories.categories, dtype=object)[summed["category"].to_numpy()], dtype=object),
+                        "kind": pd.Series(np.array([rec.kind for rec, _ in launching], dtype=object)[which], dtype=object),
+                        "name": pd.Series(name, dtype=object), "gaps": summed["gaps"], "idle_ns": summed["idle_ns"]})
+    return out.sort_values(["category", "kind", "name"], kind="stable").reset_index(drop=True)[CAUSE_COLUMNS]
 
 
 def _charged(rec: HostRecords, mine: np.ndarray, g: pd.DataFrame, category: np.ndarray):
@@ -175,14 +189,12 @@ def _charged(rec: HostRecords, mine: np.ndarray, g: pd.DataFrame, category: np.n
     first = np.cumsum(count) - count
     gap = lo[r] + (np.arange(len(r)) - first[r])
     over = (np.minimum(re[r], ge[gap]) - np.maximum(rs[r], gs[gap])).clip(min=0).astype(np.float64)
-    # children's overlap, summed onto their parent's (gap, parent) pair
-    key = gap * len(rows) + r  # unique per pair, in increasing order of (r, gap)? sort to be sure
-    by_key = np.argsort(key, kind="stable")
+    # children's overlap, summed onto their parent's (gap, parent) pair: record p's pairs are
+    # its gaps lo[p] .. lo[p] + count[p] - 1, at pairs first[p] .. (no search needed)
     child = np.flatnonzero(anc[r] >= 0)
-    parent_key = gap[child] * len(rows) + anc[r[child]]
-    at = np.searchsorted(key[by_key], parent_key)
-    found = (at < len(key)) & (key[by_key][np.minimum(at, len(key) - 1)] == parent_key)
-    covered = np.bincount(by_key[np.minimum(at, len(key) - 1)][found], weights=over[child][found], minlength=len(r))
+    parent, child_gap = anc[r[child]], gap[child]
+    found = (child_gap >= lo[parent]) & (child_gap < lo[parent] + count[parent])
+    covered = np.bincount((first[parent] + child_gap - lo[parent])[found], weights=over[child][found], minlength=len(r))
     own = (over - covered).clip(min=0)
     total = np.bincount(gap, weights=own, minlength=len(gs))
     scale = idle / np.maximum((ge - gs).astype(np.float64), total).clip(min=1.0)

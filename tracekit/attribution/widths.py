@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracekit.trace import Trace
+from tracekit.trace.column_text import as_text, rows_in
 
 # GEMM ops whose operands hold a weight: input positions of the two matrices (the weight in
 # aten::linear is the second, as [out, in]).
@@ -117,9 +118,9 @@ def gemm_weights(trace: Trace) -> Counter:
     ops = trace.ops
     if ops.empty:
         return Counter()
-    names = ops["name"].astype(str).to_numpy()
+    names = as_text(ops["name"])  # (by category: astype(str) builds a string per row)
     dims = ops["input_dims"].to_numpy()
-    linear = np.flatnonzero(np.isin(names, LINEAR_OPS))
+    linear = np.flatnonzero(rows_in(ops["name"], LINEAR_OPS))
     shapes = Counter()
     for row in linear:
         pairs = weight_pairs(names[row], dims[row])
@@ -127,7 +128,7 @@ def gemm_weights(trace: Trace) -> Counter:
             shapes[pairs[0]] += 1
     if shapes:
         return shapes
-    for row in np.flatnonzero(np.isin(names, list(MATRIX_INPUTS))):
+    for row in np.flatnonzero(rows_in(ops["name"], MATRIX_INPUTS)):
         pairs = weight_pairs(names[row], dims[row])
         if pairs:
             shapes[pairs[0]] += 1
@@ -139,10 +140,10 @@ def attention_heads(trace: Trace) -> tuple[int | None, set[int]]:
     ops = trace.ops
     if ops.empty:
         return None, set()
-    names = ops["name"].astype(str).to_numpy()
+    names = as_text(ops["name"])
     dims = ops["input_dims"].to_numpy()
     head_dims, heads = Counter(), set()
-    for row in np.flatnonzero(np.isin(names, ATTENTION_OPS))[:2000]:
+    for row in np.flatnonzero(rows_in(ops["name"], ATTENTION_OPS))[:2000]:
         for operand in (dims[row] or [])[:3]:
             d = _dims(operand)
             if d is not None and len(d) == 4:

@@ -14,20 +14,32 @@ from tracekit.cli.common import reader_gone, safe
 from tracekit.errors import TraceError, memory_ran_out, out_of_memory, printable
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# command -> (module under tracekit.cli, its click command): a command's module (its options,
+# and what it imports) is loaded when that command runs, not for every other one.
+COMMANDS = {"info": ("trace", "info"), "analyze": ("analyze", "analyze"), "calibrate": ("calibrate", "calibrate"),
+            "export": ("trace", "export"), "diff": ("compare", "diff"), "check": ("compare", "check"),
+            "devices": ("trace", "devices"), "project": ("project", "project")}
+
+
+class _Commands(click.Group):
+    """The group's commands, each imported on first use (`--help` imports them all)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        import importlib
+
+        module, attribute = COMMANDS[name]
+        return getattr(importlib.import_module(f"tracekit.cli.{module}"), attribute)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracekit")
 def cli() -> None:
     """Where the GPU time of a profiled run went, and how far it is from the roofline."""
-
-
-def _register() -> None:
-    from tracekit.cli import analyze, calibrate, compare, project, trace
-
-    for command in (trace.info, analyze.analyze, calibrate.calibrate, trace.export, compare.diff, compare.check, trace.devices, project.project):
-        cli.add_command(command)
-
-
-_register()
 
 
 def run() -> None:

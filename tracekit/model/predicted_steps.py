@@ -15,12 +15,12 @@ import pandas as pd
 from tracekit.model.batch_annotations import ANNOTATION
 from tracekit.trace import Trace
 
+from tracekit.trace.column_text import rows_in
 from tracekit.trace.step_ownership import kernel_steps, step_rows
 
 
 def _host_rows(trace: Trace, mask: np.ndarray) -> np.ndarray:
-    domain = trace.ranges["domain"].astype(str).to_numpy()
-    return np.flatnonzero(mask & ~np.isin(domain, ["python", "gpu"]))
+    return np.flatnonzero(mask & ~rows_in(trace.ranges["domain"], ["python", "gpu"]))
 
 
 def _step_mask(trace: Trace) -> np.ndarray:

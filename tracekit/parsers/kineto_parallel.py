@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing
 import os
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import msgspec
 
@@ -41,6 +39,9 @@ from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_addres
 from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
 from tracekit.trace.tables import ColumnTrace
+
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 # Below this many bytes of JSON the serial parser wins: forking the workers and joining
 # their columns costs about what the second core saves. Measured on a 2-core machine
@@ -135,6 +136,9 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
 
 
 def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, meanwhile=None) -> list | None:
+    import multiprocessing  # here, not at the top: a trace too small for workers (most of them) pays no ~12 ms of imports
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     try:
         context = multiprocessing.get_context("fork")
     except ValueError:  # no fork on this platform: the workers could not share the mapped file

@@ -25,3 +25,10 @@ def rows_where(column: pd.Series, predicate) -> np.ndarray:
     cat = column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
     by_code = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], dtype=bool)
     return by_code[cat.cat.codes.to_numpy()]
+
+
+def rows_in(column: pd.Series, values) -> np.ndarray:
+    """Rows whose text is one of `values`: `np.isin(as_text(column), values)` without the
+    object array (isin on Python strings sorts them all: ~0.1 s on a trace's million ranges)."""
+    wanted = frozenset(values)
+    return rows_where(column, wanted.__contains__)

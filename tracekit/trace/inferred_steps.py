@@ -30,7 +30,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text, rows_where
+from tracekit.trace.column_text import as_text, rows_in, rows_where
 from tracekit.trace.forwards import token_forwards
 from tracekit.trace.frames import Trace
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
@@ -44,8 +44,7 @@ def range_cycles(trace: Trace) -> list[Window]:
     r = trace.ranges
     if r.empty or "depth" not in r:
         return []
-    domain = as_text(r["domain"])
-    top = np.flatnonzero(~np.isin(domain, ["python", "gpu", INFERRED_DOMAIN]) & (r["depth"].to_numpy() == 0))
+    top = np.flatnonzero(~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN]) & (r["depth"].to_numpy() == 0))
     if len(top) < 2:
         return []
     names = as_text(r["name"])
@@ -71,7 +70,7 @@ def range_cycles(trace: Trace) -> list[Window]:
 def optimizer_iterations(trace: Trace) -> list[Window]:
     """Training iterations from the optimizer-step annotations (see the module docstring)."""
     found = []
-    for table, domain_ok in ((trace.ranges, lambda t: ~np.isin(as_text(t["domain"]), ["python", "gpu"])), (trace.ops, None)):
+    for table, domain_ok in ((trace.ranges, lambda t: ~rows_in(t["domain"], ["python", "gpu"])), (trace.ops, None)):
         if table.empty:
             continue
         hit = rows_where(table["name"], lambda n: OPTIMIZER_STEP.search(n[:256]))

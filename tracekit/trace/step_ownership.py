@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from tracekit.trace.column_text import as_text, rows_where
+from tracekit.trace.column_text import as_text, rows_in, rows_where
 from tracekit.trace.frames import Trace
 
 # torch.profiler steps, decode-step ranges, and serving engines' step ranges:
@@ -54,11 +54,10 @@ def step_rows(trace: Trace) -> np.ndarray:
     r = trace.ranges
     if r.empty:
         return np.zeros(0, dtype=np.int64)
-    domain = as_text(r["domain"])
-    inferred = np.flatnonzero(domain == INFERRED_DOMAIN)
+    inferred = np.flatnonzero(rows_in(r["domain"], [INFERRED_DOMAIN]))
     if len(inferred):
         return inferred
-    host = ~np.isin(domain, ["python", "gpu", INFERRED_DOMAIN])
+    host = ~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN])
 
     def matching(pattern: re.Pattern) -> np.ndarray:  # one search per distinct name, not per range
         return rows_where(r["name"], lambda n: pattern.search(n[:256]))
@@ -70,7 +69,7 @@ def step_rows(trace: Trace) -> np.ndarray:
     if serving.any():
         alone = [i for i in np.flatnonzero(serving) if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
         steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
-    python = domain == "python"
+    python = rows_in(r["domain"], ["python"])
     if python.any():
         calls = np.flatnonzero(matching(PIPELINE_CALL) & python)
         calls = calls[np.argsort(start[calls], kind="stable")]
