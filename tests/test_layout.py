@@ -188,3 +188,28 @@ def test_column_constants_have_one_meaning():
                     if isinstance(target, ast.Name) and target.id.endswith("_COLUMNS"):
                         where.setdefault(target.id, []).append(name)
     assert {k: v for k, v in where.items() if len(v) > 1} == {}
+
+
+DESIGN = ROOT / "docs" / "DESIGN.md"
+
+
+def _unnamed_in_design(layout: str, paths) -> list[str]:
+    """The packages (`name/`) and modules (`name`) of `paths` that the layout text never names."""
+    import re
+
+    missing = []
+    for path in paths:
+        name = path.parent.name + "/" if path.name == "__init__.py" else path.stem
+        if not re.search(r"(?<![\w/])" + re.escape(name) + (r"" if name.endswith("/") else r"\b"), layout):
+            missing.append(str(path.relative_to(ROOT)))
+    return missing
+
+
+def test_the_design_document_names_every_package_and_module():
+    """docs/DESIGN.md's layout section is the reader's map: every package and module is in it."""
+    text = DESIGN.read_text()
+    layout = text[text.index("## Layout"):text.index("## The Trace model")]
+    paths = [p for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE or p.name != "__init__.py"]
+    assert _unnamed_in_design(layout, paths) == []
+    assert _unnamed_in_design("costs/ gemm", [PACKAGE / "costs" / "gemm.py", PACKAGE / "costs" / "nothere.py"]) == [
+        "tracekit/costs/nothere.py"]
