@@ -89,6 +89,16 @@ def _in_scope(a: Measured) -> np.ndarray:
     return k["step"].to_numpy() >= 0 if len(a.steps) else np.ones(len(k), dtype=bool)
 
 
+def _largest_by_name(k, rows: np.ndarray, time: np.ndarray) -> tuple[str, float, int]:
+    """Of the activities in `rows`: the name holding the most `time`, that time and its count.
+    A missing name (-1) counts in the total only."""
+    names = key_of(k["name"], missing="nan")
+    by_name = np.bincount(np.maximum(names[0][rows], 0), weights=np.where(names[0][rows] >= 0, time[rows], 0.0),
+                          minlength=max(len(names[1]), 1))
+    top = int(np.argmax(by_name))
+    return str(names[1][top]), float(by_name.max()), int(np.count_nonzero(rows & (names[0] == top)))
+
+
 def copy_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Copies and memsets: the GPU time they hold alone (what no kernel hides)."""
     k = a.kernels
@@ -96,13 +106,9 @@ def copy_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     time = k["exclusive_ns"].to_numpy(dtype=np.float64)
     if not copy.any() or not time[copy].sum() > 0:
         return None
-    names = key_of(k["name"], missing="nan")
-    by_name = np.bincount(np.maximum(names[0][copy], 0), weights=np.where(names[0][copy] >= 0, time[copy], 0.0),
-                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
-    top = str(names[1][int(np.argmax(by_name))])
-    count = int(np.count_nonzero(copy & (names[0] == int(np.argmax(by_name)))))
+    top, top_ns, count = _largest_by_name(k, copy, time)
     return _row("copies", "copies / memsets (unhidden)", f"{top} ({count:,} calls)", float(time[copy].sum()), of_ns,
-                {"copy": top, "copy_ns": float(by_name.max()), "calls": count})
+                {"copy": top, "copy_ns": top_ns, "calls": count})
 
 
 def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
@@ -114,12 +120,9 @@ def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     time = k["exclusive_ns"].to_numpy(dtype=np.float64)
     if not comm.any() or not time[comm].sum() > 0:
         return None
-    names = key_of(k["name"], missing="nan")
-    by_name = np.bincount(np.maximum(names[0][comm], 0), weights=np.where(names[0][comm] >= 0, time[comm], 0.0),
-                          minlength=max(len(names[1]), 1))  # a missing name (-1) counts in the total only
-    top = str(names[1][int(np.argmax(by_name))])
+    top, top_ns, _ = _largest_by_name(k, comm, time)
     return _row("exposed_communication", "communication (exposed)", labels([top])[top], float(time[comm].sum()), of_ns,
-                {"kernel": top, "exposed_ns": float(by_name.max()), "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
+                {"kernel": top, "exposed_ns": top_ns, "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
 
 
 def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -> dict[str, Any] | None:

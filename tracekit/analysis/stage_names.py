@@ -22,6 +22,7 @@ import pandas as pd
 from tracekit.attribution.rules import DEFAULT_PHASE
 from tracekit.trace.autograd import BACKWARD, op_states
 from tracekit.trace.column_text import as_text
+from tracekit.trace.intervals import levels_down
 from tracekit.trace.step_ownership import step_rows
 
 OUTSIDE_RANGES = "outside the user's ranges"
@@ -48,14 +49,7 @@ def _top_below_steps(ranges: pd.DataFrame, eligible: np.ndarray, is_step: np.nda
     (itself included); -1 where none is. Level by level from the roots down."""
     parent, depth = ranges["parent"].to_numpy(), ranges["depth"].to_numpy()
     top = np.where(eligible, np.arange(len(ranges)), -1)
-    if not len(top):
-        return top
-    order = np.argsort(depth, kind="stable")
-    levels = depth[order]
-    bounds = np.searchsorted(levels, np.arange(int(levels.max()) + 2))
-    for d in range(1, int(levels.max()) + 1):
-        rows = order[bounds[d]: bounds[d + 1]]
-        p = parent[rows]
+    for rows, p in levels_down(parent, depth):
         inherit = (p >= 0) & ~is_step[np.maximum(p, 0)] & (top[np.maximum(p, 0)] >= 0)
         top[rows[inherit]] = top[p[inherit]]
     return top

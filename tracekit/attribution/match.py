@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.intervals import NO_ROW
+from tracekit.trace.intervals import NO_ROW, levels_down
 
 Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
 
@@ -17,14 +17,7 @@ Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pat
 def with_ancestors(own: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
     """own[row] or own[any ancestor of row], level by level from the roots down."""
     out = own.copy()
-    if not len(out):
-        return out
-    order = np.argsort(depth, kind="stable")
-    levels = depth[order]
-    bounds = np.searchsorted(levels, np.arange(int(levels.max()) + 2))
-    for d in range(1, int(levels.max()) + 1):
-        rows = order[bounds[d] : bounds[d + 1]]
-        p = parent[rows]
+    for rows, p in levels_down(parent, depth):
         has = p >= 0
         out[rows[has]] |= out[p[has]]
     return out

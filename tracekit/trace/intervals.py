@@ -173,3 +173,16 @@ def innermost_enclosing(
         result[pending] = parent[result[pending]]
         pending = pending[result[pending] >= 0]
     return result
+
+
+def levels_down(parent: np.ndarray, depth: np.ndarray):
+    """(rows, their parents) of a nested table, one depth level at a time from the roots' children
+    down: a value carried from each row's parent is final before its children read it."""
+    if not len(depth):
+        return
+    order = np.argsort(depth, kind="stable")
+    levels = depth[order]
+    bounds = np.searchsorted(levels, np.arange(int(levels.max()) + 2))
+    for d in range(1, int(levels.max()) + 1):
+        rows = order[bounds[d]: bounds[d + 1]]
+        yield rows, parent[rows]
