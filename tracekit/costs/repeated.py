@@ -3,8 +3,8 @@
 The profiler starts while the GPU still runs work queued before it: those kernels have no op
 (`launched_before_capture`), and often no grid. They are the head of their stream in the
 trace and the tail of an iteration (a forward, a training step) that the trace then repeats.
-Where the stream's whole head (its names in order, and its grids where recorded) occurs again
-later in the same stream, each head kernel is the kernel at the same position of every such
+Where the stream's whole head (its names in order, and its grids where recorded) occurs at
+least twice later in the same stream, each head kernel is the kernel at the same position of every such
 occurrence: it takes their cost when all of them have one and they agree on FLOPs and bytes
 (a decode step whose attention reads a longer cache each time disagrees, and stays unknown).
 Identical kernels alone (same name and grid) cannot tell apart the GEMMs of one layer that
@@ -18,6 +18,7 @@ import pandas as pd
 
 REPEATED = "inferred from the same place in a later iteration"
 _MAX_OCCURRENCES = 64  # windows compared per stream: enough to see any disagreement
+_MIN_OCCURRENCES = 2  # one later match could be chance; two that agree are the iteration repeating
 
 
 def from_repeated_sequence(k: pd.DataFrame, out: dict) -> None:
@@ -41,9 +42,11 @@ def from_repeated_sequence(k: pd.DataFrame, out: dict) -> None:
             continue
         head = heads[s] = rows[:n]
         windows = _occurrences(rows, head, name, grid)
-        if windows and (anchor is None or n > len(anchor[0])):
+        if len(windows) < _MIN_OCCURRENCES:
+            continue
+        if (anchor is None or n > len(anchor[0])):
             anchor = (head, [int(rows[i]) for i in windows])
-        if windows and np.isnan(out["flops"][head]).any():
+        if np.isnan(out["flops"][head]).any():
             _borrow_by_position(head, np.array([rows[i:i + n] for i in windows]), out)
     if anchor is not None:
         _by_anchor(heads, anchor, name, stream, start, end, pre, out)
