@@ -349,4 +349,5 @@ def test_one_trace_that_records_and_replays_its_graph():
     c = a.meta["capture"]
     assert (c["graphs_captured"], c["graph_launches"], c["kernels"], c["kernels_matched"]) == (1, 1, 993, 993)
     assert c["matched_by"] == {"partial": 1} and c["graphs"][0]["nodes"] == 994
-    assert a.coverage["modeled_share_from_capture"] == pytest.approx(0.517, abs=2e-3)
+    # 51.7% of kernel time from the captured ops' shapes, + 3.8% for aiter::fmha_v3_fwd (costed as flash attention)
+    assert a.coverage["modeled_share_from_capture"] == pytest.approx(0.555, abs=2e-3)

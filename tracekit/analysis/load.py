@@ -108,7 +108,21 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             from tracekit.trace.capture_pairing import pair_capture
 
             trace = pair_capture(trace, captured, os.fspath(capture))
+        else:
+            trace = paired_with_own_capture(trace, os.fspath(path))
         return build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step)
+
+
+def paired_with_own_capture(trace: Trace, source: str) -> Trace:
+    """A trace that records a graph's capture (the launches between StreamBeginCapture and
+    StreamEndCapture, with their ops and shapes: torch.compile's CUDAGraphNode.record, an
+    engine profiled while capturing) and its replays is its own capture trace: the replayed
+    kernels take the captured ops (tracekit.trace.capture_pairing), as with --capture."""
+    if not len(trace.kernels) or not trace.kernels["graph_launch"].to_numpy(dtype=bool).any():
+        return trace
+    from tracekit.trace.capture_pairing import captured_graphs, pair_capture
+
+    return pair_capture(trace, trace, source) if captured_graphs(trace) else trace
 
 
 def build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, model=None, samples_per_step=None,

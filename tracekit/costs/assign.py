@@ -10,6 +10,8 @@
   unknown with their reason rather than show a transpose at tens of TFLOP/s.
 - graph-replayed kernels: no cost from the op around the graph launch; the op they had at
   capture time where graph-capture pairing found it (tracekit.trace.capture_pairing).
+- kernels launched before the capture began: the cost of the kernel at the same place of a
+  later iteration, where the stream repeats their sequence (tracekit.costs.repeated);
 - kernels with no op (launched before the capture began, or by a CUDA graph) take the cost
   of kernels with the same name and launch grid, but only when every such kernel that has
   a cost has the very same cost ("inferred"); a kernel whose grid the trace did not record
@@ -25,6 +27,7 @@ import pandas as pd
 from tracekit.costs import op_cost
 from tracekit.costs.autograd import conv_hints
 from tracekit.costs.optimizer import parameter_hints
+from tracekit.costs.repeated import from_repeated_sequence
 from tracekit.costs.split_k import apply_split_k
 from tracekit.costs.classify import classify, is_auxiliary
 from tracekit.costs.comm import kernel_collective_cost
@@ -56,6 +59,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     apply_split_k(k, trace.ops, out, "op shapes")
     _from_metadata(trace, kind, duration, out)
     _from_inductor_arguments(trace, kind, out)
+    from_repeated_sequence(k, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)

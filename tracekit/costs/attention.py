@@ -242,3 +242,15 @@ def flash_attn_varlen_backward(x: OpInputs) -> Cost:
 @register("vllm::unified_attention", "vllm::unified_attention_with_output")
 def paged_attention(x: OpInputs) -> Cost:
     raise CostError("paged attention: each sequence's context length lives in the KV-cache metadata, not in the op's inputs")
+
+
+# -- AMD aiter (ROCm's attention ops, flash-attn's argument order): q [b, sq, hq, d],
+# k [b, sk, hk, d], v [b, sk, hk, d_v], p_dropout, softmax_scale, is_causal,
+# window_size_left, window_size_right, ... (aiter/ops/mha.py, csrc/include/torch/mha_v3_fwd.h)
+@register("aiter::fmha_v3_fwd", "aiter::mha_fwd")
+def aiter_attention_forward(x: OpInputs) -> Cost:
+    left, right = x.scalar(6, -1), x.scalar(7, -1)
+    causal = x.scalar(5) is True
+    if (left not in (-1, None)) or (right not in (-1, None) and not (causal and right == 0)):
+        raise CostError(f"sliding-window attention (window {left}, {right}): the pairs it scores are not the full square")
+    return _flash_attn(x, 0, 5, False)

@@ -56,6 +56,15 @@ def splits(kernel_name: str, grid_blocks: int, batch: int, m: int, n: int) -> tu
     return 2, False
 
 
+def pair_costs(flops: float, read: float, written: float, elements: float, s: int) -> tuple[tuple, tuple]:
+    """((FLOPs, read, written) of the GEMM kernel, of the reduce kernel) for a split-K GEMM
+    whose unsplit cost is (flops, read, written), with `elements` outputs and s splits: the
+    GEMM kernel does every FLOP, reads A and B and writes s fp32 partial sums per output; the
+    reduce adds them ((s - 1) per output), reads them and writes the output."""
+    partial = s * elements * FP32
+    return (flops, read, partial), ((s - 1) * elements, partial, written)
+
+
 def apply_split_k(k, ops, out: dict, source: str) -> None:
     """Re-cost, in `out` (the per-kernel cost arrays), each op whose kernels costed from
     its shapes (`source`) are one GEMM kernel and one split-K reduce kernel."""
@@ -89,7 +98,6 @@ def apply_split_k(k, ops, out: dict, source: str) -> None:
         elements = float(math.prod(shape))
         s, _ = splits(str(kernel_names[g]), int(grid[g]), *shape)
         flops, read, written = (out[f][r] + out[f][g] for f in ("flops", "bytes_read", "bytes_written"))
-        partial = s * elements * FP32
-        out["flops"][g], out["bytes_read"][g], out["bytes_written"][g] = flops, read, partial
-        out["flops"][r], out["bytes_read"][r], out["bytes_written"][r] = (s - 1) * elements, partial, written
+        (out["flops"][g], out["bytes_read"][g], out["bytes_written"][g]), \
+            (out["flops"][r], out["bytes_read"][r], out["bytes_written"][r]) = pair_costs(flops, read, written, elements, s)
         out["cost_kind"][r], out["dtype"][r] = "vector", "fp32"

@@ -86,12 +86,15 @@ def spread(costs: pd.DataFrame, labels: pd.DataFrame, kernels: pd.DataFrame, own
     bounds = np.searchsorted(owner[candidates], list(step_costs), side="left"), np.searchsorted(owner[candidates], list(step_costs), side="right")
     rows = []
     start, kernel_name = kernels["start"].to_numpy(), kernels["name"].astype(str).to_numpy()
+    grid_blocks = np.prod([np.maximum(kernels[c].to_numpy(), 0) for c in ("grid_x", "grid_y", "grid_z")], axis=0) \
+        if "grid_x" in kernels else None
     for (step, (per_block, terms, parts)), lo, hi in zip(step_costs.items(), *bounds):
         mine = candidates[lo:hi]
         totals = per_block.totals()
         for key, (names, positions) in _targets(list(totals), block[mine], klass[mine]).items():
             members = mine[positions]
-            placed, done = place(names, members, start, klass, kernel_name, np.isnan(out["flops"]), totals, parts)
+            placed, done = place(names, members, start, klass, kernel_name, np.isnan(out["flops"]), totals, parts,
+                                 grid_blocks)
             for row, (f, r, w, kind, dtype) in placed.items():
                 out["flops"][row], out["bytes_read"][row], out["bytes_written"][row] = f, r, w
                 obj["cost_kind"][row], obj["dtype"][row], obj["cost_source"][row], obj["unknown_reason"][row] = kind, dtype, SOURCE, None

@@ -13,8 +13,8 @@ from tracekit.model.architecture import Architecture
 MOE_PARTS = ("router", "gate_up", "down", "combine")
 
 
-def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> tuple[int, dict[str, tuple[float, float, float]]] | None:
-    """Per MoE layer of a step: (FLOPs, bytes read, bytes written) of each kernel an MoE FFN
+def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> tuple[int, dict[str, tuple]] | None:
+    """Per MoE layer of a step: (FLOPs, bytes read, bytes written, output (rows, columns)) of each kernel an MoE FFN
     launches, in launch order: the router GEMM (E x hidden), the grouped gate/up GEMM (the
     active experts' gate and up matrices), the grouped down GEMM (their down matrices), and
     the combine that sums each token's k expert outputs (reads T·k rows, writes T rows).
@@ -33,17 +33,18 @@ def moe_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) 
     up_rows = 2 * width if arch.gated_ffn else width
     router = h * e * arch.embedding_weights.bytes_per_param + (e * a if arch.router_bias else 0.0)
     return len(moe), {
-        "router": (2.0 * t * h * e, router + t * h * a, t * e * a),
-        "gate_up": (2.0 * routed * up_rows * h, active * fmt.matrix_bytes(up_rows, h) + t * h * a, routed * up_rows * a),
-        "down": (2.0 * routed * width * h, active * fmt.matrix_bytes(h, width) + routed * width * a, routed * h * a),
-        "combine": (routed * h, routed * h * a, t * h * a),
+        "router": (2.0 * t * h * e, router + t * h * a, t * e * a, (t, e)),
+        "gate_up": (2.0 * routed * up_rows * h, active * fmt.matrix_bytes(up_rows, h) + t * h * a, routed * up_rows * a,
+                    (routed, up_rows)),
+        "down": (2.0 * routed * width * h, active * fmt.matrix_bytes(h, width) + routed * width * a, routed * h * a, (routed, h)),
+        "combine": (routed * h, routed * h * a, t * h * a, (t, h)),
     }
 
 
 def projection_parts(arch: Architecture, batch: StepBatch, par: Parallel = Parallel()) -> dict[str, tuple[list[int], list[tuple]]]:
     """Per block whose GEMMs are a fixed list of matrices, in launch order: the layers that
     have it and, per layer, the (FLOPs, bytes read, bytes written, input bytes) of each
-    matrix's GEMM (its weights in their stored format, its input and output activations):
+    matrix's GEMM, and its output (rows, columns) (its weights in their stored format, its input and output activations):
     `attention projections` (q with its output gate, k, v, o; MHA / GQA; a bias is not
     counted), `linear attention projections` (Gated DeltaNet: in_proj_qkvz, in_proj_ba,
     out_proj, or Qwen3.5's in_proj_qkv, _z, _b, _a, out_proj) and a dense `ffn` (gate, up,
@@ -70,6 +71,7 @@ def projection_parts(arch: Architecture, batch: StepBatch, par: Parallel = Paral
     return out
 
 
-def _gemm(fmt, n: float, k: float, t: float, a: float) -> tuple[float, float, float, float]:
-    """(FLOPs, bytes read, bytes written, input bytes) of one [n, k] matrix's GEMM over t tokens."""
-    return 2.0 * t * n * k, fmt.matrix_bytes(n, k) + t * k * a, t * n * a, t * k * a
+def _gemm(fmt, n: float, k: float, t: float, a: float) -> tuple[float, float, float, float, tuple[float, float]]:
+    """(FLOPs, bytes read, bytes written, input bytes, output (rows, columns)) of one [n, k]
+    matrix's GEMM over t tokens."""
+    return 2.0 * t * n * k, fmt.matrix_bytes(n, k) + t * k * a, t * n * a, t * k * a, (t, n)
