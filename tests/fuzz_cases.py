@@ -92,11 +92,12 @@ def _kineto_doc(base: str) -> dict:
         with gzip.open(base, "rb") as f:
             _KINETO_CACHE[base] = json.loads(f.read())
     doc = _KINETO_CACHE[base]
-    # events are copied when mutated (see _event); the list and header are copied here
+    # events are copied when mutated (see own_event); the list and header are copied here
     return {**doc, "traceEvents": list(doc["traceEvents"])}
 
 
-def _event(doc: dict, i: int) -> dict:
+def own_event(doc: dict, i: int) -> dict:
+    """Event i, copied before it is changed (the base document is shared between cases)."""
     ev = dict(doc["traceEvents"][i])
     if isinstance(ev.get("args"), dict):
         ev["args"] = dict(ev["args"])
@@ -120,7 +121,7 @@ def _k_event_field(rng, doc, log):
     i = _pick(rng, doc, _CATS)
     if i is None:
         return
-    ev = _event(doc, i)
+    ev = own_event(doc, i)
     name = rng.choice(_FIELDS)
     ev[name] = hostile_value(rng)
     log.append(f"event[{i}].{name}")
@@ -130,7 +131,7 @@ def _k_event_arg(rng, doc, log):
     i = _pick(rng, doc, _CATS)
     if i is None:
         return
-    ev = _event(doc, i)
+    ev = own_event(doc, i)
     if not isinstance(ev.get("args"), dict):
         ev["args"] = {}
     name = rng.choice(_ARGS)
@@ -145,7 +146,7 @@ def _k_many_fields(rng, doc, log):
     value = hostile_value(rng)
     for i, e in enumerate(doc["traceEvents"]):
         if isinstance(e, dict) and e.get("cat") == cat:
-            _event(doc, i)[name] = value
+            own_event(doc, i)[name] = value
     log.append(f"all {cat}.{name}")
 
 
@@ -179,7 +180,7 @@ def _k_empty_intervals(rng, doc, log):
         doc["traceEvents"] = [e for i, e in enumerate(doc["traceEvents"]) if i not in set(rows) or i in keep]
         rows = rows[:1]
     for i in rows:
-        _event(doc, i)["dur"] = 0 if style != "negative" else -5
+        own_event(doc, i)["dur"] = 0 if style != "negative" else -5
     log.append(f"{style} {cat} intervals")
 
 
@@ -200,7 +201,7 @@ def _k_remove_key(rng, doc, log):
     i = _pick(rng, doc)
     if i is None:
         return
-    ev = _event(doc, i)
+    ev = own_event(doc, i)
     if ev:
         key = rng.choice(list(ev))
         del ev[key]
@@ -212,7 +213,7 @@ def _k_hostile_names(rng, doc, log):
     for _ in range(rng.randint(1, 5)):
         i = _pick(rng, doc, ("kernel", "cpu_op", "user_annotation", "cuda_runtime"))
         if i is not None:
-            _event(doc, i)["name"] = rng.choice(HOSTILE_TEXT[:9])
+            own_event(doc, i)["name"] = rng.choice(HOSTILE_TEXT[:9])
     log.append("hostile names")
 
 
@@ -469,6 +470,15 @@ def count_control_characters(text: str) -> int:
     return len(CONTROL.findall(text))
 
 
+def run_commands(result: dict[str, Any], commands, case, time_bound: float) -> None:
+    """Runs each command on the case's file, recording its exit code, time and problems in `result`."""
+    for command in commands:
+        run = run_cli([*command, case.path], case.env)
+        result["runs"].append({"command": " ".join(command), "code": run.code, "seconds": round(run.seconds, 3)})
+        for check, detail in problems(run, time_bound).items():
+            result["problems"].setdefault(check, f"{' '.join(command)}: {detail}")
+
+
 def run_case(seed: int, out_dir: str, time_bound: float = 10.0, commands=COMMANDS) -> dict[str, Any]:
     """Builds case `seed`, runs it, removes its files; a plain dict (it crosses processes)."""
     case = make_case(seed, out_dir)
@@ -476,11 +486,7 @@ def run_case(seed: int, out_dir: str, time_bound: float = 10.0, commands=COMMAND
                               "runs": [], "problems": {}}
     before = _fingerprint(case.path)
     try:
-        for command in commands:
-            run = run_cli([*command, case.path], case.env)
-            result["runs"].append({"command": " ".join(command), "code": run.code, "seconds": round(run.seconds, 3)})
-            for check, detail in problems(run, time_bound).items():
-                result["problems"].setdefault(check, f"{' '.join(command)}: {detail}")
+        run_commands(result, commands, case, time_bound)
         if _fingerprint(case.path) != before:
             result["problems"]["input"] = "the input file was modified"
         leftovers = [p for p in os.listdir(out_dir) if p.startswith(f"case{seed}.") and p.endswith(("-shm", "-journal")) and not p.endswith("-wal")]

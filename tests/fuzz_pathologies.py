@@ -26,7 +26,7 @@ import os
 import random
 from typing import Any, Callable
 
-from fuzz_cases import SHARED, Case, problems, run_cli
+from fuzz_cases import SHARED, Case, own_event, run_commands
 
 BASES = [
     os.path.join(SHARED, "torch", "h100_bert_small_hf_inference.json.gz"),
@@ -42,7 +42,7 @@ _DOCS: dict[str, dict] = {}
 
 def _document(base: str) -> dict:
     """The base trace, decoded once per process; the list and header are copied per case
-    (events are copied when changed: _own)."""
+    (events are copied when changed: fuzz_cases.own_event)."""
     if base not in _DOCS:
         with gzip.open(base, "rb") as f:
             _DOCS[base] = json.loads(f.read())
@@ -52,15 +52,6 @@ def _document(base: str) -> dict:
 
 def _events(doc: dict, cats: tuple[str, ...]) -> list[int]:
     return [i for i, e in enumerate(doc["traceEvents"]) if isinstance(e, dict) and e.get("cat") in cats]
-
-
-def _own(doc: dict, i: int) -> dict:
-    """Event i, copied before it is changed (the base document is shared between cases)."""
-    ev = dict(doc["traceEvents"][i])
-    if isinstance(ev.get("args"), dict):
-        ev["args"] = dict(ev["args"])
-    doc["traceEvents"][i] = ev
-    return ev
 
 
 def _some(rng: random.Random, rows: list[int]) -> list[int]:
@@ -73,7 +64,7 @@ def _zero_times(rng, doc, log):
     cats = rng.choice([_GPU, _GPU + _RUNTIME, ("kernel",)])
     rows = _some(rng, _events(doc, cats))
     for i in rows:
-        ev = _own(doc, i)
+        ev = own_event(doc, i)
         ev["ts"], ev["dur"] = 0, 0
     log.append(f"zero times on {len(rows)} {'/'.join(cats)} events")
 
@@ -89,7 +80,7 @@ def _dropped_start(rng, doc, log):
             and isinstance(launches.get(doc["traceEvents"][i]["args"].get("correlation")), (int, float))]
     rows = rng.sample(rows, min(len(rows), rng.choice([1, 2, 5, 50])))
     for i in rows:
-        ev = _own(doc, i)
+        ev = own_event(doc, i)
         ev["ts"] = launches[ev["args"]["correlation"]] - rng.choice([0.5, 3, 50, 5_000, 1e6])
     log.append(f"{len(rows)} GPU activities before their launch")
 
@@ -97,7 +88,7 @@ def _dropped_start(rng, doc, log):
 def _clock_offset(rng, doc, log):
     offset = rng.choice([-1e6, -10_000, -50, -3, 3, 50, 10_000, 1e6])
     for i in _events(doc, _GPU + ("gpu_user_annotation",)):
-        ev = _own(doc, i)
+        ev = own_event(doc, i)
         if isinstance(ev.get("ts"), (int, float)):
             ev["ts"] += offset
     log.append(f"GPU clock offset {offset} us")
@@ -113,14 +104,14 @@ def _duplicate_ids(rng, doc, log):
     for i in _events(doc, _RUNTIME + _GPU):
         args = doc["traceEvents"][i].get("args")
         if isinstance(args, dict) and args.get("correlation") in renamed:
-            _own(doc, i)["args"]["correlation"] = renamed[args["correlation"]]
+            own_event(doc, i)["args"]["correlation"] = renamed[args["correlation"]]
     log.append(f"{len(renamed)} correlation ids duplicated")
 
 
 def _orphans(rng, doc, log):
     rows = _some(rng, _events(doc, _GPU))
     for n, i in enumerate(rows):
-        ev = _own(doc, i)
+        ev = own_event(doc, i)
         if isinstance(ev.get("args"), dict):
             ev["args"]["correlation"] = 10**9 + n
     log.append(f"{len(rows)} GPU activities with no launch")
@@ -139,7 +130,7 @@ def _overlap_or_negative(rng, doc, log):
     rows = _some(rng, _events(doc, _GPU))
     negative = rng.random() < 0.3
     for i in rows:
-        ev = _own(doc, i)
+        ev = own_event(doc, i)
         if isinstance(ev.get("dur"), (int, float)):
             ev["dur"] = -abs(ev["dur"]) - 1 if negative else ev["dur"] * rng.choice([2, 10, 1000])
     log.append(f"{len(rows)} GPU activities {'with negative dur' if negative else 'stretched over their stream'}")
@@ -182,11 +173,7 @@ def run_case(seed: int, out_dir: str, time_bound: float = 10.0, commands=None) -
                               "runs": [], "problems": {}}
     before = (os.stat(case.path).st_size, os.stat(case.path).st_mtime_ns)
     try:
-        for command in commands:
-            run = run_cli([*command, case.path], case.env)
-            result["runs"].append({"command": " ".join(command), "code": run.code, "seconds": round(run.seconds, 3)})
-            for check, detail in problems(run, time_bound).items():
-                result["problems"].setdefault(check, f"{' '.join(command)}: {detail}")
+        run_commands(result, commands, case, time_bound)
         if (os.stat(case.path).st_size, os.stat(case.path).st_mtime_ns) != before:
             result["problems"]["input"] = "the input file was modified"
     finally:

@@ -33,6 +33,20 @@ def _op_dims(a) -> np.ndarray:
     return np.array([str(dims[o]) if o >= 0 else "" for o in op], dtype=object)
 
 
+def _blocks_of(a):
+    """blocks_of(op name, operand dims text): the set of blocks of the kernels those ops launched."""
+    dims = _op_dims(a)
+    op = a.kernels["op_name"].astype(str).to_numpy()
+    blocks = a.kernels["block"].astype(str).to_numpy()
+
+    def blocks_of(name, operands):
+        rows = (op == name) & (dims == operands)
+        assert rows.any(), (name, operands)
+        return set(blocks[rows])
+
+    return blocks_of
+
+
 def _other_share(a) -> float:
     """GPU time of block `other` over the GPU time of all blocks (the blocks table)."""
     b = a.blocks
@@ -99,14 +113,7 @@ def test_tinyllama_gemms_are_placed_by_their_weight_shape(tinyllama):
 
 def test_tinyllama_small_kernels_follow_their_op_tensors_and_place(tinyllama):
     k = tinyllama.kernels
-    dims = _op_dims(tinyllama)
-    op = k["op_name"].astype(str).to_numpy()
-    blocks = k["block"].astype(str).to_numpy()
-
-    def blocks_of(name, operands):
-        rows = (op == name) & (dims == operands)
-        assert rows.any(), (name, operands)
-        return set(blocks[rows])
+    blocks_of = _blocks_of(tinyllama)
 
     assert blocks_of("aten::silu", "[[8, 2048, 5632]]") == {"ffn"}  # the FFN width
     assert blocks_of("aten::silu_backward", "[[8, 2048, 5632], [8, 2048, 5632]]") == {"ffn"}
@@ -115,7 +122,7 @@ def test_tinyllama_small_kernels_follow_their_op_tensors_and_place(tinyllama):
     assert blocks_of("aten::rsqrt", "[[8, 2048, 1]]") == {"norm"}  # between that mean and the next projection (the
     # last layer's too, before the lm_head)
     assert blocks_of("aten::_log_softmax", "[[16384, 32000], [], []]") == {"lm_head"}  # the loss on the logits
-    assert set(blocks[k["phase"].astype(str).to_numpy() == "optimizer"]) == {"optimizer"}  # fused AdamW
+    assert set(k["block"].astype(str).to_numpy()[k["phase"].astype(str).to_numpy() == "optimizer"]) == {"optimizer"}  # fused AdamW
 
 
 def test_tinyllama_training_other_share_is_small(tinyllama):
@@ -238,15 +245,7 @@ def _hand_built_decoder(tmp_path, layers: int = 2) -> str:
 
 def test_hand_built_decoder_blocks_from_shapes_and_order(tmp_path):
     a = tracekit.analyze(_hand_built_decoder(tmp_path))
-    k = a.kernels
-    dims = _op_dims(a)
-    op = k["op_name"].astype(str).to_numpy()
-    blocks = k["block"].astype(str).to_numpy()
-
-    def blocks_of(name, operands):
-        rows = (op == name) & (dims == operands)
-        assert rows.any(), (name, operands)
-        return set(blocks[rows])
+    blocks_of = _blocks_of(a)
 
     assert blocks_of("aten::mm", "[[64, 256], [256, 256]]") == {"attention"}  # q / o [256, 256]
     assert blocks_of("aten::mm", "[[64, 256], [256, 64]]") == {"attention"}  # k / v [64, 256]
@@ -262,4 +261,4 @@ def test_hand_built_decoder_blocks_from_shapes_and_order(tmp_path):
     assert blocks_of("aten::add", "[[4, 16, 256], [4, 16, 256], []]") == {"norm"}  # residual add before a norm
     assert blocks_of("aten::_softmax", "[[4, 32000], [], []]") == {"lm_head"}  # the logits
     assert blocks_of("aten::argmax", "[[4, 32000], [], []]") == {"lm_head"}
-    assert "other" not in set(blocks)
+    assert "other" not in set(a.kernels["block"].astype(str))
