@@ -231,10 +231,28 @@ def test_qwen15_model_flops_equal_shape_flops_per_block(analyses):
         assert model[block] == pytest.approx(shapes, rel=0.02), block
 
 
-def test_steps_without_a_batch_say_so_and_options_fill_them():
+def _inference_steps_without_a_batch(tmp_path) -> str:
+    """Three ProfilerSteps of one GEMM each (an inference step: no autograd op), on an A100,
+    whose ops say nothing of a token batch (no embedding, no attention)."""
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder("NVIDIA A100-SXM4-80GB")
+    for i in range(3):
+        t = 1000.0 * i
+        b.range(f"ProfilerStep#{i + 4}", t, 900.0)
+        b.op("aten::mm", t + 10, 50.0, dims=[[64, 4096], [4096, 4096]], types=["c10::BFloat16", "c10::BFloat16"])
+        b.kernel("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", t + 20, t + 100, 300.0)
+    plain = b.write(tmp_path / "steps_without_a_batch.json")
+    packed = tmp_path / "steps_without_a_batch.json.gz"
+    packed.write_bytes(gzip.compress(open(plain, "rb").read()))  # raw_ranges reads a .json.gz
+    return str(packed)
+
+
+def test_steps_without_a_batch_say_so_and_options_fill_them(tmp_path):
     """No batch in the trace: each step is costed at its lower bound (1 request of 1 token, KV
-    unknown), flagged, never put on kernels; --batch/--context complete it."""
-    path = shared("torch", "a100_ddp_nccl_rank0.json.gz")
+    unknown), flagged, never put on kernels; --batch/--context complete it. (It was the A100
+    DDP trace, a training run: its steps are now left unpredicted, test below.)"""
+    path = _inference_steps_without_a_batch(tmp_path)
     profiler_steps = sorted({n for n in raw_ranges(path) if re.fullmatch(r"ProfilerStep#\d+", n)})
     a = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1))  # one GPU's weights
     steps = a.model.steps
@@ -260,6 +278,17 @@ def test_steps_without_a_batch_say_so_and_options_fill_them():
     assert (g["predicted_ns"] > steps["predicted_ns"].to_numpy()).all()  # the bound is below the complete figure
     only_context = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1, context=1000)).model.steps
     assert only_context["lower_bound"].all() and (only_context["complete_with"] == "--batch").all()
+
+
+def test_training_steps_of_a_ddp_run_are_not_predicted():
+    """The A100 DDP trace's ProfilerSteps run backward kernels (a training run): the model
+    (an inference forward) neither costs nor predicts them, and says why."""
+    path = shared("torch", "a100_ddp_nccl_rank0.json.gz")
+    a = tracekit.analyze(path, model=ModelOptions(str(MODELS / "qwen3-8b.config.json"), tp=1))
+    steps = a.model.steps
+    n = len({x for x in raw_ranges(path) if re.fullmatch(r"ProfilerStep#\d+", x)})
+    assert len(steps) == n and steps["predicted_ns"].isna().all() and steps["weight_bytes"].isna().all()
+    assert any(f"{n} of {n} steps run backward kernels (training)" in note for note in a.model.summary["notes"])
 
 
 # -- CPU fixtures with torch's own counts --------------------------------------------------
