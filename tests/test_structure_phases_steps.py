@@ -294,3 +294,26 @@ def test_per_layer_ranges_are_not_steps():
     trace = load(shared("torch", "h200_llama3-8b_cudagraph_decode_bs16_capture.json.gz"))
     assert len(range_cycles(trace)) == 32 and len(token_forwards(trace.ops)) == 1
     assert inferred_windows(trace) == []  # one forward: no repeated forwards either
+
+
+def test_a_wrapping_optimizers_inner_step_is_not_an_iteration_of_its_own(tmp_path):
+    """ZeroRedundancyOptimizer.step wraps AdamW.step; both carry torch.profiler's
+    `Optimizer.step#...` annotation. Three iterations of nested steps are three iterations, each
+    from the previous one's end to its own end (none of negative length)."""
+    from synthetic import KinetoBuilder
+
+    import tracekit
+
+    b = KinetoBuilder()
+    for i in range(3):
+        t = 1000.0 * i
+        b.op("aten::mm", t + 10, 100.0, dims=[[64, 64], [64, 64]], types=["float", "float"])
+        b.kernel("gemm_kernel", t + 20, t + 30, 50.0)
+        b.range("Optimizer.step#ZeroRedundancyOptimizer.step", t + 800, 190.0)
+        b.range("Optimizer.step#AdamW.step", t + 810, 90.0)
+        b.kernel("multi_tensor_apply_kernel", t + 820, t + 830, 20.0)
+    a = tracekit.analyze(b.write(tmp_path / "nested_optimizers.json"))
+    assert list(a.steps["step"]) == ["iteration#0", "iteration#1", "iteration#2"]
+    host = a.steps["host_duration_ns"].to_numpy()
+    assert (host > 0).all()
+    assert list(host[1:]) == [1_000_000, 1_000_000]  # from one outer step's end (t + 990) to the next's

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from tracekit.trace.launch_api import SYNC_API
 from tracekit.trace.grouping import key_of
@@ -188,8 +189,10 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     keep = (dur > 0) & launched & ~backlog & (names[0] >= 0)
     keep[keep] &= ~sync[names[0][keep]]
     if len(a.steps) and "host_start_ns" in a.steps:
-        lo = a.steps["host_start_ns"].to_numpy(np.int64)
-        hi = lo + a.steps["host_duration_ns"].to_numpy(np.int64)
+        # a step without a host range (a GPU annotation no host range matches) holds no call
+        lo = pd.to_numeric(a.steps["host_start_ns"], errors="coerce").to_numpy(np.float64)
+        hi = lo + pd.to_numeric(a.steps["host_duration_ns"], errors="coerce").to_numpy(np.float64)
+        lo, hi = np.nan_to_num(lo, nan=0.0).astype(np.int64), np.nan_to_num(hi, nan=0.0).astype(np.int64)
         order = np.argsort(lo)
         i = np.searchsorted(lo[order], start, side="right") - 1
         keep &= (i >= 0) & (start < hi[order][np.maximum(i, 0)])

@@ -32,6 +32,9 @@ STREAM_OVERLAP_NS = 1_000
 ZERO_FAR_US = 1e6
 # More than this share of linked kernels ahead of their launches: the clocks are offset.
 CLOCK_OFFSET_SHARE = 0.5
+# CPU and GPU clocks disagree by microseconds (CUPTI's clock conversion): an activity at most this
+# far before its launch call is read as that offset, not as a corrupted time.
+CLOCK_SKEW_NS = 20_000
 # Kineto's marker of one profiler step (torch.profiler's schedule).
 _PROFILER_STEP = "ProfilerStep#"
 
@@ -126,10 +129,16 @@ def _kind_counts(kernels) -> dict[str, int]:
 
 
 def _before_launch(trace: Any) -> tuple[Any, list[Problem]]:
-    """Activities that start before their own launch call. Most of the linked ones: the GPU
-    clock is offset from the CPU's, and every GPU time (activities and GPU annotations) is
-    shifted by the largest lead. A few: their times are corrupted (a session's first
-    activities), and they are dropped."""
+    """Activities that start before their own launch call.
+
+    - Most of the linked ones: the GPU clock is offset from the CPU's. Every GPU time
+      (activities and GPU annotations) is shifted by the largest lead of the bulk (leads
+      within CLOCK_SKEW_NS of their median: one corrupted outlier does not set the shift);
+      those still before their launch after it are dropped.
+    - A few, by at most CLOCK_SKEW_NS: a small offset, seen only on kernels that ran on an
+      idle GPU (a queued kernel starts long after its launch whatever the clocks say); the
+      GPU times are shifted by that much, and nothing is dropped.
+    - A few, by more: their times are corrupted (a session's first activities): dropped."""
     k, launches = trace.kernels, trace.launches
     launch = column(k, "launch") if len(k) else np.zeros(0, dtype=np.int64)
     linked = launch >= 0
@@ -143,13 +152,30 @@ def _before_launch(trace: Any) -> tuple[Any, list[Problem]]:
         return trace, []
     of = int(linked.sum())
     if n > CLOCK_OFFSET_SHARE * of:
-        shift = int(lead[linked].max())
-        problem = Problem("kernel", "start before their own launch call (the GPU clock is offset from the CPU's)", n, of,
-                          f"every GPU time is shifted {shift / 1000:,.3f} us later, so none precedes its launch")
-        return _shift_gpu(trace, shift), [problem]
-    problem = Problem("kernel", "start before their own launch call (corrupted times, e.g. at the session's start)", n, of,
-                      "dropped: their times cannot be true")
-    return _drop_kernels(trace, ~early), [problem]
+        bulk = early & (lead <= int(np.median(lead[early])) + CLOCK_SKEW_NS)
+        shift = int(lead[bulk].max())
+        problems = [Problem("kernel", "start before their own launch call (the GPU clock is offset from the CPU's)", n, of,
+                            f"every GPU time is shifted {shift / 1000:,.3f} us later, so none precedes its launch")]
+        outliers = early & (lead > shift)
+        if outliers.any():
+            problems.append(Problem("kernel", "start before their own launch call even after the clock shift (corrupted times)",
+                                    int(outliers.sum()), of, "dropped: their times cannot be true"))
+            trace = _drop_kernels(trace, ~outliers)
+        return _shift_gpu(trace, shift), problems
+    far = early & (lead > CLOCK_SKEW_NS)
+    problems = []
+    if (early & ~far).any():
+        shift = int(lead[early & ~far].max())
+        problems.append(Problem("kernel", "start before their own launch call by a few microseconds (a small clock offset, "
+                                          "seen on kernels that ran on an idle GPU)", int((early & ~far).sum()), of,
+                                f"every GPU time is shifted {shift / 1000:,.3f} us later, so none precedes its launch"))
+    if far.any():
+        problems.append(Problem("kernel", "start before their own launch call (corrupted times, e.g. at the session's start)",
+                                int(far.sum()), of, "dropped: their times cannot be true"))
+        trace = _drop_kernels(trace, ~far)
+    if (early & ~far).any():
+        trace = _shift_gpu(trace, shift)
+    return trace, problems
 
 
 def _shift_gpu(trace: Any, shift: int) -> Any:

@@ -83,6 +83,11 @@ def optimizer_iterations(trace: Trace) -> list[Window]:
         return []
     table, rows = found[0]
     rows = rows[np.argsort(table["start"].to_numpy()[rows], kind="stable")]
+    # Only the outermost hits: a wrapping optimizer (ZeroRedundancyOptimizer around AdamW)
+    # records its inner optimizer's step inside its own, one iteration, not two.
+    ends = table["end"].to_numpy()[rows]
+    reach = np.maximum.accumulate(ends)
+    rows = rows[np.r_[True, table["start"].to_numpy()[rows][1:] >= reach[:-1]]] if len(rows) else rows
     pid, tid = int(table["pid"].iat[rows[0]]), int(table["tid"].iat[rows[0]])
     ops = trace.ops
     mine = (ops["pid"].to_numpy() == pid) & (ops["tid"].to_numpy() == tid) if len(ops) else np.zeros(0, dtype=bool)
