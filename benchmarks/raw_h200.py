@@ -777,12 +777,11 @@ def text(res):
                   + (f"  GPU gap to next chunk {f(c['gpu_gap_to_next_chunk'] / 1e3, 2)} ms" if "gpu_gap_to_next_chunk" in c else ""))
             m = s["summary"]
             if m:
-                p("stage share by window (%): " + ", ".join(f"{k} {f(v, 2)}" for k, v in m["share_by_window_pct"].items()))
-                p("stage share by union  (%): " + ", ".join(f"{k} {f(v, 2)}" for k, v in m["share_by_union_pct"].items()))
+                p(listed("stage share by window (%)", m["share_by_window_pct"]))
+                p(listed("stage share by union  (%)", m["share_by_union_pct"]))
                 if m.get("share_by_gpu_annotation_pct"):
-                    p("stage share by gpu_user_annotation dur (%): " +
-                      ", ".join(f"{k} {f(v, 2)}" for k, v in m["share_by_gpu_annotation_pct"].items()))
-                p("stage window per chunk (ms): " + ", ".join(f"{k} {f(v, 2)}" for k, v in m["stage_window_per_chunk_ms"].items()))
+                    p(listed("stage share by gpu_user_annotation dur (%)", m["share_by_gpu_annotation_pct"]))
+                p(listed("stage window per chunk (ms)", m["stage_window_per_chunk_ms"]))
                 p(f"mean chunk window {f(m['mean_chunk_window_ms'], 2)} ms -> {f(m['fps_mean_chunk_window'], 2)} frames/s; "
                   f"mean period {f(m['mean_period_ms'], 2)} ms -> {f(m['fps_mean_period'], 2)} frames/s")
                 if "truth" in m:
@@ -790,9 +789,9 @@ def text(res):
                     p(f"truth: shares {', '.join(f'{k} {f(v, 2)}' for k, v in tt['stage_share_pct'].items())}; "
                       f"stage ms {', '.join(f'{k} {f(v, 2)}' for k, v in tt['stage_ms'].items())}; "
                       f"chunk {f(tt['chunk_ms'], 2)} ms; fps {f(tt['fps'], 2)}")
-                    p("diff share(window) - truth (points): " + ", ".join(f"{k} {v:+.2f}" for k, v in m["diff_share_by_window_pts"].items()))
-                    p("diff share(union)  - truth (points): " + ", ".join(f"{k} {v:+.2f}" for k, v in m["diff_share_by_union_pts"].items()))
-                    p("diff stage window vs truth stage_s (%): " + ", ".join(f"{k} {v:+.2f}" for k, v in m["diff_stage_window_vs_truth_pct"].items()))
+                    p(listed("diff share(window) - truth (points)", m["diff_share_by_window_pts"], signed))
+                    p(listed("diff share(union)  - truth (points)", m["diff_share_by_union_pts"], signed))
+                    p(listed("diff stage window vs truth stage_s (%)", m["diff_stage_window_vs_truth_pct"], signed))
                     p(f"diff fps vs truth: by window {m['diff_fps_window_vs_truth_pct']:+.2f}%, by period "
                       f"{m['diff_fps_period_vs_truth_pct']:+.2f}%")
         if "training" in r:
@@ -902,6 +901,15 @@ def analyse(path):
         r["zero"] = zero_trace(t)
     return t.name, r
 
+
+
+def signed(v) -> str:
+    return f"{v:+.2f}"
+
+
+def listed(label: str, values: dict, fmt=None) -> str:
+    """`label: k v, k v` with each value printed by `fmt` (default: 2 decimals)."""
+    return f"{label}: " + ", ".join(f"{k} {(fmt or (lambda x: f(x, 2)))(v)}" for k, v in values.items())
 
 def main(argv=None):
     global FIXTURES
