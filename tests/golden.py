@@ -38,7 +38,18 @@ def summary(path: pathlib.Path) -> dict:
     a = tracekit.analyze(path, device=DEVICES.get(path.name))
     out = summary_json.summary(a, TOP)  # what summary.json holds, the headline's words included
     out["trace"]["path"] = path.relative_to(SHARED).as_posix()  # machine-independent
+    capture = out.get("capture") or {}
+    if capture.get("path"):  # a self-paired capture names the trace itself: the same treatment
+        capture["path"] = _relative_to_shared(capture["path"])
     return _rounded(json.loads(json.dumps(out, default=str)))
+
+
+def _relative_to_shared(name: str) -> str:
+    """A path under the shared fixtures, as the goldens store it on every machine."""
+    try:
+        return pathlib.Path(name).resolve().relative_to(SHARED.resolve()).as_posix()
+    except ValueError:
+        return name
 
 
 def _rounded(value):
