@@ -34,7 +34,8 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
-from tracekit.costs.memory import ASSUMED_FP32
+from tracekit.costs.list_dtypes import list_dtype_hints
+from tracekit.costs.memory import ASSUMED_FP32, LIST_DTYPE_FROM_PRODUCER
 from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
 from tracekit.trace import Trace
@@ -180,7 +181,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
-    hints = {**conv_hints(ops), **parameter_hints(ops)}
+    hints = {**conv_hints(ops), **parameter_hints(ops), **list_dtype_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
@@ -282,7 +283,9 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
     it launched are templated on the element size (OpaqueType<2u> for bf16 / fp16). Where
     every kernel of a call that takes its cost names the same size, the call's cost is
     rescaled to it: `call` (per group, an index into `costs`) and `costs` are extended."""
-    assumed = np.array([isinstance(c, Cost) and ASSUMED_FP32 in c.note for c in costs] + [False])[call]
+    # a dtype assumed, or read from the producing op: the kernel's own element size overrides both
+    assumed = np.array([isinstance(c, Cost) and (ASSUMED_FP32 in c.note or LIST_DTYPE_FROM_PRODUCER in c.note)
+                        for c in costs] + [False])[call]
     if not assumed.any():
         return call, costs
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
@@ -303,7 +306,7 @@ def _element_size_from_kernels(k: pd.DataFrame, rows: np.ndarray, group: np.ndar
         key = (int(call[g]), float(lowest[g]))
         if key not in by_cost_and_size:
             cost, size_g = costs[key[0]], key[1]
-            scale = size_g / element_bytes("fp32")
+            scale = size_g / element_bytes(cost.dtype)  # from the dtype the cost assumed
             costs.append(Cost(cost.flops, cost.bytes_read * scale, cost.bytes_written * scale, cost.kind, sized_dtype(size_g),
                               f"element size {size_g:g} B from the kernel's OpaqueType"))
             by_cost_and_size[key] = len(costs) - 1

@@ -44,17 +44,16 @@ def _tensor_list(x: OpInputs, i: int) -> list[list[int]]:
     return dims
 
 
-def _list_dtype(x: OpInputs, i: int) -> str:
-    dtype = x.dtype_or_none(i)
-    return dtype or "fp32"
+LIST_DTYPE_FROM_PRODUCER = "tensor-list dtype from the op that made its tensors"
 
 
 @register("aten::cat", "aten::stack", "aten::_cat")
 def cat(x: OpInputs) -> Cost:
     shapes = _tensor_list(x, 0)
-    dtype = _list_dtype(x, 0)
+    recorded, produced = x.dtype_or_none(0), x.hints.get("list_dtype")  # see costs/list_dtypes.py
+    dtype = recorded or produced or "fp32"
     n = sum(math.prod(s) for s in shapes)
-    note = "" if x.dtype_or_none(0) else ASSUMED_FP32
+    note = "" if recorded else LIST_DTYPE_FROM_PRODUCER if produced else ASSUMED_FP32
     return _move(n * element_bytes(dtype), n * element_bytes(dtype), dtype, note)
 
 
