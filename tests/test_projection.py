@@ -364,3 +364,24 @@ def test_h200_video_dit_onto_h100_follows_the_same_bf16_peak():
     memory = ((r["roof_rule"] == "memory") & r["costed"]).to_numpy()
     assert r["roof_ratio"].to_numpy()[memory] == pytest.approx(np.full(memory.sum(), 4800 / 3350))
     assert abs(p.totals["busy_ratio"] / 1.01 - 1) <= 0.10
+
+
+OWN_H100 = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h100"
+
+
+@pytest.mark.parametrize("workload", ["hf_tinyllama-1.1b_train_ckpt_bs8x2048", "streaming_video_dit1.3b_480p_chunk3_steps2"])
+def test_h200_runs_projected_onto_the_h100_land_within_ten_percent_of_the_h100_run(workload):
+    """The shared h200_* training and video traces against the same parts of record_gpu.py run on an
+    H100 (torch 2.11, fixtures/gpu/h100; the recorder's truth: training step 0.427 s on the H200 and
+    0.466 s on the H100 unprofiled, a video chunk 0.178 s and 0.183 s). Projected onto the H100, the
+    busy time and the step windows are within ±10% of what the H100 measured, and the ranges hold it."""
+    a = analyze(TORCH / f"h200_{workload}.json.gz")
+    b = analyze(OWN_H100 / f"h10080gbhbm3_{workload}.json.gz")
+    assert b.device.key == "H100-SXM"
+    t = project(a.meta["path"], "H100-SXM", analysis=a).totals
+    busy, step = float(b.kernels["exclusive_ns"].sum()), float(b.steps["duration_ns"].sum())
+    assert len(a.steps) == len(b.steps) > 0
+    assert abs(t["busy_projected_ns"] / busy - 1) <= 0.10
+    assert abs(t["step_projected_ns"] / step - 1) <= 0.10
+    assert t["busy_low_ns"] <= busy <= t["busy_high_ns"]
+    assert t["step_low_ns"] <= step <= t["step_high_ns"]
