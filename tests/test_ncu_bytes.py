@@ -83,3 +83,48 @@ def test_a_tensor_lists_dtype_comes_from_the_op_that_made_its_tensors():
     assert len(cat) > 0 and set(cat["dtype"].astype(str)) == {"bf16"}
     per_call = cat.groupby("op")["bytes_read"].sum()
     assert per_call.max() == 2 * 32 * 512 * 64 * 2
+
+
+COMPILED = RECORDING / "h10080gbhbm3_llama3-8b_8layers_compiled_decode_bs16.json.gz"
+COMPILED_TWIN = RECORDING / "h10080gbhbm3_llama3-8b_8layers_compiled_decode_bs16_ncu_twin.json.gz"
+
+
+def test_an_inductor_kernel_reaches_no_more_of_a_tensor_than_its_launch_size():
+    from tracekit.costs.inductor import inductor_kernel_cost
+
+    # torch.compile'd decode: the kernel that writes one layer's K slice takes the whole static
+    # cache [8 layers, 2, 16, 8, 1024, 128] as an argument; its launch size (xnumel) is one slice,
+    # 16 x 8 x 1024 x 128 = 16,777,216 points, so it reaches 16.8M elements of the cache, not 268M
+    slice_, cache = [16, 8, 1024, 128], [8, 2, 16, 8, 1024, 128]
+    cost = inductor_kernel_cost([slice_, cache, slice_, slice_, slice_, slice_, []],
+                                [BF16] * 6 + ["Scalar"], [""] * 6 + ["16777216"])
+    assert cost.bytes_read == 6 * 16777216 * 2
+    # the fused embedding + RMSNorm reads 16 rows of the 1 GB table (xnumel 16, r0_numel 4096)
+    norm = inductor_kernel_cost([[16, 1], [128256, 4096], [4096], [16, 4096], [], []],
+                                ["long int", BF16, BF16, BF16, "Scalar", "Scalar"], ["", "", "", "", "16", "4096"])
+    assert norm.bytes_read == 16 * 8 + 2 * 16 * 4096 * 2 + 4096 * 2 + 16 * 4096 * 2 - 16 * 4096 * 2 + 16 * 4096 * 2
+
+
+def test_the_compiled_cache_slice_kernels_agree_with_dram():
+    nb = _benchmark()
+    p = nb.judge(nb.pair(nb.read_ncu(str(RECORDING / "compiled_ncu.csv")), nb.twin_kernels(str(COMPILED_TWIN))), 0.15, 1e6)
+    assert len(p) == 184 and p["costed"].all()
+    slices = p[p["name"].str.contains("index_copy") & (p["model_read"] < 2.5e8)]
+    assert len(slices) >= 8
+    assert slices["agrees"].mean() >= 0.75  # modeled total between DRAM reads and reads + writes
+    gemms = p[p["name"].str.startswith("nvjet") & ~p["small"]]
+    assert len(gemms) >= 40 and gemms["agrees"].all()
+
+
+def test_no_kernel_of_the_compiled_decode_is_above_peak_without_a_flag():
+    import tracekit
+
+    a = tracekit.analyze(COMPILED)
+    k = a.kernels[a.kernels["kind"].astype(str) == "kernel"]
+    assert k["flops"].notna().all()  # every kernel costed
+    above = k[k["efficiency"] > 1.05]
+    assert above["over_peak"].all()
+    assert len(above) == 0 or any("implausible kernels efficiency" in w for w in a.warnings)
+    # the 1 GB embedding table no longer counts in full: the fused embedding + RMSNorm is below peak
+    norm = k[k["name"].astype(str).str.contains("rms_norm_embedding")]
+    assert len(norm) and (norm["efficiency"] < 1).all()
