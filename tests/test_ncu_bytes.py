@@ -102,16 +102,21 @@ def test_an_inductor_kernel_reaches_no_more_of_a_tensor_than_its_launch_size():
     # the fused embedding + RMSNorm reads 16 rows of the 1 GB table (xnumel 16, r0_numel 4096)
     norm = inductor_kernel_cost([[16, 1], [128256, 4096], [4096], [16, 4096], [], []],
                                 ["long int", BF16, BF16, BF16, "Scalar", "Scalar"], ["", "", "", "", "16", "4096"])
-    assert norm.bytes_read == 16 * 8 + 2 * 16 * 4096 * 2 + 4096 * 2 + 16 * 4096 * 2 - 16 * 4096 * 2 + 16 * 4096 * 2
+    # ids 16 x 8 B, the table's reach 16 x 4096 x 2 B, the norm weight 4096 x 2 B, the output 16 x 4096 x 2 B
+    assert norm.bytes_read == 16 * 8 + 16 * 4096 * 2 + 4096 * 2 + 16 * 4096 * 2 == 270464
 
 
 def test_the_compiled_cache_slice_kernels_agree_with_dram():
+    """The slices agree; the eight kernels that rewrite the whole cache per layer (72% of the step)
+    do not: their minimum is 1.2 GB, DRAM moved 3.1 GB (tracekit calls the difference time above
+    the roofline)."""
     nb = _benchmark()
     p = nb.judge(nb.pair(nb.read_ncu(str(RECORDING / "compiled_ncu.csv")), nb.twin_kernels(str(COMPILED_TWIN))), 0.15, 1e6)
     assert len(p) == 184 and p["costed"].all()
     slices = p[p["name"].str.contains("index_copy") & (p["model_read"] < 2.5e8)]
     assert len(slices) >= 8
-    assert slices["agrees"].mean() >= 0.75  # modeled total between DRAM reads and reads + writes
+    # modeled total covers DRAM's reads and adds no more written than read (see judge)
+    assert slices["agrees"].mean() >= 0.85
     gemms = p[p["name"].str.startswith("nvjet") & ~p["small"]]
     assert len(gemms) >= 40 and gemms["agrees"].all()
 
