@@ -194,3 +194,17 @@ def test_launch_calls_behind_a_full_queue_are_not_the_profilers_share():
                  for n in set(names[keep]))
     assert p["time_ns"] == pytest.approx(excess, rel=1e-6)
     assert p["time_ns"] < 0.2 * 219.4e6  # the 219 ms it was included ~217 ms of queue back-pressure
+
+
+def test_a_cause_whose_activities_all_lack_a_name_is_still_a_row():
+    import numpy as np
+    import pandas as pd
+
+    from tracekit.analysis.causes import UNNAMED, _largest_by_name
+
+    k = pd.DataFrame({"name": pd.Categorical([None, None, None])})
+    rows = np.array([True, True, False])
+    name, ns, count = _largest_by_name(k, rows, np.array([5.0, 7.0, 100.0]))
+    assert (name, ns, count) == (UNNAMED, 0.0, 2)
+    named = pd.DataFrame({"name": pd.Categorical(["a", None, "b"])})
+    assert _largest_by_name(named, np.array([True, True, True]), np.array([5.0, 70.0, 6.0])) == ("b", 6.0, 1)

@@ -90,12 +90,17 @@ def _in_scope(a: Measured) -> np.ndarray:
     return k["step"].to_numpy() >= 0 if len(a.steps) else np.ones(len(k), dtype=bool)
 
 
+UNNAMED = "(no name recorded)"
+
+
 def _largest_by_name(k, rows: np.ndarray, time: np.ndarray) -> tuple[str, float, int]:
     """Of the activities in `rows`: the name holding the most `time`, that time and its count.
     A missing name (-1) counts in the total only."""
     names = key_of(k["name"], missing="nan")
     by_name = np.bincount(np.maximum(names[0][rows], 0), weights=np.where(names[0][rows] >= 0, time[rows], 0.0),
                           minlength=max(len(names[1]), 1))
+    if not len(names[1]) or not by_name.max() > 0:  # every name missing: the row still stands, unnamed
+        return UNNAMED, 0.0, int(np.count_nonzero(rows))
     top = int(np.argmax(by_name))
     return str(names[1][top]), float(by_name.max()), int(np.count_nonzero(rows & (names[0] == top)))
 
