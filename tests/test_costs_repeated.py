@@ -79,3 +79,19 @@ def test_pre_capture_gemms_of_a_repeated_forward_costed():
     pre = k[k["launched_before_capture"] & (k["kind"].astype(str) == "kernel")]
     assert len(pre) > 400 and pre["flops"].notna().all()
     assert a.coverage["modeled_share"] >= 0.95  # 91.7% before
+
+
+def test_a_stream_is_one_devices_stream():
+    """Two GPUs in one trace both number a stream 7: each device's stream repeats on its own.
+    GPU 1's kernels, interleaved in time with GPU 0's head, do not break GPU 0's head."""
+    from tracekit.costs.repeated import from_repeated_sequence
+
+    layer = [("gemm", 30), ("norm", 8), ("gemm", 30)]
+    gpu0 = [("norm", 7, 0, -1, True), ("gemm", 7, 10, -1, True)] + \
+        [(n, 7, 20 + 10 * i, g, False) for i, (n, g) in enumerate(layer * 3)]
+    gpu1 = [("copy", 7, 5 + 10 * i, 4, False) for i in range(11)]
+    k = _kernels(gpu0 + gpu1)
+    k["device"] = [0] * len(gpu0) + [1] * len(gpu1)
+    out = _out([None, None] + [100, 7, 200] * 3 + [1] * len(gpu1))
+    from_repeated_sequence(k, out)
+    assert out["flops"][0] == 7 and out["flops"][1] == 200

@@ -32,7 +32,10 @@ def from_repeated_sequence(k: pd.DataFrame, out: dict) -> None:
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
     name = names.cat.codes.to_numpy()
     grid = np.stack([k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z", "block_x")], axis=1)
-    stream, start, end = k["stream"].to_numpy(), k["start"].to_numpy(), k["end"].to_numpy()
+    # a stream is a (device, stream id) pair: every GPU of a multi-GPU trace has its stream 7
+    stream = pd.MultiIndex.from_arrays([k["device"].to_numpy(), k["stream"].to_numpy()]).factorize()[0] \
+        if "device" in k else k["stream"].to_numpy()
+    start, end = k["start"].to_numpy(), k["end"].to_numpy()
     heads, anchor = {}, None
     for s in pd.unique(stream[pre]):
         rows = np.flatnonzero(stream == s)
