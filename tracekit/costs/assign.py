@@ -34,6 +34,7 @@ from tracekit.costs.comm import kernel_collective_cost
 from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
+from tracekit.costs.layout import layout_kernel_cost
 from tracekit.costs.list_dtypes import list_dtype_hints
 from tracekit.costs.memory import ASSUMED_FP32, LIST_DTYPE_FROM_PRODUCER
 from tracekit.trace.column_text import as_text
@@ -60,6 +61,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     apply_split_k(k, trace.ops, out, "op shapes")
     _from_metadata(trace, kind, duration, out)
     _from_inductor_arguments(trace, kind, out)
+    _layout_kernels(trace, out)
     from_repeated_sequence(k, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
@@ -68,6 +70,31 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     for col in ("cost_kind", "dtype", "cost_source", "unknown_reason"):
         frame[col] = frame[col].astype("category")
     return frame
+
+
+def _layout_kernels(trace: Trace, out: dict) -> None:
+    """Layout kernels of an op (see costs/layout.py) whose launch names the tensor they move."""
+    k = trace.kernels
+    reason = out["unknown_reason"]
+    rows = [i for i in np.flatnonzero(k["op"].to_numpy() >= 0).tolist()
+            if isinstance(reason[i], str) and reason[i].startswith("layout or workspace kernel")]
+    if not rows:
+        return
+    ops, op = trace.ops, k["op"].to_numpy()
+    dims, types = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy()
+    names, op_names = as_text(k["name"]), as_text(ops["name"])
+    grid = k[["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]].to_numpy()
+    outputs: dict[int, tuple[int, str] | None] = {}
+    for i in rows:
+        o = int(op[i])
+        if o not in outputs:  # a forward op's result: what its own cost writes
+            own = op_cost(str(op_names[o]), dims[o], types[o], ops["concrete_inputs"].iat[o])
+            outputs[o] = (int(own.bytes_written // element_bytes(own.dtype)), own.dtype) \
+                if isinstance(own, Cost) and "backward" not in str(op_names[o]) and own.bytes_written > 0 else None
+        g = grid[i]
+        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], outputs[o])
+        if cost is not None:
+            _set(out, np.array([i]), cost, 1.0, "op shapes")
 
 
 def _reasons_without_op(k: pd.DataFrame, out: dict) -> None:
