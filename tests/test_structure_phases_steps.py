@@ -219,8 +219,8 @@ def test_autograd_states_reentrant_and_non_reentrant():
 
 
 def test_range_cycles_find_the_period():
-    """Top-level ranges a, a, b, c repeated 3 times: 3 steps, each from its first `a` to the
-    next cycle's first `a`; the last to its `c`'s end."""
+    """Top-level ranges a, a, b, c repeated 3 times: 3 steps, each from the previous cycle's end
+    (the first: from its first `a`) to its own `c`'s end: the gap before a cycle is its own."""
     import pandas as pd
 
     from tracekit.trace.frames import Trace
@@ -232,7 +232,7 @@ def test_range_cycles_find_the_period():
                            "start": start, "end": [s + 8 for s in start], "parent": -1, "depth": 0})
     empty = pd.DataFrame()
     got = range_cycles(Trace(empty, empty, empty, ranges))
-    assert [(n, a, b) for n, a, b, _, _ in got] == [("a..c#0", 0, 40), ("a..c#1", 40, 80), ("a..c#2", 80, 118)]
+    assert [(n, a, b) for n, a, b, _, _ in got] == [("a..c#0", 0, 38), ("a..c#1", 38, 78), ("a..c#2", 78, 118)]
     # no repeat: no steps
     one = ranges.iloc[:4].copy()
     assert range_cycles(Trace(empty, empty, empty, one)) == []
@@ -317,3 +317,22 @@ def test_a_wrapping_optimizers_inner_step_is_not_an_iteration_of_its_own(tmp_pat
     host = a.steps["host_duration_ns"].to_numpy()
     assert (host > 0).all()
     assert list(host[1:]) == [1_000_000, 1_000_000]  # from one outer step's end (t + 990) to the next's
+
+
+def test_a_video_chunk_owns_the_work_that_prepares_it():
+    """The H100 recording of the streaming video (fixtures/gpu/h100): each chunk begins with 61
+    kernels (the KV-cache concat and the noise) before its first denoise_step. Every chunk holds
+    its own: 2,594 kernels each, and the mean window is the unprofiled chunk time (183.3 ms)
+    within 1%."""
+    import json
+    import pathlib
+
+    import tracekit
+
+    here = pathlib.Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h100"
+    a = tracekit.analyze(here / "h10080gbhbm3_streaming_video_dit1.3b_480p_chunk3_steps2.json.gz")
+    truth = json.loads((here / "video.truth.json").read_text())
+    steps = a.steps
+    assert len(steps) == truth["chunks_profiled"] == 5
+    assert (steps["kernels"] == 2594).all()
+    assert abs(steps["duration_ns"].mean() / 1e9 / truth["chunk_s"] - 1) < 0.01

@@ -8,8 +8,8 @@ user's step annotation: tracekit.trace.step_ownership.step_rows finds none). In 
    (the first: from the thread's first op) to its end.
 2. the user's own pipeline: the top-level ranges of one thread repeat a cycle of names
    (`denoise_step, denoise_step, kv_recompute, vae_decode` per video chunk): one step per
-   cycle, from its first range's start to the next cycle's first start (the last: to its
-   last range's end). Their annotations win over what the ops say, unless the cycle is
+   cycle, from the previous cycle's end (the first: from the thread's first op) to its own
+   last range's end, so the work that prepares a cycle's inputs is that cycle's. Their annotations win over what the ops say, unless the cycle is
    finer than the model's forward passes (per-layer ranges).
 3. inference: one step per forward pass of the model (tracekit.trace.forwards: the token
    embedding's indices [B, T]), from its embedding op to the next one's (the last: to the
@@ -60,10 +60,16 @@ def range_cycles(trace: Trace) -> list[Window]:
     start, end = r["start"].to_numpy()[rows], r["end"].to_numpy()[rows]
     firsts = np.arange(0, n, period)
     label = seq[0] if period == 1 else f"{seq[0]}..{seq[period - 1]}"
+    # The work between two cycles belongs to the one after it: a loop body prepares its inputs
+    # before its first range (the video's noise and KV-cache concat, a training batch's load).
+    ops = trace.ops
+    mine = (ops["pid"].to_numpy() == busiest[0]) & (ops["tid"].to_numpy() == busiest[1]) if len(ops) else np.zeros(0, dtype=bool)
+    previous = min(int(start[0]), int(ops["start"].to_numpy()[mine].min())) if mine.any() else int(start[0])
     out = []
     for j, f in enumerate(firsts):
-        stop = int(start[firsts[j + 1]]) if j + 1 < len(firsts) else int(end[f: f + period].max())
-        out.append((f"{label}#{j}", int(start[f]), stop, busiest[0], busiest[1]))
+        stop = int(end[f: f + period].max())
+        out.append((f"{label}#{j}", previous, stop, busiest[0], busiest[1]))
+        previous = stop
     return out
 
 
