@@ -45,6 +45,7 @@ class Headline:
     comm_apart: bool = False  # the trace has communication kernels, left out of the figures
     efficiency: tuple[float, float] | None = None  # costed kernels' share of the sustained roofline, of peak
     costed_without_device: float | None = None  # share of kernel time with a cost where the GPU is unknown
+    costed_without_peak: tuple[float, tuple[str, ...]] | None = None  # costed share, and the dtypes the device has no peak for
     coverage_short: float | None = None  # too little has a cost: that share (against MIN_COVERAGE)
     how_to_cost: HowToCost | None = None
     causes: tuple[int, ...] = ()  # rows of the ranked causes the headline names (at most two)
@@ -135,6 +136,11 @@ def headline(a: Measured, f) -> Headline:
         facts["efficiency"] = (t_min_sustained[modeled].sum() / measured, t_min[modeled].sum() / measured)
     elif a.device is None and (share := _costed_share(k)) >= MIN_COVERAGE:
         facts["costed_without_device"] = share  # FLOPs and bytes are known, no roofline to hold them against
+    elif (share := _costed_share(k)) >= MIN_COVERAGE:
+        # costed, but the device table has no peak for their dtype (int64 fills): no roofline time
+        no_roof = kernel & k["flops"].notna().to_numpy() & ~modeled
+        dtypes = tuple(sorted({str(d) for d in k["dtype"].astype(object).to_numpy()[no_roof] if isinstance(d, str)}))
+        facts["costed_without_peak"] = (share, dtypes)
     else:
         facts["coverage_short"] = work_covered if comm.any() else covered
         facts["how_to_cost"] = _how_to_cost(a)

@@ -120,6 +120,11 @@ def headline(f: Findings) -> list[str]:
     elif h.costed_without_device is not None:
         sentences.append(f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
                          "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
+    elif h.costed_without_peak is not None:
+        share, dtypes = h.costed_without_peak
+        sentences.append(f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the device table "
+                         f"has no peak for its dtype ({', '.join(dtypes) or 'not recorded'}), so no roofline time and no "
+                         "efficiency can be stated.")
     else:
         sentences.append(f"Only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
                          f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
