@@ -36,3 +36,8 @@ def test_the_mi300x_resnet_trace_is_costed_over_95_percent():
     moved = k[k["name"].astype(str).str.startswith("batched_transpose") & k["flops"].notna()]
     assert len(moved) > 700
     assert (moved["efficiency"] <= 1.0).all()  # a transpose never beats the memory roof
+
+
+def test_a_grid_not_recorded_says_nothing_of_the_tiles():
+    assert layout_kernel_cost("batched_transpose_32x32_half", (-1, -1, -1), (-1, -1, -1), CONV_DIMS, CONV_TYPES) is None
+    assert layout_kernel_cost("batched_transpose_32x32_half", (0, 1, 1), (256, 1, 1), CONV_DIMS, CONV_TYPES) is None

@@ -133,3 +133,38 @@ def test_no_kernel_of_the_compiled_decode_is_above_peak_without_a_flag():
     # the 1 GB embedding table no longer counts in full: the fused embedding + RMSNorm is below peak
     norm = k[k["name"].astype(str).str.contains("rms_norm_embedding")]
     assert len(norm) and (norm["efficiency"] < 1).all()
+
+
+def test_an_output_the_op_allocates_is_dense_even_from_a_strided_view():
+    # clone / layer_norm of x[..., ::2] (x: [64, 128] bf16): read the span (2x), write dense
+    dims, strides = [[64, 64]], [[128, 2]]
+    clone = op_cost("aten::clone", dims, [BF16], [""], None, strides)
+    assert clone.bytes_read == 2 * 64 * 64 * 2 and clone.bytes_written == 64 * 64 * 2
+    norm = op_cost("aten::native_layer_norm", [[64, 64], [64], [64], [64], []], [BF16, "", BF16, BF16, "Scalar"],
+                   ["", "", "", "", "1e-5"], None, [[128, 2], [1], [1], [1], []])
+    assert norm.bytes_written == 64 * 64 * 2
+
+
+def test_a_pool_or_small_unrolled_reduction_reads_its_input_whole():
+    from tracekit.costs.inductor import inductor_kernel_cost
+
+    # a 2 x 2 max-pool: the input holds 4 elements per output point (4 loads per point): whole
+    pooled = [32, 64, 56, 56]
+    cost = inductor_kernel_cost([[32, 64, 112, 112], pooled, pooled, []], [BF16, BF16, "signed char", "Scalar"],
+                                ["", "", "", str(32 * 64 * 56 * 56)])
+    assert cost.bytes_read == 32 * 64 * 112 * 112 * 2 + 32 * 64 * 56 * 56 * (2 + 1)
+
+
+def test_a_tensor_lists_dtype_follows_promotion_not_a_mask():
+    import pandas as pd
+
+    from tracekit.costs.list_dtypes import list_dtype_hints
+
+    # where(mask, a, b) makes a's bf16, not the mask's bool; then cat([r, r]) takes bf16
+    ops = pd.DataFrame({"name": pd.Categorical(["aten::where", "aten::cat"]), "pid": 1, "tid": 1, "start": [0, 10],
+                        "end": [5, 15], "input_dims": [[[4, 8], [4, 8], [4, 8]], [[[4, 8], [4, 8]], []]],
+                        "input_types": [["bool", BF16, BF16], ["TensorList", "Scalar"]]})
+    assert list_dtype_hints(ops) == {1: {"list_dtype": "bf16"}}
+    # another process's op is no producer
+    ops["pid"] = [2, 1]
+    assert list_dtype_hints(ops) == {}

@@ -336,3 +336,23 @@ def test_a_video_chunk_owns_the_work_that_prepares_it():
     assert len(steps) == truth["chunks_profiled"] == 5
     assert (steps["kernels"] == 2594).all()
     assert abs(steps["duration_ns"].mean() / 1e9 / truth["chunk_s"] - 1) < 0.01
+
+
+def test_the_first_cycle_takes_its_lead_not_the_warm_up_before_the_loop():
+    """Cycles a, a, b, c at 0..118 ns: the later cycles start 2 ns after the previous one ends.
+    The first cycle takes an op 1 ns before its first range (its own setup), not a warm-up op 1 s
+    earlier on the same thread."""
+    import pandas as pd
+
+    from tracekit.trace.frames import Trace
+    from tracekit.trace.inferred_steps import range_cycles
+
+    names = ["a", "a", "b", "c"] * 3
+    start = [10 * i for i in range(12)]
+    ranges = pd.DataFrame({"name": pd.Categorical(names), "domain": pd.Categorical(["user"] * 12), "pid": 1, "tid": 1,
+                           "start": start, "end": [s + 8 for s in start], "parent": -1, "depth": 0})
+    ops = pd.DataFrame({"name": ["aten::warmup", "aten::randn"], "pid": 1, "tid": 1,
+                        "start": [-1_000_000_000, -1], "end": [-999_000_000, 0]})
+    empty = pd.DataFrame()
+    got = range_cycles(Trace(empty, empty, ops, ranges))
+    assert [(a, b) for _, a, b, _, _ in got] == [(-1, 38), (38, 78), (78, 118)]

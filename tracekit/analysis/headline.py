@@ -136,9 +136,11 @@ def headline(a: Measured, f) -> Headline:
         facts["efficiency"] = (t_min_sustained[modeled].sum() / measured, t_min[modeled].sum() / measured)
     elif a.device is None and (share := _costed_share(k)) >= MIN_COVERAGE:
         facts["costed_without_device"] = share  # FLOPs and bytes are known, no roofline to hold them against
-    elif (share := _costed_share(k)) >= MIN_COVERAGE:
-        # costed, but the device table has no peak for their dtype (int64 fills): no roofline time
-        no_roof = kernel & k["flops"].notna().to_numpy() & ~modeled
+    elif t_all[work].sum() and (share := float(t_all[work & k["flops"].notna().to_numpy()].sum() / t_all[work].sum())) \
+            >= MIN_COVERAGE:
+        # the same kernels as work_covered (communication apart) have a cost, but no roofline
+        # time: the device table has no peak for their dtype (int64 fills)
+        no_roof = work & k["flops"].notna().to_numpy() & ~modeled
         dtypes = tuple(sorted({str(d) for d in k["dtype"].astype(object).to_numpy()[no_roof] if isinstance(d, str)}))
         facts["costed_without_peak"] = (share, dtypes)
     else:

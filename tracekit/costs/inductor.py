@@ -12,7 +12,9 @@ can put a kernel above the roofline).
 A tensor argument larger than the kernel's iteration space is touched only in part: the
 trailing integer arguments are the launch sizes (xnumel, ynumel, r0_numel, and with dynamic
 shapes the symbolic sizes ks0...); one load per point reads at most their product of its
-elements. So the whole static KV cache passed to the kernel that writes one layer's slice,
+elements. A tensor more than 8 x the launch size counts what one load per point reaches
+(below that, several loads per point are common: pools, unrolled small reductions). So the
+whole static KV cache passed to the kernel that writes one layer's slice,
 or the embedding table passed to the fused embedding + RMSNorm, counts what the kernel can
 reach (measured by Nsight Compute on a compiled decode: the cache-slice kernels read 100 MB,
 not the 671 MB of their arguments). Symbolic sizes only enlarge the product: never below.
@@ -32,6 +34,7 @@ from tracekit.costs.cost import Cost, CostError, Unknown
 from tracekit.costs.inputs import OpInputs
 
 KERNEL = re.compile(r"triton_(poi|red|per)_")
+LOADS_PER_POINT = 8  # loads of one tensor per launch point below which it is counted whole
 
 
 def is_inductor_kernel(name: str) -> bool:
@@ -71,7 +74,12 @@ def _iteration_points(x: OpInputs, after: int) -> int | None:
 
 
 def _reachable_bytes(x: OpInputs, i: int, points: int | None) -> float:
+    """The whole tensor, unless it holds more than LOADS_PER_POINT elements per launch point:
+    then what one load per point reaches. Several loads per point are common below that
+    (a 2 x 2 pool reads 4 inputs per output, a reduction of up to 8 that Inductor unrolls
+    reads 8): such tensors are read whole. A tensor 16 x the launch size (one layer's slice of
+    a 16-slice cache) or 8,000 x (an embedding table for 16 tokens) is reached only in part."""
     whole = x.nbytes(i)
-    if points is None or x.stored_numel(i) <= points:
+    if points is None or x.stored_numel(i) <= LOADS_PER_POINT * points:
         return whole
     return whole * points / x.stored_numel(i)  # one load per point, at the tensor's bytes per element

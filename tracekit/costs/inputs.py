@@ -76,6 +76,11 @@ class OpInputs:
         size = element_bytes(self.dtype(i))
         return self.stored_numel(i) * size * self.sector_factor(i, size)
 
+    def dense_nbytes(self, i: int) -> float:
+        """Bytes of a fresh, dense tensor of input i's shape and dtype: an output the op
+        allocates like its input (a clone or a norm of a strided view writes it dense)."""
+        return self.stored_numel(i) * element_bytes(self.dtype(i))
+
     def sector_factor(self, i: int, element_size: float) -> float:
         """How many bytes DRAM moves per byte of a view whose densest dimension is strided.
         Memory moves whole 32-byte sectors: a view such as `x[..., ::2]` (smallest stride 2)

@@ -37,10 +37,10 @@ def layout_kernel_cost(name: str, grid: tuple[int, int, int], block: tuple[int, 
     m = _TILE.search(name[:512])
     if not m or not isinstance(dims, list) or not isinstance(types, list):
         return None
+    if any(int(v) <= 0 for v in (*grid, *block)):
+        return None  # a grid not recorded (-1) says nothing of the tiles launched
     tile = int(m.group(1)) * int(m.group(2))
-    g, b = math.prod(max(int(v), 1) for v in grid), math.prod(max(int(v), 1) for v in block)  # Python ints: no overflow
-    if g <= 0 or b <= 0:
-        return None
+    g, b = math.prod(int(v) for v in grid), math.prod(int(v) for v in block)  # Python ints: no overflow
     readings = {g * tile}  # grid in blocks
     if g % b == 0:
         readings.add(g // b * tile)  # grid in threads

@@ -4,7 +4,9 @@ torch.profiler records a tensor list's shapes but not its dtype ("TensorList"), 
 of non-contiguous inputs runs torch's generic copy kernel, whose name carries no element
 type either. The tensors of the list were made just before, on the same thread: the
 nearest op that finished before the list op and has a tensor of exactly the size of the
-list's first element (same element count) gives the dtype. This is data flow read from
+list's first element (same element count) gives the dtype, promoted as torch does (a float
+over a bool mask). A comparison's bool result is then read as its inputs' float: an over-
+count the kernel's own element size, where it names one, corrects. This is data flow read from
 shapes, not a name: `torch.stack((a * cos - b * sin, ...))` takes the bf16 of its `sub`.
 Kernels that do name their element size (OpaqueType<2>) still override it (costs/assign.py).
 """
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.costs.dtypes import canonical
+from tracekit.costs.dtypes import canonical, element_bytes
 from tracekit.trace.column_text import as_text
 
 LIST_OPS = ("aten::cat", "aten::stack", "aten::_cat")
@@ -39,8 +41,9 @@ def list_dtype_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
     if not len(listed):
         return {}
     dims, types = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy()
+    pid = ops["pid"].to_numpy() if "pid" in ops else np.zeros(len(ops), dtype=np.int64)
     tid, start, end = ops["tid"].to_numpy(), ops["start"].to_numpy(), ops["end"].to_numpy()
-    order = np.lexsort((start, tid))
+    order = np.lexsort((start, tid, pid))
     position = np.empty(len(order), dtype=np.int64)
     position[order] = np.arange(len(order))
     hints: dict[int, dict[str, Any]] = {}
@@ -55,8 +58,8 @@ def list_dtype_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
             continue
         p = position[row]
         for q in order[max(0, p - LOOK_BACK):p][::-1].tolist():
-            if tid[q] != tid[row] or end[q] > start[row]:
-                continue  # another thread, or an op around this one (its parent)
+            if pid[q] != pid[row] or tid[q] != tid[row] or end[q] > start[row]:
+                continue  # another thread (of any process), or an op around this one (its parent)
             dtype = _dtype_of_size(dims[q], types[q], size)
             if dtype:
                 hints[row] = {"list_dtype": dtype}
@@ -65,10 +68,12 @@ def list_dtype_hints(ops: pd.DataFrame) -> dict[int, dict[str, Any]]:
 
 
 def _dtype_of_size(dims: Any, types: Any, size: int) -> str | None:
+    """The dtype the producer's result has, as torch promotes its inputs of that size: a
+    floating one over integers and bools, the wider over the narrower (`where(mask, a, b)`
+    makes a's dtype, not the mask's)."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
-    for shape, type_name in zip(dims, types):
-        dtype = canonical(type_name) if isinstance(type_name, str) else None
-        if dtype and _numel(shape) == size:
-            return dtype
-    return None
+    found = [d for shape, t in zip(dims, types) if _numel(shape) == size and (d := canonical(t) if isinstance(t, str) else None)]
+    if not found:
+        return None
+    return max(found, key=lambda d: (d.startswith(("fp", "bf", "tf", "c")), d != "bool", element_bytes(d)))

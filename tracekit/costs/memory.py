@@ -29,7 +29,7 @@ def copy_(x: OpInputs) -> Cost:
 def clone(x: OpInputs) -> Cost:
     # A cast writes the target dtype; _to_copy records it only as a ScalarType code, so the
     # output is taken to have the input's dtype.
-    return _move(x.nbytes(0), x.nbytes(0), x.dtype(0))
+    return _move(x.nbytes(0), x.dense_nbytes(0), x.dtype(0))
 
 
 ASSUMED_FP32 = "tensor-list dtype not recorded: fp32 assumed"
@@ -118,7 +118,7 @@ def index_copy_(x: OpInputs) -> Cost:
 @register("aten::index_copy")
 def index_copy(x: OpInputs) -> Cost:
     # out of place: self is copied whole, then the source's rows are written over it
-    return _move(x.nbytes(0) + x.nbytes(3) + x.nbytes(2), x.nbytes(0), x.dtype(0))
+    return _move(x.nbytes(0) + x.nbytes(3) + x.nbytes(2), x.dense_nbytes(0), x.dtype(0))
 
 
 @register("aten::index_put_", "aten::_index_put_impl_", "aten::index_put")

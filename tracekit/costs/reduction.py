@@ -44,7 +44,7 @@ register("aten::any", "aten::all")(lambda x: _reduce(x, 1 if len(x) > 1 else Non
 @register("aten::cumsum", "aten::cumprod")
 def scan(x: OpInputs) -> Cost:
     n = x.numel(0)
-    return Cost(float(n), x.nbytes(0), x.nbytes(0), "vector", x.dtype(0))
+    return Cost(float(n), x.nbytes(0), x.dense_nbytes(0), "vector", x.dtype(0))
 
 
 @register("aten::_softmax", "aten::softmax", "aten::_log_softmax", "aten::log_softmax", "aten::_safe_softmax")
@@ -60,7 +60,7 @@ def softmax(x: OpInputs) -> Cost:
 def softmax_backward(x: OpInputs) -> Cost:
     # (grad_output, output, dim, input_dtype)
     n = x.numel(0)
-    return Cost(3.0 * n, x.nbytes(0) + x.nbytes(1), x.nbytes(0), "vector", x.dtype(0))
+    return Cost(3.0 * n, x.nbytes(0) + x.nbytes(1), x.dense_nbytes(0), "vector", x.dtype(0))
 
 
 @register("aten::topk", "aten::sort")
@@ -68,4 +68,4 @@ def sort(x: OpInputs) -> Cost:
     n = x.numel(0)
     if n == 0:
         raise CostError("empty input")
-    return Cost(n * max(1.0, math.log2(n)), x.nbytes(0), x.nbytes(0) + n * 8, "vector", x.dtype(0), "n log n comparisons")
+    return Cost(n * max(1.0, math.log2(n)), x.nbytes(0), x.dense_nbytes(0) + n * 8, "vector", x.dtype(0), "n log n comparisons")

@@ -8,8 +8,9 @@ user's step annotation: tracekit.trace.step_ownership.step_rows finds none). In 
    (the first: from the thread's first op) to its end.
 2. the user's own pipeline: the top-level ranges of one thread repeat a cycle of names
    (`denoise_step, denoise_step, kv_recompute, vae_decode` per video chunk): one step per
-   cycle, from the previous cycle's end (the first: from the thread's first op) to its own
-   last range's end, so the work that prepares a cycle's inputs is that cycle's. Their annotations win over what the ops say, unless the cycle is
+   cycle, from the previous cycle's end to its own last range's end, so the work that prepares
+   a cycle's inputs is that cycle's (the first: from its first op within the lead the later
+   cycles show, not from a warm-up before the loop). Their annotations win over what the ops say, unless the cycle is
    finer than the model's forward passes (per-layer ranges).
 3. inference: one step per forward pass of the model (tracekit.trace.forwards: the token
    embedding's indices [B, T]), from its embedding op to the next one's (the last: to the
@@ -62,12 +63,21 @@ def range_cycles(trace: Trace) -> list[Window]:
     label = seq[0] if period == 1 else f"{seq[0]}..{seq[period - 1]}"
     # The work between two cycles belongs to the one after it: a loop body prepares its inputs
     # before its first range (the video's noise and KV-cache concat, a training batch's load).
+    # The first cycle has no previous one: it takes the lead the later cycles show (their first
+    # range's start after the previous cycle's end, the median), and no more of the thread's
+    # earlier work (a warm-up before the loop is not the first step's).
+    stops = [int(end[f: f + period].max()) for f in firsts]
+    leads = [int(start[f]) - stops[j] for j, f in enumerate(firsts[1:])]
+    lead = max(0, int(np.median(leads))) if leads else 0
+    previous = int(start[0])
     ops = trace.ops
-    mine = (ops["pid"].to_numpy() == busiest[0]) & (ops["tid"].to_numpy() == busiest[1]) if len(ops) else np.zeros(0, dtype=bool)
-    previous = min(int(start[0]), int(ops["start"].to_numpy()[mine].min())) if mine.any() else int(start[0])
+    if lead and {"pid", "tid", "start"} <= set(ops.columns):
+        mine = (ops["pid"].to_numpy() == busiest[0]) & (ops["tid"].to_numpy() == busiest[1])
+        first = ops["start"].to_numpy()[mine]
+        first = first[(first >= previous - 2 * lead) & (first < previous)]  # twice the lead: the first is slower
+        previous = int(first.min()) if len(first) else previous  # the first op in the lead
     out = []
-    for j, f in enumerate(firsts):
-        stop = int(end[f: f + period].max())
+    for j, stop in enumerate(stops):
         out.append((f"{label}#{j}", previous, stop, busiest[0], busiest[1]))
         previous = stop
     return out
