@@ -57,11 +57,11 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     kind = as_text(k["kind"])
     _copies(k, kind, out)
     _collectives(k, kind, out)
-    _from_ops(trace, kind, duration, out)
+    helpers = _from_ops(trace, kind, duration, out)
     apply_split_k(k, trace.ops, out, "op shapes")
     _from_metadata(trace, kind, duration, out)
     _from_inductor_arguments(trace, kind, out)
-    _layout_kernels(trace, out)
+    _layout_kernels(trace, helpers, out)
     from_repeated_sequence(k, out)
     _inferred(k, out)
     _reasons_without_op(k, out)
@@ -72,27 +72,22 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     return frame
 
 
-def _layout_kernels(trace: Trace, out: dict) -> None:
-    """Layout kernels of an op (see costs/layout.py) whose launch names the tensor they move."""
-    k = trace.kernels
-    reason = out["unknown_reason"]
-    rows = [i for i in np.flatnonzero(k["op"].to_numpy() >= 0).tolist()
-            if isinstance(reason[i], str) and reason[i].startswith("layout or workspace kernel")]
-    if not rows:
+def _layout_kernels(trace: Trace, helpers: dict[int, Cost], out: dict) -> None:
+    """Layout kernels left out of their op's cost (see _from_ops) whose launch names the
+    tensor they move (costs/layout.py). A forward op's result is the output its cost wrote."""
+    if not helpers:
         return
-    ops, op = trace.ops, k["op"].to_numpy()
+    k, ops = trace.kernels, trace.ops
+    op = k["op"].to_numpy()
     dims, types = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy()
     names, op_names = as_text(k["name"]), as_text(ops["name"])
     grid = k[["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]].to_numpy()
-    outputs: dict[int, tuple[int, str] | None] = {}
-    for i in rows:
+    for i, own in helpers.items():
         o = int(op[i])
-        if o not in outputs:  # a forward op's result: what its own cost writes
-            own = op_cost(str(op_names[o]), dims[o], types[o], ops["concrete_inputs"].iat[o])
-            outputs[o] = (int(own.bytes_written // element_bytes(own.dtype)), own.dtype) \
-                if isinstance(own, Cost) and "backward" not in str(op_names[o]) and own.bytes_written > 0 else None
+        output = (int(own.bytes_written // element_bytes(own.dtype)), own.dtype) \
+            if "backward" not in str(op_names[o]) and own.bytes_written > 0 else None
         g = grid[i]
-        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], outputs[o])
+        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], output)
         if cost is not None:
             _set(out, np.array([i]), cost, 1.0, "op shapes")
 
@@ -151,7 +146,9 @@ def _collectives(k: pd.DataFrame, kind: np.ndarray, out: dict) -> None:
             _set(out, np.array([row]), cost, 1.0, "collective metadata")
 
 
-def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> None:
+def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -> dict[int, Cost]:
+    """Kernels costed from their op; returns the layout / workspace kernels left out of their
+    op's cost, each with that op's cost (kernel row -> Cost), for _layout_kernels."""
     k, ops = trace.kernels, trace.ops
     op = k["op"].to_numpy()
     # A graph replay's kernels are not the work of the op around the graph launch
@@ -160,7 +157,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     captured = k["capture_op"].to_numpy(dtype=bool) if "capture_op" in k else np.zeros(len(k), dtype=bool)
     todo = (op >= 0) & (kind == "kernel") & np.isnan(out["flops"]) & (~k["graph_launch"].to_numpy(dtype=bool) | captured)
     if not todo.any():
-        return
+        return {}
     # An op's cost is split over its kernels (not its memcpys / memsets) in proportion to
     # their time; a computing op's cost goes to its compute kernels only, not to the layout
     # transposes and workspace fills a convolution library launches around them.
@@ -181,6 +178,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     computes = np.array([isinstance(c, Cost) and c.flops > 0 for c in costs])[call]
     split = ~unknown & computes & (helpers_in_group > 0) & (helpers_in_group < group_size)
     helper = split[group] & auxiliary
+    helpers = {int(r): costs[c] for r, c in zip(rows[helper].tolist(), call[group[helper]].tolist())}
     if helper.any():
         out["unknown_reason"][rows[helper]] = [
             f"layout or workspace kernel of {name}: the op's FLOPs and minimum bytes belong to its "
@@ -192,7 +190,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
     count = np.bincount(their_group, minlength=len(op_rows))
     share = np.where(total[their_group] > 0, duration[taking] / np.where(total > 0, total, 1.0)[their_group], 1.0 / np.maximum(count, 1)[their_group])
     if unknown.all():
-        return
+        return helpers
     known = [c if isinstance(c, Cost) else None for c in costs]
     cost_of = call[their_group]  # per taking kernel: its cost
     for f in ("flops", "bytes_read", "bytes_written"):
@@ -201,6 +199,7 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
         out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in known], dtype=object)[cost_of]
     out["cost_source"][taking] = "op shapes"
     out["unknown_reason"][taking] = None
+    return helpers
 
 
 def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray) -> tuple[np.ndarray, list]:
