@@ -15,6 +15,7 @@ def entry() -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, early)
+    _reserve_standard_descriptors()
     from tracekit.errors import address_space_limit, start_interrupt_watchdog
 
     limit = address_space_limit()
@@ -26,6 +27,23 @@ def entry() -> None:
     from tracekit.cli import run
 
     run()
+
+
+def _reserve_standard_descriptors() -> None:
+    """A standard descriptor closed at start (`>&-`) is reopened on /dev/null before anything
+    opens a file: else the next file opened (the interrupt watchdog's pipe, a trace) takes its
+    number, and output meant for stdout goes into it. Python has already left sys.stdout /
+    sys.stderr None for it: cli/streams.py reads that as "closed"."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 # Below this no command can run: the interpreter maps ~13 MB, numpy ~85 MB more, its BLAS

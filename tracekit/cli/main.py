@@ -51,8 +51,11 @@ def run() -> None:
     import atexit
     import threading
 
+    from tracekit.cli.streams import own_streams
+
     try:
         _interrupts_raise()
+        own_streams()  # a closed or failing stdout / stderr ends in one line, not a traceback
         try:
             main()
             code = 0
@@ -215,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         cli.main(args=argv, prog_name="tracekit", standalone_mode=False)
+        sys.stdout.flush()  # here, where a stdout that fails is one line (cli/streams.py), not after the exit code is set
         if INTERRUPTS:  # the interrupt's KeyboardInterrupt was dropped on the way (an at-fork hook)
             raise KeyboardInterrupt
     except TraceError as exc:

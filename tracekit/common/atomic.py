@@ -12,7 +12,20 @@ with a lock (flock) while its run lives: the next run into the same place remove
 staging that no live run holds (a run killed by SIGKILL, or by the kernel when memory ran
 out), and a run forced to end by its interrupt watchdog removes its own (errors.STAGING).
 Several files of one command (diff.json and diff.md) are staged together and published
-together, or not at all (`write_files`)."""
+together, or not at all (`write_files`).
+
+What an output path names decides how it is written (`output_kind`), never by replacing
+what is not a file of the user's (issue 39: `--perfetto /dev/null` as root once renamed a
+regular file over the real /dev/null):
+
+- nothing yet, or a regular file: staged beside it and renamed into place;
+- a symlink to a regular file (or to nothing yet): the link is followed, as a shell's `>`
+  follows it: the file it names is replaced, the link itself is kept;
+- a character device (/dev/null, a terminal, /dev/stdout on one) or a FIFO / pipe (also
+  /dev/stdout or /proc/self/fd/1 on a pipe): written through, once the output is complete
+  (staged in the temporary directory until then); a FIFO that no reader opens within
+  FIFO_WAIT_S is refused;
+- a block device, a socket or a directory: refused with one line."""
 
 from __future__ import annotations
 
@@ -37,6 +50,47 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+FIFO_WAIT_S = 10.0  # how long a FIFO named as an output may wait for its reader
+
+# An output path's kind (output_kind)
+NEW_OR_FILE, WRITE_THROUGH = "file", "through"
+
+
+def absolute(path: str) -> str:
+    """os.path.abspath, with a working directory that was deleted under the run as one line."""
+    try:
+        return os.path.abspath(path)
+    except FileNotFoundError:
+        raise TraceError(path, "the working directory no longer exists, so a relative path names nothing: "
+                               "give an absolute path or run from an existing directory") from None
+
+
+def output_kind(path: str) -> str:
+    """NEW_OR_FILE (staged and renamed into place) or WRITE_THROUGH (a character device or a
+    FIFO, written into); anything else an output may not be is refused with one line."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode  # through symlinks: what the link names decides
+    except FileNotFoundError:
+        return NEW_OR_FILE
+    except OSError as exc:
+        raise TraceError(path, f"cannot write: {exc.strerror or exc}") from None
+    if stat.S_ISREG(mode):
+        return NEW_OR_FILE
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return WRITE_THROUGH
+    what = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TraceError(path, f"is {what}: refusing to write to it; name a file")
+
+
+def publish_target(path: str) -> str:
+    """Where a staged output is renamed to: a symlink is followed (the file it names is
+    replaced and the link kept), any other path is itself."""
+    return os.path.realpath(path) if os.path.islink(path) else path
+
+
 def check_out_path(path: str | None, option: str) -> None:
     """An output path the user gave: not empty, and UTF-8 (a name that prints)."""
     if path is None:
@@ -51,7 +105,7 @@ def check_out_path(path: str | None, option: str) -> None:
 
 def writable_parent(path: str) -> None:
     """The nearest existing ancestor of `path` is a directory this user may write in."""
-    ancestor = os.path.dirname(os.path.abspath(path))
+    ancestor = os.path.dirname(absolute(path))
     while not os.path.exists(ancestor):
         ancestor = os.path.dirname(ancestor)
     if not os.path.isdir(ancestor):
@@ -74,8 +128,13 @@ def check_out_file(path: str | None, option: str, inputs: Iterable[str | os.Path
     check_out_path(path, option)
     if os.path.isdir(path):
         raise TraceError(path, f"is a directory; {option} names a file")
-    writable_parent(path)
-    if os.path.exists(path) and not os.access(path, os.W_OK) and not os.access(os.path.dirname(os.path.abspath(path)), os.W_OK):
+    if output_kind(path) == WRITE_THROUGH:
+        if not os.access(path, os.W_OK):
+            raise TraceError(path, "permission denied")
+        return
+    target = publish_target(path)
+    writable_parent(target)
+    if os.path.exists(target) and not os.access(target, os.W_OK) and not os.access(os.path.dirname(absolute(target)), os.W_OK):
         raise TraceError(path, "permission denied")
     refuse_inputs(path, inputs)
 
@@ -150,19 +209,27 @@ def open_atomic(path: str | os.PathLike) -> Iterator[BinaryIO]:
 
 @contextlib.contextmanager
 def staged_files(paths: Iterable[str | os.PathLike]) -> Iterator[list[str]]:
-    """One staging file beside each of `paths`, to write; when the block ends without error
-    they replace their targets together (after every one is written), else all are
-    removed: the command's outputs are published together or not at all. OSError becomes
-    one TraceError line naming the file."""
+    """One staging file for each of `paths`, to write; when the block ends without error
+    they are published together (after every one is written), else all are removed, and so
+    are the directories made for them: the command's outputs are published together or not
+    at all, and nothing partial is left. A file is staged beside its target and renamed
+    into place; a device or FIFO is staged in the temporary directory and written through
+    (output_kind). OSError becomes one TraceError line naming the file."""
     paths = [os.fspath(p) for p in paths]
     staged: list[str] = []
+    made: list[str] = []  # directories this run made for its outputs, deepest last
     named = paths[0] if len(paths) == 1 else os.path.dirname(paths[0]) or os.curdir  # what the error line names
     try:
-        for path in paths:
-            directory = os.path.dirname(os.path.abspath(path))
-            os.makedirs(directory, exist_ok=True)
-            remove_stale(directory, staging_prefix(path))
-            fd, tmp = tempfile.mkstemp(prefix=staging_prefix(path), dir=directory)
+        kinds = [output_kind(path) for path in paths]
+        targets = [publish_target(path) if kind == NEW_OR_FILE else path for path, kind in zip(paths, kinds)]
+        for path, kind, target in zip(paths, kinds, targets):
+            if kind == WRITE_THROUGH:
+                directory = tempfile.gettempdir()
+            else:
+                directory = os.path.dirname(absolute(target))
+                made += _make_directories(directory)
+            remove_stale(directory, staging_prefix(target))
+            fd, tmp = tempfile.mkstemp(prefix=staging_prefix(target), dir=directory)
             staged.append(tmp)
             try:
                 hold(tmp, fd)
@@ -171,10 +238,14 @@ def staged_files(paths: Iterable[str | os.PathLike]) -> Iterator[list[str]]:
                 os.close(fd)
         yield list(staged)
         raise_if_interrupted()
-        for path, tmp in zip(paths, staged):
-            os.replace(tmp, path)
+        for path, kind, target, tmp in zip(paths, kinds, targets, staged):
+            if kind == WRITE_THROUGH:
+                _write_through(tmp, path)
+                os.unlink(tmp)
+            else:
+                os.replace(tmp, target)
             release(tmp)
-        staged = []
+        staged = made = []
     except OSError as exc:
         reason = exc.strerror or str(exc)
         if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
@@ -185,6 +256,69 @@ def staged_files(paths: Iterable[str | os.PathLike]) -> Iterator[list[str]]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             release(tmp)
+        for directory in reversed(made):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)  # only while empty: never what another writer put there
+
+
+def _make_directories(directory: str) -> list[str]:
+    """os.makedirs, returning the directories it made (outermost first)."""
+    missing = []
+    while directory and not os.path.isdir(directory):
+        missing.append(directory)
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    missing.reverse()
+    made = []
+    for directory in missing:
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            continue
+        made.append(directory)
+    return made
+
+
+def _open_fifo_writer(path: str) -> int:
+    """A FIFO opened for writing once a reader has it open (O_NONBLOCK: open() would wait for
+    ever), for at most FIFO_WAIT_S; then blocking again, so that writes wait for the reader."""
+    import time
+
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                raise
+            if time.monotonic() > deadline:
+                raise TraceError(path, f"is a FIFO that no reader opened within {FIFO_WAIT_S:.0f} s: nothing was written") from None
+            time.sleep(0.05)
+            continue
+        os.set_blocking(fd, True)
+        return fd
+
+
+def _write_through(staged: str, path: str) -> None:
+    """The complete output copied into a device or FIFO (never replaced)."""
+    import stat
+
+    if stat.S_ISFIFO(os.stat(path).st_mode):
+        fd = _open_fifo_writer(path)
+    else:
+        fd = os.open(path, os.O_WRONLY)
+    try:
+        with open(staged, "rb") as src:
+            while chunk := src.read(1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view):]
+    except BrokenPipeError:
+        raise TraceError(path, "its reader closed it before the output was written") from None
+    finally:
+        os.close(fd)
 
 
 def _encoded(data: str | bytes) -> bytes:
