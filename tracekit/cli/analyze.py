@@ -6,6 +6,7 @@ import click
 
 from tracekit.cli.common import (WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, importer, model_from, model_options,
                                  progress, safe, show, status, warn)
+from tracekit.cli.options import checked_scheduler
 from tracekit.errors import TraceError
 
 
@@ -19,7 +20,7 @@ from tracekit.errors import TraceError
 @click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
-@click.option("--scheduler", help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
+@click.option("--scheduler", callback=checked_scheduler, help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
 @click.option("--straggler-threshold", default=0.05, show_default=True, type=click.FloatRange(0.0, 10.0), help="A rank is a straggler when the other ranks wait for it at collectives, each on average, more than this share of the median step time.")
 @click.option("--mlflow", "to_mlflow", is_flag=True, help="Log the headline metrics and the report bundle to MLflow (MLFLOW_TRACKING_URI).")
 @click.option("--mlflow-run", help="The MLflow run to log to (implies --mlflow); default: a new run.")
@@ -54,7 +55,10 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
         for name in what_if:
             target_device(name, device_file, paths[0], flag="--what-if")
-    if len(paths) > 1 or os.path.isdir(paths[0]):
+    several = len(paths) > 1 or os.path.isdir(paths[0])
+    if scheduler is not None and not several:
+        raise click.UsageError("--scheduler runs the ranks of a job: give several traces or a directory of them")
+    if several:
         if options is not None or capture is not None or what_if:
             flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if"
             raise click.UsageError(f"{flag} works on one trace at a time")

@@ -32,8 +32,10 @@ class _Commands(click.Group):
             return None
         import importlib
 
+        from tracekit.cli.options import validated
+
         module, attribute = COMMANDS[name]
-        return getattr(importlib.import_module(f"tracekit.cli.{module}"), attribute)
+        return validated(getattr(importlib.import_module(f"tracekit.cli.{module}"), attribute))
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -72,7 +72,7 @@ def output_kind(path: str) -> str:
 
     try:
         mode = os.stat(path).st_mode  # through symlinks: what the link names decides
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (writable_parent says why it cannot be)
         return NEW_OR_FILE
     except OSError as exc:
         raise TraceError(path, f"cannot write: {exc.strerror or exc}") from None

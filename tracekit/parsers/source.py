@@ -69,9 +69,12 @@ def max_uncompressed_bytes() -> int:
     setting = os.environ.get(LIMIT_ENV)
     if setting:
         try:
-            return max(1, int(setting))
+            limit = int(setting)
         except ValueError:
-            raise TraceError(LIMIT_ENV, f"environment variable must be a number of bytes, not {setting[:40]!r}") from None
+            limit = 0
+        if limit < 1:  # (-1 was once taken as "1 byte": every gzip trace refused, for a reason the user never gave)
+            raise TraceError(LIMIT_ENV, f"environment variable must be a positive number of bytes, not {setting[:40]!r}")
+        return limit
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
     except (ValueError, OSError, AttributeError):
