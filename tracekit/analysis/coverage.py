@@ -45,7 +45,8 @@ def coverage(k: pd.DataFrame) -> dict[str, Any]:
         "kernels": int(is_kernel.sum()),
         "kernels_modeled": int((is_kernel & modeled).sum()),
         "copies_time_ns": float(time[~is_kernel].sum()),
-        "over_peak_share": float(time[over].sum() / time[with_tmin].sum()) if with_tmin.any() else None,
+        # unknown (None), not 0/0, when the costed kernels have no time (every `dur` negative or missing: health says so)
+        "over_peak_share": float(time[over].sum() / time[with_tmin].sum()) if time[with_tmin].sum() > 0 else None,
         "over_peak_kernels": int(over.sum()),
         # Efficiency of the whole capture is a measurement only when most kernel time is costed.
         "efficiency": group_efficiency(k["t_min_ns"][is_kernel], k["duration_ns"][is_kernel]) if known else None,

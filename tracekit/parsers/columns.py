@@ -92,7 +92,7 @@ class Checks:
             keep = np.isfinite(ts) & (np.abs(ts) <= MAX_ABS_TIME_NS / 1000)
             keep &= np.isfinite(dur) & (dur <= MAX_DURATION_NS / 1000)
             negative = keep & (dur < 0)
-        self.count(f"{{n}} {what} dropped: `ts` or `dur` is not a plausible time (NaN, infinite or beyond 100 years)", (~keep).sum())
+        self.count(f"{{n}} {what} dropped: `ts` or `dur` is missing or not a plausible time (NaN, infinite or beyond 100 years)", (~keep).sum())
         self.count(f"{{n}} {what} have a negative `dur`; taken as 0", negative.sum())
         return keep
 

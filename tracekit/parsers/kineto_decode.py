@@ -33,7 +33,7 @@ class Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     pid: int | str = 0
     tid: int | str = 0
     ts: float = 0.0
-    dur: float = 0.0
+    dur: float = float("nan")  # missing: unknown, not 0 (counted and dropped by columns.times_us, a health warning)
     args: msgspec.Raw = _EMPTY_ARGS
 
 
