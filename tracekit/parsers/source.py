@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -22,18 +21,29 @@ _CHUNK = 16 << 20
 @dataclass
 class Source:
     path: str
-    data: bytes | bytearray | mmap.mmap  # the uncompressed bytes (an mmap for plain files: no copy)
+    data: bytes | bytearray  # the uncompressed bytes (a plain file copied: see _snapshot)
     compressed: bool
     warnings: list[str] = field(default_factory=list)
     cut_short: bool = False  # the gzip stream ended early or broke: what follows is lost
 
 
 def check_readable(path: str | os.PathLike) -> str:
+    """The one guard before a trace is read: a regular file this user may read, not empty."""
+    import stat
+
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise TraceError(path, "no such file")
-    if os.path.isdir(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except OSError as exc:  # EACCES on a directory above it, ELOOP, ENAMETOOLONG, ...
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
         raise TraceError(path, "is a directory, not a trace file")
+    if not stat.S_ISREG(mode):
+        # (a FIFO once read as "empty file"; /dev/zero would be read for ever)
+        what = "a FIFO or pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+        raise TraceError(path, f"is {what}, not a trace file: save the trace to a file and give its path")
     if not os.access(path, os.R_OK):
         raise TraceError(path, "permission denied")
     if os.path.getsize(path) == 0:
@@ -42,18 +52,42 @@ def check_readable(path: str | os.PathLike) -> str:
 
 
 def read_head(path: str, n: int = 16) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(n)
+    try:
+        with open(path, "rb") as f:
+            return f.read(n)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
 def read_source(path: str) -> Source:
     """The file's uncompressed content. The file is opened read-only and never written."""
     if read_head(path, 2) == GZIP_MAGIC:
-        data, warnings = _gunzip(path)
-        return Source(path, data, True, warnings, cut_short=bool(warnings))
+        data, warnings, cut_short = _gunzip(path)
+        return Source(path, data, True, warnings, cut_short=cut_short)
+    return Source(path, _snapshot(path), False)
+
+
+def _snapshot(path: str) -> bytearray:
+    """A plain file's bytes, copied into memory. Not a memory map: a mapped file that shrinks
+    while it is read (a profiler still writing it, a `> trace.json` in another shell) kills
+    the process with SIGBUS, no message (issue 39: 11 of 11 tries). The copy takes the same
+    address space as the map did; a file whose size changes during the copy is refused."""
     with open(path, "rb") as f:
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return Source(path, data, False)
+        size = os.fstat(f.fileno()).st_size
+        data = bytearray(size)
+        view = memoryview(data)
+        done = 0
+        while done < size:
+            got = f.readinto(view[done:])
+            if not got:
+                break
+            done += got
+        view.release()
+        now = os.fstat(f.fileno()).st_size
+    if done != size or now != size:
+        raise TraceError(path, f"the file changed while it was read ({size:,} bytes, then {max(done, now) if now != size else done:,}): "
+                               "read it again once whatever writes it has finished")
+    return data
 
 
 # A decompression bomb (a few MB of gzip holding many GB) is refused with a plain message
@@ -94,9 +128,11 @@ def _size(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
-def _gunzip(path: str) -> tuple[bytearray, list[str]]:
+def _gunzip(path: str) -> tuple[bytearray, list[str], bool]:
     """Decompress every gzip member, a bounded piece at a time (so a bomb is stopped before
-    it takes the memory); a stream cut short keeps what was decompressed."""
+    it takes the memory); a stream cut short keeps what was decompressed (and says so: the
+    third value). Bytes after the last member that are not another member (padding, garbage)
+    are ignored with a warning, as gzip(1) does: the data before them is whole."""
     out = bytearray()
     warnings: list[str] = []
     compressed = os.path.getsize(path)
@@ -117,6 +153,10 @@ def _gunzip(path: str) -> tuple[bytearray, list[str]]:
                         # files). Checked first: after the end, zlib may also leave those
                         # bytes in unconsumed_tail, and feeding them back loops for ever.
                         chunk = decomp.unused_data
+                        if chunk and not GZIP_MAGIC.startswith(chunk[:2]):
+                            trailing = compressed - f.tell() + len(chunk)
+                            warnings.append(f"{trailing:,} bytes after the end of the gzip data are not gzip; ignored")
+                            return out, warnings, False
                         if chunk:
                             decomp = inflate.decompressobj(wbits=31)
                     else:
@@ -125,10 +165,11 @@ def _gunzip(path: str) -> tuple[bytearray, list[str]]:
                 if not out:
                     raise TraceError(path, f"gzip data is corrupt ({exc})") from None
                 warnings.append(f"gzip data is corrupt after {len(out):,} bytes ({exc}); read what came before")
-                return out, warnings
+                return out, warnings, True
     if not decomp.eof:
         out += decomp.flush()
         if not out:
             raise TraceError(path, "gzip stream is cut short before any data")
         warnings.append(f"gzip stream is cut short after {len(out):,} uncompressed bytes; reading what is whole")
-    return out, warnings
+        return out, warnings, True
+    return out, warnings, False
