@@ -38,6 +38,9 @@ def parse_nsys(path: str) -> Trace:
     except (sqlite3.Error, pd.errors.DatabaseError) as exc:
         # pandas wraps sqlite3's error in its own, with the whole query in the message
         reason = str(exc.__cause__ or exc)
+        if "interrupted" in reason:  # the progress handler's bound (_bounded)
+            raise TraceError(path, "reading the export took far more SQLite work than its size allows (a damaged or "
+                                   "edited file?): stopped") from None
         raise TraceError(path, f"SQLite error while reading the export (damaged or edited file?): {reason}") from None
     finally:
         conn.close()
@@ -61,12 +64,34 @@ def _connect(path: str) -> sqlite3.Connection:
     uri = f"file:{quote(str(pathlib.Path(path).resolve()))}?mode=ro&immutable=1"
     try:
         conn = sqlite3.connect(uri, uri=True)
+        _bounded(conn, os.path.getsize(path))
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise TraceError(path, f"not a readable SQLite database ({exc})") from None
     except UnicodeDecodeError:  # SQLite's message quotes a damaged schema's bytes, which are not text
         raise TraceError(path, "not a readable SQLite database (its schema is damaged)") from None
     return conn
+
+
+# SQLite work allowed per byte of the file: every read is bounded (issue 39: a kernel table
+# made a view over an endless WITH RECURSIVE grew by 170 MB/s for ever). Reading the shared
+# exports takes at most 0.2 VM instructions per byte (h100x2_fsdp: 0.5 M for 2.3 MB); the bound
+# is 500x that, and at least 20 M (a runaway query on a small file ends within seconds).
+SQLITE_STEPS_PER_BYTE = 100
+SQLITE_MIN_STEPS = 20_000_000
+_PROGRESS_EVERY = 100_000  # VM instructions between two calls of the handler
+
+
+def _bounded(conn: sqlite3.Connection, size: int) -> None:
+    """Interrupt any statement once the connection has run more VM instructions than a file
+    of `size` bytes can need. (Nsight's tables only are read, never views: nsys_schema.)"""
+    budget = [max(SQLITE_MIN_STEPS, SQLITE_STEPS_PER_BYTE * size) // _PROGRESS_EVERY]
+
+    def spent() -> int:
+        budget[0] -= 1
+        return budget[0] < 0
+
+    conn.set_progress_handler(spent, _PROGRESS_EVERY)
 
 
 class _Reader:

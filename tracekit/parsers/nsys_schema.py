@@ -28,7 +28,10 @@ class Schema:
 
     @classmethod
     def read(cls, conn: sqlite3.Connection) -> "Schema":
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
+        # Tables only: Nsight writes no views, and a view (or a virtual table) runs whatever
+        # query it holds, an endless one too, when it is read
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                            "AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'")]
         tables = {}
         for name in names:
             quoted = name.replace('"', '""')
