@@ -18,6 +18,7 @@ import time
 import pytest
 
 import tracekit.parsers.kineto_parallel as parallel
+import tracekit.common.pools as pools
 from conftest import run_main as run
 from tracekit.parsers import as_trace, parse, parse_tables
 
@@ -229,7 +230,7 @@ def test_a_stopped_pool_ends_its_manager_thread_with_half_a_result_in_the_pipe(t
         assert marker.exists()
         manager = pool._executor_manager_thread
         time.sleep(0.1)  # the manager is now reading the rest of the message
-        parallel._stop(pool)
+        pools.stop_pool(pool)
         manager.join(10)
         assert not manager.is_alive(), "the pool's manager thread still waits on the result pipe"
         assert not [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread" and t.is_alive()]

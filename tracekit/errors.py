@@ -258,3 +258,31 @@ def out_of_memory(argv: list[str] | None, why: str = "out of memory") -> tuple[s
     size = f"{trace_mb:,.1f} MB" if trace_mb < 10 else f"{trace_mb:,.0f} MB"
     what = "Nsight export" if kind == "nsys" else "Kineto trace"
     return path, f"{why}{limit_text}: `{command}` on this {size} {what} needs about {amount} of address space: raise the memory limit"
+
+
+def limit_reached(exc: BaseException) -> str | None:
+    """The one line for a run stopped by a process limit other than memory (issue 39): too
+    many open files (`ulimit -n`), no process or thread to be had (`ulimit -u`); None for
+    any other error. The limit's value is named where the platform says it."""
+    import errno
+
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc) and address_space_limit() is None:
+        return _with_limit("cannot start a thread", "RLIMIT_NPROC", "ulimit -u")
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return _with_limit("too many open files", "RLIMIT_NOFILE", "ulimit -n")
+    if exc.errno == errno.EAGAIN and exc.filename is None:  # fork / clone refused
+        return _with_limit("cannot start a process", "RLIMIT_NPROC", "ulimit -u")
+    return None
+
+
+def _with_limit(what: str, name: str, shell: str) -> str:
+    try:
+        import resource
+
+        soft = resource.getrlimit(getattr(resource, name))[0]
+        value = "unlimited" if soft == resource.RLIM_INFINITY else f"{soft:,}"
+    except (ImportError, AttributeError, OSError, ValueError):
+        value = "unknown"
+    return f"{what} (the limit `{shell}` is {value}): raise it, or pass --workers 1"

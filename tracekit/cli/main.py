@@ -11,7 +11,7 @@ import click
 
 from tracekit import __version__
 from tracekit.cli.common import reader_gone, safe
-from tracekit.errors import TraceError, memory_ran_out, out_of_memory, printable
+from tracekit.errors import TraceError, limit_reached, memory_ran_out, out_of_memory, printable
 
 
 # command -> (module under tracekit.cli, its click command): a command's module (its options,
@@ -246,6 +246,10 @@ def main(argv: list[str] | None = None) -> None:
         reader_gone()
     except Exception as exc:  # a bug in tracekit, not in the input
         _aborted_if_interrupted()
+        limit = limit_reached(exc)
+        if limit is not None:  # a process limit (`ulimit -n`, `ulimit -u`): the run's environment, not a bug
+            click.echo(f"tracekit: error: {limit}", err=True)
+            sys.exit(2)
         if memory_ran_out(exc):  # MemoryError, or an import or allocation refused under a memory limit
             import traceback
 

@@ -29,19 +29,16 @@ import contextlib
 import math
 import os
 import re
-import sys
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import msgspec
 
+from tracekit.common.pools import die_with_parent, stop_pool
 from tracekit.errors import address_space_limit, interrupts_deferred, memory_ran_out
 from tracekit.parsers.kineto_decode import Document, EventDecoder, buffer_address, decode_document
 from tracekit.parsers.kineto_tables import KinetoTables
 from tracekit.parsers.source import Source
 from tracekit.trace.tables import ColumnTrace
-
-if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
 
 # Below this many bytes of JSON the serial parser wins: forking the workers and joining
 # their columns costs about what the second core saves. Measured on a 2-core machine
@@ -71,7 +68,6 @@ class _Rest(msgspec.Struct):
 
 _data: Any = None  # the trace's bytes, set before the workers fork (they inherit it)
 _NO_MEMORY = "out of memory"  # what a worker returns when its piece did not fit
-STOP_WAIT_S = 5.0  # how long a stopped pool's manager thread may take to end
 
 
 class OutOfMemory(Exception):
@@ -159,7 +155,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     try:
         with interrupts_deferred(), _small_threads(limited):  # the workers fork in the first submit
             pool = ProcessPoolExecutor(max_workers=count, mp_context=context,
-                                       initializer=_die_with_parent, initargs=(os.getpid(),))
+                                       initializer=die_with_parent, initargs=(os.getpid(),))
             futures = {pool.submit(_decode_piece, start, stop, i == len(pieces) - 1): i for i, (start, stop) in enumerate(pieces)}
         if meanwhile is not None:  # this process is idle until the pieces come back
             try:
@@ -170,7 +166,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
         for future in as_completed(futures):
             result = future.result()
             if result is None or result == _NO_MEMORY:
-                _stop(pool)
+                stop_pool(pool)
                 if result == _NO_MEMORY:
                     results = futures = None
                     raise OutOfMemory(no_memory)
@@ -184,7 +180,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
     except OutOfMemory:
         raise
     except BaseException as exc:
-        _stop(pool)  # first, whatever happened: no worker, pipe or pool thread outlives the parse
+        stop_pool(pool)  # first, whatever happened: no worker, pipe or pool thread outlives the parse
         if isinstance(exc, Exception) and memory_ran_out(exc):  # this process's memory (the caller's imports too)
             results = futures = None
             raise OutOfMemory(no_memory) from None
@@ -223,67 +219,6 @@ def _small_threads(limited: bool):
         if before is not None:
             with contextlib.suppress(ValueError, RuntimeError):
                 threading.stack_size(before)
-
-
-def _stop(pool: ProcessPoolExecutor | None) -> None:
-    """Kill the pool's workers, reap them and end the pool's manager thread (no orphan, and
-    no thread that holds up the exit, outlives an interrupted or failed parse)."""
-    if pool is None:
-        return
-    # shutdown() drops these (sets them to None): taken first.
-    processes = queue = manager = None
-    with contextlib.suppress(Exception):
-        processes = list((pool._processes or {}).values())
-        queue, manager = pool._result_queue, pool._executor_manager_thread
-    for process in processes or ():
-        with contextlib.suppress(Exception):
-            process.kill()
-    with contextlib.suppress(Exception):
-        pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes or ():
-        with contextlib.suppress(Exception):
-            process.join(2)
-    # A worker killed while writing its result leaves half a message in the result pipe,
-    # and the pool's manager thread waits for the rest (the interpreter joins that thread
-    # at exit: a hang after the last line). Once this process's copy of the pipe's write
-    # end is closed, with the workers dead, that read ends (EOF) and so does the thread.
-    with contextlib.suppress(Exception):
-        queue._writer.close()
-    with contextlib.suppress(Exception):
-        manager.join(STOP_WAIT_S)
-
-
-def _die_with_parent(parent: int) -> None:
-    """In each worker, first: die when the parent does (SIGTERM or SIGKILL to it alone must
-    not leave workers blocked on a pipe with parent 1), and leave interrupts to the parent,
-    which stops the workers itself. Linux: PR_SET_PDEATHSIG; elsewhere a watchdog thread."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):  # forked while the parent held interrupts (errors.interrupts_deferred)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    armed = False
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            armed = False
-    if os.getppid() != parent:  # the parent died before the signal was armed
-        os._exit(1)
-    if not armed:
-        import threading
-        import time
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.2)
-            os._exit(1)
-
-        threading.Thread(target=watch, daemon=True).start()
 
 
 def _header(path: str, data: Any, first: int, closing: int) -> Document | None:

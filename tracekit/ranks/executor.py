@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -104,8 +103,13 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
         if workers <= 1:  # one rank at a time: each may read its trace with the cores (unless told 1)
             results = [analyze_one(p, *args, parse_workers=asked) for p in paths]
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                results = list(pool.map(analyze_one, paths, *([a] * len(paths) for a in args)))
+            from tracekit.common.pools import PoolUnavailable, process_pool
+
+            try:
+                with process_pool(workers) as pool:  # (stopped, no worker left, whatever ends it)
+                    results = list(pool.map(analyze_one, paths, *([a] * len(paths) for a in args)))
+            except PoolUnavailable:  # no processes to be had (`ulimit -u`, `ulimit -n`): one rank at a time, here
+                results = [analyze_one(p, *args, parse_workers=1) for p in paths]
     for i, r in enumerate(results):
         if r.rank < 0:
             r.rank = i  # neither distributedInfo nor the file name says: the order given
