@@ -8,6 +8,7 @@ to, a run ends with its one line and its exit code, never a traceback about the 
   that went away (EPIPE) stays a BrokenPipeError: cli/main.py ends that run quietly.
 - stderr closed or failing: what cannot be said is dropped; the exit code stays the run's
   own (2 for bad input, not 1 for the failed error line).
+- a library's own log lines (matplotlib's about an unwritable HOME) are not printed.
 
 fd 1 and 2 are kept open (on /dev/null when they were closed) so that no file this run opens
 later takes their number and receives output meant for a terminal.
@@ -92,3 +93,12 @@ def own_streams() -> None:
                 pass
     sys.stdout = _stream(1, "stdout", sys.stdout)
     sys.stderr = _stream(2, "stderr", sys.stderr)
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """A library's own warnings do not reach stderr as raw lines: matplotlib logs two about an
+    unwritable HOME (it then uses a temporary config directory, which is all a report needs)."""
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)

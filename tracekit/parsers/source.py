@@ -51,6 +51,14 @@ def check_readable(path: str | os.PathLike) -> str:
     return path
 
 
+def list_directory(path: str) -> list[str]:
+    """A directory's entry names, sorted; unreadable (EACCES for a normal user) is one line."""
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        raise TraceError(path, f"cannot list the directory: {exc.strerror or exc}") from None
+
+
 def read_head(path: str, n: int = 16) -> bytes:
     try:
         with open(path, "rb") as f:

@@ -61,7 +61,9 @@ def trace_paths(inputs: list[str]) -> list[str]:
     out = []
     for item in inputs:
         if os.path.isdir(item):
-            found = sorted(os.path.join(item, f) for f in os.listdir(item) if f.endswith(TRACE_SUFFIXES) and f not in OUTPUT_NAMES)
+            from tracekit.parsers.source import list_directory
+
+            found = [os.path.join(item, f) for f in list_directory(item) if f.endswith(TRACE_SUFFIXES) and f not in OUTPUT_NAMES]
             if not found:
                 raise TraceError(item, "directory holds no .json, .json.gz or .sqlite traces")
             out += found
