@@ -93,6 +93,8 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
                 return
             if not got:
                 return
+            if got[0] == getattr(signal, "SIGXCPU", None):
+                cpu_time_ran_out()
             if got[0] in (signal.SIGINT, signal.SIGTERM):
                 break
         signum = got[0]
@@ -115,6 +117,8 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
             before = threading.stack_size(256 << 10)  # it only waits: 256 KiB of stack, not 8 MiB of address space
         threading.Thread(target=watch, name="tracekit-interrupt-watchdog", daemon=True).start()
         signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        if hasattr(signal, "SIGXCPU"):  # its number reaches the watchdog through the wakeup descriptor
+            signal.signal(signal.SIGXCPU, lambda signum, frame: None)
         os.register_at_fork(after_in_child=lambda: _forget_wakeup(read_end, write_end))
     except (RuntimeError, ValueError, OSError):  # no thread to be had: the handlers alone
         for fd in (read_end, write_end):
@@ -124,6 +128,24 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
         if before is not None:
             with contextlib.suppress(ValueError, RuntimeError):
                 threading.stack_size(before)
+
+
+def cpu_time_ran_out() -> None:
+    """SIGXCPU: the soft CPU-time limit (`ulimit -St`, prlimit --cpu) is spent; the kernel kills
+    the process at the hard one. One line and exit 2 now, this run's staging removed, rather
+    than "CPU time limit exceeded" from the shell. (`ulimit -t N` sets both limits: the
+    kernel's SIGKILL then comes first, and nothing can be said.)"""
+    import shutil
+
+    for path in list(STAGING):
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+    with contextlib.suppress(OSError):
+        os.write(2, b"tracekit: error: the CPU time limit (ulimit -t) ran out before the run ended: raise it\n")
+    os._exit(2)
 
 
 def _forget_wakeup(read_end: int, write_end: int) -> None:
