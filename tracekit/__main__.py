@@ -129,7 +129,10 @@ def _refuse(why: str) -> None:
 
             path = printable(path)
     line = f"tracekit: error: {path + ': ' if path is not None else ''}{reason}\n"
-    os.write(2, line.encode("utf-8", "backslashreplace"))
+    try:
+        os.write(2, line.encode("utf-8", "backslashreplace"))
+    except OSError:  # stderr closed or full: the exit code still says it
+        pass
     os._exit(2)
 
 
