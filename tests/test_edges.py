@@ -1,0 +1,302 @@
+"""A run's edges (issue 39), one test per class: where output goes, the streams, process
+limits, inputs that change or are not files, option values. Each ends with exit 0 and the
+right output, or exit 2 and one line; no traceback, no hang, no special file replaced,
+nothing partial left. (Many more combinations: benchmarks/fuzz_edges.py.)"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import os
+import pathlib
+import resource
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import warnings
+
+import pytest
+
+from conftest import run_main as run
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = REPO / "fixtures" / "cpu_tiny_llama_decode.json.gz"
+BERT = REPO.parent / "shared" / "fixtures" / "torch" / "h100_bert_small_hf_inference.json.gz"
+NSYS = REPO.parent / "shared" / "fixtures" / "nsys" / "rtx3080_tiny_nsys2026.1.sqlite"
+ROOT = os.geteuid() == 0
+
+
+def tracekit(*argv, timeout=120, **kwargs) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="error::RuntimeWarning")
+    env.pop("TRACEKIT_DEBUG", None)
+    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, argv)], env=env, timeout=timeout, **kwargs)
+
+
+def one_line(err: str | bytes) -> str:
+    text = err.decode() if isinstance(err, bytes) else err
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("tracekit: warning:")]
+    assert len(lines) == 1 and "Traceback" not in text and "internal error" not in text, text
+    return lines[0]
+
+
+# --- 1. outputs never replace what is not theirs -------------------------------------------
+
+@pytest.mark.skipif(not ROOT, reason="mknod needs root")
+@pytest.mark.parametrize("minor, code", [(3, 0), (7, 2)])  # a private /dev/null, a private /dev/full
+def test_a_device_node_is_written_through_never_replaced(tmp_path, minor, code):
+    node = tmp_path / "dev"
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    proc = tracekit("export", TINY, "--perfetto", node, capture_output=True, text=True)
+    st = os.lstat(node)
+    assert stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(1, minor), "the device node was replaced"
+    assert proc.returncode == code, proc.stderr
+    if code:
+        assert "No space left on device" in one_line(proc.stderr)
+    assert not [n for n in os.listdir(tmp_path) if ".tracekit-" in n]
+
+
+def test_a_symlink_is_followed_the_link_kept_and_its_file_replaced(capsys, tmp_path):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    code, _, err = run(capsys, "export", TINY, "--perfetto", link)
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert json.loads(target.read_text())["traceEvents"]
+
+
+def test_a_link_to_stdout_writes_to_stdout_as_a_pipe(tmp_path):
+    link = tmp_path / "out.json"
+    link.symlink_to("/proc/self/fd/1")
+    proc = tracekit("export", TINY, "--perfetto", link, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and json.loads(proc.stdout)["traceEvents"]
+
+
+def test_a_fifo_is_written_through_to_its_reader(tmp_path):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([sys.executable, "-m", "tracekit", "export", str(TINY), "--perfetto", str(fifo)],
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), stderr=subprocess.PIPE)
+    with open(fifo, "rb") as reader:
+        data = reader.read()
+    assert proc.wait(120) == 0, proc.stderr.read()
+    assert json.loads(data)["traceEvents"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_socket_is_refused_before_any_work(capsys, tmp_path):
+    path = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()
+    code, _, err = run(capsys, "export", TINY, "--perfetto", path)
+    assert code == 2 and "is a socket" in one_line(err)
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+
+
+def test_outputs_that_fail_leave_no_directory_they_made(tmp_path, monkeypatch):
+    """diff --out on a full disk once left an empty output directory."""
+    from tracekit.common import atomic
+    from tracekit.errors import TraceError
+
+    def full(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.os, "replace", full)
+    out = tmp_path / "new" / "deeper"
+    with pytest.raises(TraceError, match="nothing was written"):
+        atomic.write_files({str(out / "diff.json"): "{}", str(out / "diff.md"): "x"})
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_relative_output_in_a_deleted_working_directory_is_one_line(tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", f"import os, sys, runpy; os.rmdir({str(gone)!r}); "
+                             f"sys.argv = ['tracekit', 'export', {str(TINY)!r}, '--perfetto', 'out.json']; "
+                             "runpy.run_module('tracekit', run_name='__main__')"],
+                            cwd=gone, env=dict(os.environ, PYTHONPATH=str(REPO)), stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "working directory no longer exists" in one_line(err)
+
+
+# --- 2. numpy warnings: a missing or negative `dur` is a health finding ----------------------
+
+@pytest.mark.parametrize("how", ["missing", "negative"])
+def test_kernels_without_a_time_are_a_warning_not_a_numpy_warning(tmp_path, how):
+    with gzip.open(BERT, "rb") as f:
+        doc = json.load(f)
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            if how == "missing":
+                e.pop("dur", None)
+            else:
+                e["dur"] = -1
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    from tracekit.api import analyze
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = analyze(str(path), workers=1)
+    expected = "is missing or not a plausible time" if how == "missing" else "have a negative `dur`"
+    assert any(expected in w for w in a.warnings), a.warnings
+    assert a.coverage["over_peak_share"] is None  # unknown, not 0/0
+
+
+# --- 3. bounded reads and pools -----------------------------------------------------------
+
+def test_an_nsys_view_is_not_read_and_every_query_is_bounded(tmp_path):
+    import shutil
+    import sqlite3
+
+    from tracekit.parsers.nsys import _bounded as bounded  # noqa: PLC2701 - the bound itself, tested directly
+    path = tmp_path / "view.sqlite"
+    shutil.copy(NSYS, path)
+    os.chmod(path, 0o644)
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO K0")
+    conn.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) "
+                 "SELECT K0.* FROM K0, r")
+    conn.commit()
+    conn.close()
+    proc = tracekit("analyze", path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "without a CUPTI_ACTIVITY_KIND_KERNEL table" in one_line(proc.stderr)
+    conn = sqlite3.connect(path)
+    bounded(conn, os.path.getsize(path))
+    with pytest.raises(sqlite3.OperationalError, match="interrupted"):
+        conn.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r").fetchone()
+
+
+def _alive_with(tag: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if tag.encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("nofile", [12, 16, 24])
+def test_a_rank_directory_under_few_open_files_ends_in_one_line_and_no_orphan(tmp_path, nofile):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in range(2):
+        (ranks / f"rank{r}.json.gz").symlink_to(TINY)
+    tag = f"TRACEKIT_EDGE_TEST={os.getpid()}-{nofile}"
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRACEKIT_EDGE_TEST=tag.split("=", 1)[1])
+    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(ranks), "--format", "json"], env=env, capture_output=True,
+                          text=True, timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+    assert proc.returncode in (0, 2), proc.stderr
+    if proc.returncode == 2:
+        assert "too many open files" in one_line(proc.stderr)
+    else:
+        assert json.loads(proc.stdout)
+    assert not _alive_with(tag)
+
+
+# --- 4. a file that changes while read -----------------------------------------------------
+
+def test_a_plain_file_is_copied_and_one_that_changes_during_the_copy_is_refused(tmp_path, monkeypatch):
+    from tracekit.errors import TraceError
+    from tracekit.parsers import source
+
+    path = tmp_path / "t.json"
+    with gzip.open(TINY, "rb") as f:
+        path.write_bytes(f.read())
+    assert isinstance(source.read_source(str(path)).data, bytearray)  # a copy: no map to lose under SIGBUS
+    real = os.fstat
+    monkeypatch.setattr(source.os, "fstat", lambda fd: os.stat_result((*real(fd)[:6], real(fd).st_size + 100, *real(fd)[7:])))
+    with pytest.raises(TraceError, match="changed while it was read"):
+        source.read_source(str(path))
+
+
+# --- 6. option values ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, says", [
+    (["project", TINY, "--to", ""], "'--to': an empty value"),
+    (["analyze", TINY, "--what-if", ""], "'--what-if': an empty value"),
+    (["analyze", TINY, "--device", " "], "'--device': an empty value"),
+    (["analyze", TINY, "--sustained", "nan"], "nan is not a finite number"),
+    (["analyze", TINY, "--straggler-threshold", "nan"], "nan is not a finite number"),
+    (["diff", TINY, TINY, "--min-change", "nan"], "nan is not a finite number"),
+    (["check", TINY, "--expect", TINY, "--baseline", ""], "'--baseline': an empty value"),
+    (["analyze", TINY, "--scheduler", "bogus"], "is not `local` nor a Dask scheduler address"),
+    (["analyze", TINY, "--scheduler", "local"], "--scheduler runs the ranks of a job"),
+])
+def test_option_values_that_mean_nothing_are_refused_in_one_line(capsys, argv, says):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and says in one_line(err)
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "many"])
+def test_the_gunzip_limit_must_be_a_positive_number(capsys, monkeypatch, value):
+    monkeypatch.setenv("TRACEKIT_MAX_GUNZIP_BYTES", value)
+    code, _, err = run(capsys, "info", TINY)
+    assert code == 2 and "must be a positive number of bytes" in one_line(err)
+
+
+# --- 7. streams ----------------------------------------------------------------------------
+
+def test_stdout_closed_is_one_line_and_a_command_that_needs_no_stdout_runs(tmp_path):
+    close = {"preexec_fn": lambda: os.close(1)}
+    proc = tracekit("analyze", TINY, stderr=subprocess.PIPE, text=True, **close)
+    assert proc.returncode == 2 and "stdout: is closed" in one_line(proc.stderr)
+    proc = tracekit("export", TINY, "--perfetto", tmp_path / "o.json", stderr=subprocess.PIPE, text=True, **close)
+    assert proc.returncode == 0 and (tmp_path / "o.json").stat().st_size > 0, proc.stderr
+
+
+def test_a_full_stdout_is_one_line_and_a_full_stderr_keeps_the_exit_code():
+    with open("/dev/full", "wb") as full:  # (opened for writing only: never replaced)
+        proc = tracekit("info", TINY, "--format", "json", stdout=full, stderr=subprocess.PIPE, text=True)
+        assert proc.returncode == 2 and "stdout: cannot write: No space left on device" in one_line(proc.stderr)
+        proc = tracekit("info", TINY.with_suffix(".missing"), stdout=subprocess.PIPE, stderr=full)
+        assert proc.returncode == 2 and not proc.stdout
+
+
+# --- 8. inputs that are not trace files ----------------------------------------------------
+
+def test_a_fifo_input_is_named_as_such(capsys, tmp_path):
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    code, _, err = run(capsys, "info", fifo)
+    assert code == 2 and "is a FIFO or pipe, not a trace file" in one_line(err)
+
+
+def test_bytes_after_the_gzip_data_are_ignored_not_a_cut_trace(tmp_path):
+    from tracekit.parsers.source import read_source
+
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(TINY.read_bytes() + b"\0" * 512 + b"garbage")
+    src = read_source(str(path))
+    with gzip.open(TINY, "rb") as f:
+        assert bytes(src.data) == f.read()
+    assert not src.cut_short and src.warnings == ["519 bytes after the end of the gzip data are not gzip; ignored"]
+
+
+def test_an_unlistable_rank_directory_is_one_line(capsys, tmp_path, monkeypatch):
+    from tracekit.parsers import source
+
+    def denied(path):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(source.os, "listdir", denied)
+    (tmp_path / "rank0.json.gz").symlink_to(TINY)
+    code, _, err = run(capsys, "analyze", tmp_path)
+    assert code == 2 and "cannot list the directory: Permission denied" in one_line(err)
+
+
+# --- 9. limits -----------------------------------------------------------------------------
+
+def test_the_soft_cpu_time_limit_is_one_line():
+    big = BERT.parent / "h200_llama3-8b_eager_decode_bs16.json.gz"
+    proc = tracekit("analyze", big, "--workers", "1", capture_output=True, text=True,
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 30)))
+    assert proc.returncode == 2 and "CPU time limit" in one_line(proc.stderr)
