@@ -407,7 +407,7 @@ def check(case: Case, code: int, out: bytes, err: bytes, hung: bool, seconds: fl
     interrupted = case.signal_after is not None and code in (130, 143)
     if hung:
         problems.append("hang")
-    elif before_tracekit(text):
+    elif before_tracekit(text) or (case.signal_after is not None and code in (-signal.SIGINT, -signal.SIGTERM) and not text):
         # interrupted while the interpreter starts (site-packages' .pth files run before any
         # tracekit code can install a handler): counted apart, it is not tracekit's to handle
         problems.append("signal during interpreter start-up")
@@ -440,7 +440,7 @@ def check(case: Case, code: int, out: bytes, err: bytes, hung: bool, seconds: fl
             continue
         if code != 0 and any(".tracekit-" in n for n in names):
             problems.append(f"staging left in {directory}")
-    if case.output and code not in (0,) and case.labels and "out:new" in case.labels:
+    if case.output and code not in (0,) and "out:new" in case.labels and not case.streams.startswith(("stdout", "both")):
         full = case.output if os.path.isabs(case.output) else os.path.join(case.cwd, case.output)
         if os.path.exists(full):
             problems.append("partial output left")

@@ -19,7 +19,7 @@ def entry() -> None:
     from tracekit.errors import address_space_limit, start_interrupt_watchdog
 
     limit = address_space_limit()
-    if limit is not None:
+    if limit is not None or _process_count_limited():
         _bound_the_pools()
     start_interrupt_watchdog()  # (after the pools are bounded: its thread then takes no malloc arena of its own)
     if limit is not None:
@@ -55,6 +55,23 @@ MIN_ADDRESS_SPACE = 144 << 20
 BLAS_BUFFER = 40 << 20
 
 
+def _process_count_limited() -> bool:
+    """A limit on this user's processes and threads (`ulimit -u`, RLIMIT_NPROC; root is exempt):
+    OpenBLAS starts one thread per core at import and, refused one, prints five lines and
+    raises SIGINT in its own process (issue 39: `ulimit -u 5` -> "tracekit: aborted", exit
+    130); pyarrow's jemalloc prints a line of its own. The pools are bounded as under
+    `ulimit -v`."""
+    import os
+
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return False
+    return soft != resource.RLIM_INFINITY and os.geteuid() != 0
+
+
 def _bound_the_pools() -> None:
     """Under an address-space limit (`ulimit -v`), before numpy is imported, every thread pool
     and native allocator is made to fail in a way this process can catch (issue 33):
@@ -73,7 +90,9 @@ def _bound_the_pools() -> None:
     import os
 
     for name, value in (("OPENBLAS_NUM_THREADS", "1"), ("OMP_NUM_THREADS", "1"), ("ARROW_DEFAULT_MEMORY_POOL", "system"),
-                        ("ARROW_IO_THREADS", "1"), ("MALLOC_ARENA_MAX", "1")):
+                        ("ARROW_IO_THREADS", "1"), ("MALLOC_ARENA_MAX", "1"),
+                        # pyarrow's bundled jemalloc starts a background thread at load, and says so on stderr when refused
+                        ("JE_ARROW_MALLOC_CONF", "background_thread:false")):
         if name == "OMP_NUM_THREADS" and "OPENBLAS_NUM_THREADS" in os.environ and os.environ["OPENBLAS_NUM_THREADS"] != "1":
             continue  # the user chose BLAS threads: OMP_NUM_THREADS would override them
         os.environ.setdefault(name, value)  # (MALLOC_ARENA_MAX for the parse workers' children; this process: mallopt)
