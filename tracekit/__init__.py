@@ -19,7 +19,10 @@ def _interrupts_before_imports() -> None:
         return
 
     def early(signum, frame):
-        os.write(2, b"tracekit: aborted\n")
+        try:
+            os.write(2, b"tracekit: aborted\n")
+        except OSError:  # stderr closed or full: the exit code says it (an error here would be exit 1)
+            pass
         os._exit(128 + signum)
 
     try:

@@ -10,7 +10,10 @@ def entry() -> None:
     import signal
 
     def early(signum, frame):
-        os.write(2, b"tracekit: aborted\n")
+        try:
+            os.write(2, b"tracekit: aborted\n")
+        except OSError:  # stderr closed or full: the exit code says it (an error here would be exit 1)
+            pass
         os._exit(128 + signum)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
