@@ -300,3 +300,23 @@ def test_the_soft_cpu_time_limit_is_one_line():
     proc = tracekit("analyze", big, "--workers", "1", capture_output=True, text=True,
                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 30)))
     assert proc.returncode == 2 and "CPU time limit" in one_line(proc.stderr)
+
+
+# --- the fuzz of the edges, a CI-sized subset (thousands: benchmarks/fuzz_edges.py) ---------
+
+FUZZ_SEEDS = range(20_261_127, 20_261_127 + 8)
+
+
+def test_a_few_fuzzed_edges_end_in_one_line_without_a_hang_or_orphan(tmp_path):
+    import fuzz_edges
+
+    failing = []
+    for seed in FUZZ_SEEDS:
+        case = fuzz_edges.make_case(seed, str(tmp_path))
+        try:
+            result = fuzz_edges.run_case(case)
+        finally:
+            fuzz_edges.cleanup(case)
+        if result["problems"]:
+            failing.append(f"seed {seed} {result['labels']}: {result['problems']}: {result['stderr'][-300:]}")
+    assert not failing, "\n".join(failing)
