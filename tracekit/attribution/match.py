@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.common.text_match import searches
 from tracekit.trace.intervals import NO_ROW, levels_down
 
 Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
@@ -38,8 +39,7 @@ class NameSearch:
         state = self._done.setdefault(pattern.pattern, np.full(len(self.text) + 1, -1, dtype=np.int8))
         state[-1] = 0
         todo = np.flatnonzero(state < 0) if codes is None else codes[state[codes] < 0]
-        for c in todo.tolist():
-            state[c] = bool(pattern.search(self.text[c]))
+        state[todo] = searches(self.text, pattern, todo)[todo]  # one RE2 pass over the names (common/text_match)
         return state > 0
 
 

@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.common.text_match import first_matches, searches
+
 # Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
 # The patterns below are stdlib regexes, some with `.*`, whose time can grow with the
 # square of the text; real kernel names (templates included) run to a few kB, and what
@@ -53,6 +55,11 @@ def without_parameters(name: str) -> str:
     """The kernel's name and template arguments, without its parameter list: parameter
     types (`flashinfer::QuantizationSFLayout`, `cudnnTensorStruct`) say nothing of what it does."""
     text = name.replace("(anonymous namespace)", "anonymous_namespace")
+    first = text.find("(", 1)
+    if first < 0:
+        return text
+    if "<" not in text[:first] and ">" not in text[:first]:  # no template before it: the walk below stops there
+        return text[:first]
     depth = 0
     for i, ch in enumerate(text):
         if ch == "<":
@@ -73,8 +80,12 @@ AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC
 def is_auxiliary(names: pd.Series) -> np.ndarray:
     """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
     cat = names.astype("category")
-    flags = np.array([bool(AUXILIARY.search(without_parameters(str(n)[:MAX_MATCHED_CHARS]))) for n in cat.cat.categories] + [False])
+    flags = np.r_[searches(_bases(cat.cat.categories), AUXILIARY), False]
     return flags[cat.cat.codes.to_numpy()]
+
+
+def _bases(categories) -> list[str]:
+    return [without_parameters(str(n)[:MAX_MATCHED_CHARS]) for n in categories]
 
 
 def classify_name(name: str) -> str:
@@ -88,5 +99,6 @@ def classify_name(name: str) -> str:
 def classify(names: pd.Series) -> pd.Categorical:
     """Class of every kernel name; each distinct name is matched once."""
     cat = names.astype("category")
-    labels = np.array([classify_name(str(n)) for n in cat.cat.categories] + ["other"], dtype=object)
+    rule = first_matches(_bases(cat.cat.categories), [pattern for _, pattern in _RULES])  # as classify_name, all names at once
+    labels = np.array([label for label, _ in _RULES] + ["other"], dtype=object)[np.r_[rule, -1]]
     return pd.Categorical(labels[cat.cat.codes.to_numpy()])
