@@ -115,9 +115,12 @@ def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> di
     rows = np.flatnonzero((codes >= 0) & wanted_code[np.maximum(codes, 0)])
     if not len(rows):
         return {}
-    chosen = codes[rows]
-    order = np.argsort(chosen, kind="stable")
-    chosen, durations = chosen[order], k["duration_ns"].to_numpy(dtype=np.float64)[rows][order]
+    chosen, durations = codes[rows], k["duration_ns"].to_numpy(dtype=np.float64)[rows]
+    order = np.lexsort((durations, chosen))  # by name, then duration: a group of few calls is its own sketch
+    chosen, durations = chosen[order], durations[order]
     cuts = np.flatnonzero(chosen[1:] != chosen[:-1]) + 1
-    return {str(categories[chosen[lo]]): sketch(durations[lo:hi], points)
-            for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(chosen)])}
+    # Per name one slice; only names with more calls than points need sketch's quantiles
+    # (numpy's per-call overhead, ~10 µs, was 8 s for 100k names of one call each).
+    return {str(categories[chosen[lo]]): [round(x, 1) for x in durations[lo:hi].tolist()] if hi - lo <= points
+            else sketch(durations[lo:hi], points)
+            for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(chosen)].tolist())}
