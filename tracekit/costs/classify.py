@@ -61,14 +61,18 @@ def without_parameters(name: str) -> str:
     if "<" not in text[:first] and ">" not in text[:first]:  # no template before it: the walk below stops there
         return text[:first]
     depth = 0
-    for i, ch in enumerate(text):
+    for m in _BRACKETS.finditer(text):  # only the brackets: a character walk was 70 µs a name
+        ch, i = m.group(), m.start()
         if ch == "<":
             depth += 1
         elif ch == ">":
             depth -= 1
-        elif ch == "(" and depth == 0 and i > 0:
+        elif depth == 0 and i > 0:
             return text[:i]
     return text
+
+
+_BRACKETS = re.compile(r"[<>(]")
 
 
 # Kernels that convolution / GEMM libraries launch around the computation: layout
