@@ -7,8 +7,8 @@ Each command runs `repeat` times in a fresh interpreter with this checkout first
 and its bytecode compiled (bench_speed.tracekit_env: an installed package has its bytecode).
 The import time of a run is the sum of the cumulative times of the top-level imports (those
 the interpreter starts itself and those tracekit asks for); the min over the runs is
-reported (imports only get slower under load), with the heaviest top-level packages of the
-fastest run. A benchmark, not a test: timings on a shared machine are noisy.
+reported (imports only get slower under load), with the packages whose modules took longest (their own
+time, children apart) in the fastest run. A benchmark, not a test: timings on a shared machine are noisy.
 """
 
 from __future__ import annotations
@@ -38,10 +38,9 @@ def imports(command: str, trace: str, env: dict) -> tuple[float, dict[str, float
             continue
         modules += 1
         if len(m.group(3)) == 1:  # a top-level import: its cumulative time holds its children's
-            seconds = int(m.group(2)) / 1e6
-            total += seconds
-            top = m.group(4).split(".")[0]
-            packages[top] = packages.get(top, 0.0) + seconds
+            total += int(m.group(2)) / 1e6
+        top = m.group(4).split(".")[0]  # each module's own time, to the package it belongs to
+        packages[top] = packages.get(top, 0.0) + int(m.group(1)) / 1e6
     return total, packages, modules
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.costs.unknown import covered, majority_bound, mask_unknown
-from tracekit.trace.column_text import as_text as text_of
+from tracekit.trace.column_text import as_text as text_of, category_text
 from tracekit.trace.grouping import Key, group_rows, key_of, label_column
 
 
@@ -106,7 +106,7 @@ def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> di
     from tracekit.common.sketch import sketch
 
     cat = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
-    categories = np.array([str(c) for c in cat.cat.categories], dtype=object)
+    categories = np.array(category_text(cat.cat.categories), dtype=object)
     codes = cat.cat.codes.to_numpy()
     # A hash lookup per category: np.isin over object arrays compares every category with
     # every name (quadratic: 100k distinct names took 85 s, issue 39).

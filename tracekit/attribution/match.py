@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.common.text_match import TextSearch
+from tracekit.trace.column_text import category_text
 from tracekit.trace.intervals import NO_ROW, levels_down
 
 Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
@@ -31,7 +32,7 @@ class NameSearch:
     def __init__(self, names: pd.Series):
         cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
         self.codes = cat.cat.codes.to_numpy().astype(np.int64)
-        self.text = [str(c) for c in cat.cat.categories]
+        self.text = category_text(cat.cat.categories)
         self._search = TextSearch(self.text)
         self._done: dict[str, np.ndarray] = {}  # pattern -> per code: 1 match, 0 no match, -1 not searched
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.common.text_match import first_matches, searches
+from tracekit.trace.column_text import category_text
 
 # Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
 # The patterns below are stdlib regexes, some with `.*`, whose time can grow with the
@@ -89,7 +90,7 @@ def is_auxiliary(names: pd.Series) -> np.ndarray:
 
 
 def _bases(categories) -> list[str]:
-    return [without_parameters(str(n)[:MAX_MATCHED_CHARS]) for n in categories]
+    return [without_parameters(n[:MAX_MATCHED_CHARS]) for n in category_text(categories)]
 
 
 def classify_name(name: str) -> str:

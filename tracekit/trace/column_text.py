@@ -22,10 +22,16 @@ def _categorical(column: pd.Series) -> pd.Series:
     return column if isinstance(column.dtype, pd.CategoricalDtype) else column.astype("category")
 
 
+def category_text(categories) -> list[str]:
+    """A categorical's categories as a list of str, converted in one call: iterating an
+    Arrow-backed Index costs ~6 µs a value (0.7 s for a trace of 100k distinct names)."""
+    return [v if type(v) is str else str(v) for v in categories.to_numpy(dtype=object).tolist()]
+
+
 def as_text(column: pd.Series) -> np.ndarray:
     """Object array of str, one per row; None where the value is missing."""
     cat = _categorical(column)
-    text = np.array([str(c) for c in cat.cat.categories] + [None], dtype=object)
+    text = np.array(category_text(cat.cat.categories) + [None], dtype=object)
     return text[cat.cat.codes.to_numpy()]
 
 
@@ -33,7 +39,7 @@ def rows_where(column: pd.Series, predicate) -> np.ndarray:
     """Rows whose text satisfies `predicate` (a regex's search, ...): called once per distinct
     value, not once per row (a trace holds millions of Python frames and few names)."""
     cat = _categorical(column)
-    by_code = np.array([bool(predicate(str(c))) for c in cat.cat.categories] + [False], dtype=bool)
+    by_code = np.array([bool(predicate(c)) for c in category_text(cat.cat.categories)] + [False], dtype=bool)
     return by_code[cat.cat.codes.to_numpy()]
 
 
