@@ -88,3 +88,28 @@ def test_duration_sketches_equal_the_sketch_of_each_names_calls():
     k = pd.DataFrame({"name": pd.Series(names[shuffled], dtype="category"), "duration_ns": durations[shuffled]})
     got = duration_sketches(k, [f"k{i}" for i in range(0, len(calls), 2)])
     assert got == {f"k{i}": sketch(durations[names == f"k{i}"]) for i in range(0, len(calls), 2)}
+
+
+def _walk_without_parameters(name: str) -> str:
+    """The character walk without_parameters replaced (the reference it must equal)."""
+    text = name.replace("(anonymous namespace)", "anonymous_namespace")
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0 and i > 0:
+            return text[:i]
+    return text
+
+
+def test_without_parameters_equals_the_character_walk_on_random_bracket_strings():
+    from tracekit.costs.classify import without_parameters
+
+    rng = np.random.default_rng(3)
+    alphabet = np.array(list("<>()a "))
+    for length in (0, 1, 2, 5, 12, 40, 120):
+        for _ in range(1500):
+            text = "".join(rng.choice(alphabet, size=length, p=[0.2, 0.15, 0.2, 0.1, 0.25, 0.1]))
+            assert without_parameters(text) == _walk_without_parameters(text), text
