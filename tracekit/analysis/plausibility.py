@@ -92,8 +92,21 @@ def flagged(flags: list[Flag], table: str) -> dict[tuple[int, str], Flag]:
 
 # -- the checks ---------------------------------------------------------------------------
 
-def _rows(table: pd.DataFrame) -> list[tuple[int, dict]]:
-    return list(enumerate(table.to_dict(orient="records"))) if table is not None and len(table) else []
+def _rows(table: pd.DataFrame, only: np.ndarray | None = None) -> list[tuple[int, dict]]:
+    """(row number, row as a dict) of every row, or of the rows `only` (positions) names:
+    a table of 100k kernel names is turned into dicts only where a check may flag."""
+    if table is None or not len(table):
+        return []
+    if only is None:
+        return list(enumerate(table.to_dict(orient="records")))
+    return list(zip(only.tolist(), table.iloc[only].to_dict(orient="records")))
+
+
+def _column(table: pd.DataFrame, column: str) -> np.ndarray:
+    """A column as floats (NaN where absent or not a number): what _number reads per row."""
+    if column not in table:
+        return np.full(len(table), np.nan)
+    return pd.to_numeric(table[column], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
 
 
 def _number(value: Any) -> float | None:
@@ -123,13 +136,15 @@ def _steps(steps: pd.DataFrame, devices: pd.DataFrame) -> list[Flag]:
 
 def _shares(table: str, frame: pd.DataFrame, column: str, name, total: bool = False) -> list[Flag]:
     out = []
-    rows = _rows(frame)
-    for i, r in rows:
+    if frame is None or not len(frame):
+        return out
+    values = _column(frame, column)
+    for i, r in _rows(frame, np.flatnonzero(values > SHARE_SLACK)):
         v = _number(r.get(column))
         if v is not None and v > SHARE_SLACK:
             out.append(Flag(table, i, name(r), column, v, 1.0, f"a share of more than the whole: {column} over 100%"))
-    if total and rows:
-        s = sum(_number(r.get(column)) or 0.0 for _, r in rows)
+    if total:
+        s = sum(v for v in values.tolist() if np.isfinite(v))  # in row order, as the rows add up
         if s > SHARE_SLACK:
             out.append(Flag(table, -1, "all rows", f"sum of {column}", s, 1.0, "the rows' shares add up to more than the whole"))
     return out
@@ -139,9 +154,11 @@ def _above_roofline(table: str, frame: pd.DataFrame, name, device: Device | None
     """A group's roofline efficiency (sum of t_min over time) above RATE_SLACK: it ran faster
     than the device's peak FLOP rate for its dtype or its memory bandwidth allows."""
     out = []
-    if device is None:
+    if device is None or frame is None or not len(frame):
         return out
-    for i, r in _rows(frame):
+    with np.errstate(invalid="ignore"):
+        maybe = (_column(frame, "efficiency") > RATE_SLACK) | (_column(frame, "achieved_tbps") * 1e12 > device.bandwidth * RATE_SLACK)
+    for i, r in _rows(frame, np.flatnonzero(maybe)):
         eff = _number(r.get("efficiency"))
         if eff is not None and eff > RATE_SLACK:
             out.append(Flag(table, i, name(r), "efficiency", eff, 1.0, _above_reason(r)))

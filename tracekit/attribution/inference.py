@@ -25,7 +25,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.common.text_match import searches
 from tracekit.trace import Trace
+from tracekit.trace.column_text import category_text
 from tracekit.trace.grouping import combine
 from tracekit.attribution.rules import DEFAULT_BLOCK, UNKNOWN_PHASE
 from tracekit.attribution.structure import structural_blocks
@@ -76,11 +78,11 @@ def from_identical_kernels(labels: np.ndarray, blind: np.ndarray, signatures: tu
 def convolutions(k: pd.DataFrame, op_names: pd.Series | None = None) -> np.ndarray:
     """Per kernel: is it a convolution, by its name or the name of the op that launched it."""
     names = k["name"].astype("category")
-    by_code = np.array([bool(CONVOLUTION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
+    by_code = np.r_[searches([u[:512] for u in category_text(names.cat.categories)], CONVOLUTION), False]
     conv = by_code[names.cat.codes.to_numpy()]
     if op_names is not None and len(op_names):
         ops = op_names.astype("category")
-        op_conv = np.array([bool(CONVOLUTION.search(str(u)[:512])) for u in ops.cat.categories] + [False], dtype=bool)
+        op_conv = np.r_[searches([u[:512] for u in category_text(ops.cat.categories)], CONVOLUTION), False]
         op_code = ops.cat.codes.to_numpy()
         op = k["op"].to_numpy()
         conv |= np.where(op >= 0, op_conv[op_code[np.clip(op, 0, None)]], False)

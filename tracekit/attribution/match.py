@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.common.text_match import TextSearch
+from tracekit.trace.column_text import category_text
 from tracekit.trace.intervals import NO_ROW, levels_down
 
 Pattern = Any  # a compiled RE2 regex (attribution/rules.py): .search(str), .pattern
@@ -30,7 +32,8 @@ class NameSearch:
     def __init__(self, names: pd.Series):
         cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
         self.codes = cat.cat.codes.to_numpy().astype(np.int64)
-        self.text = [str(c) for c in cat.cat.categories]
+        self.text = category_text(cat.cat.categories)
+        self._search = TextSearch(self.text)
         self._done: dict[str, np.ndarray] = {}  # pattern -> per code: 1 match, 0 no match, -1 not searched
 
     def hits(self, pattern: Pattern, codes: np.ndarray | None = None) -> np.ndarray:
@@ -38,8 +41,7 @@ class NameSearch:
         state = self._done.setdefault(pattern.pattern, np.full(len(self.text) + 1, -1, dtype=np.int8))
         state[-1] = 0
         todo = np.flatnonzero(state < 0) if codes is None else codes[state[codes] < 0]
-        for c in todo.tolist():
-            state[c] = bool(pattern.search(self.text[c]))
+        state[todo] = self._search.searches(pattern, todo)[todo]  # one RE2 pass over the names (common/text_match)
         return state > 0
 
 

@@ -71,10 +71,11 @@ def apply_split_k(k, ops, out: dict, source: str) -> None:
     import numpy as np
     import pandas as pd
 
-    from tracekit.trace.column_text import as_text
+    from tracekit.common.text_match import searches
+    from tracekit.trace.column_text import as_text, category_text
 
     names = k["name"] if isinstance(k["name"].dtype, pd.CategoricalDtype) else k["name"].astype("category")
-    reduce_code = np.array([is_split_k_reduce(str(n)) for n in names.cat.categories] + [False])
+    reduce_code = np.r_[searches([n[:512] for n in category_text(names.cat.categories)], REDUCE), False]  # as is_split_k_reduce
     is_reduce = reduce_code[names.cat.codes.to_numpy()]
     op = k["op"].to_numpy()
     costed = (out["cost_source"] == source) & (op >= 0)

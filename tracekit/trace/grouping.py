@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracekit.trace.column_text import category_text
 from tracekit.trace.tables import dense_ranks
 
 # A key: per row an int64 code (-1: missing), and the label of each code.
@@ -28,7 +29,7 @@ def key_of(values, missing: object = None) -> Key:
     """Codes and labels of a column: a categorical's own codes and categories (as str),
     else pd.factorize. `missing` labels a missing value when missing rows are kept."""
     if isinstance(values, pd.Series) and isinstance(values.dtype, pd.CategoricalDtype):
-        labels = np.array([str(c) for c in values.cat.categories] + [missing], dtype=object)
+        labels = np.array(category_text(values.cat.categories) + [missing], dtype=object)
         codes = values.cat.codes.to_numpy().astype(np.int64)
         return codes, labels
     codes, uniques = pd.factorize(np.asarray(values, dtype=object))

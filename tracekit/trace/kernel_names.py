@@ -30,8 +30,8 @@ _WRAPPERS = {"Kernel", "Kernel2", "kernel", "device_kernel", "GenericKernel"}
 
 
 def _clean_type(arg: str) -> str:
-    arg = re.sub(r"\b(const|volatile|struct|class|enum|typename)\b", "", arg)
-    arg = re.sub(r"^\s*void\s+", "", arg)
+    arg = _QUALIFIERS.sub("", arg)
+    arg = _LEADING_VOID.sub("", arg)
     return drop_scope_params(arg.replace("&", "").replace("*", "")).strip()
 
 
@@ -39,6 +39,11 @@ def _is_scalar(name: str) -> bool:
     return name in _SCALARS or bool(_INTEGER_TYPE.fullmatch(name))
 
 
+# Compiled once: these run per template argument of every distinct kernel name.
+_QUALIFIERS = re.compile(r"\b(const|volatile|struct|class|enum|typename)\b")
+_LEADING_VOID = re.compile(r"^\s*void\s+")
+_LAMBDA = re.compile(r"λ\d+")
+_INNERMOST_TEMPLATE = re.compile(r"<[^<>]*>")
 _INTEGER_TYPE = re.compile(r"(?:unsigned |signed )?(?:char|short|int|long|long long)(?: int)?")
 _LITERAL = re.compile(r"-?\d+[uUlL]*|true|false")
 
@@ -68,7 +73,7 @@ def _leaf(arg: str, detail: int) -> str | None:
         return f"{name}<{inner}>" if detail >= 2 else inner
     if detail <= 0:
         return name
-    lambdas = re.findall(r"λ\d+", outside_templates(arg))
+    lambdas = _LAMBDA.findall(outside_templates(arg))
     shown = name + "".join("::" + x for x in lambdas)
     leaves = [x for x in (_leaf(a, 0) for a in args) if x]
     return f"{shown}<{', '.join(leaves)}>" if leaves else shown
@@ -133,7 +138,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
     while True:
         if (found := shown(key)) is not None:
             return found
-        inner = re.sub(r"<[^<>]*>", "", key, count=1)
+        inner = _INNERMOST_TEMPLATE.sub("", key, count=1)
         if inner == key:
             break
         key = inner

@@ -1,0 +1,39 @@
+"""What a command imports (issue 41: import only what the command uses, when it uses it).
+Module lists, not timings: benchmarks/import_budget.py times them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from synthetic import KinetoBuilder
+
+HEAVY = ("pandas", "pyarrow", "pyarrow.compute", "matplotlib", "jinja2")
+RUN = ("import sys\nfrom tracekit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+       f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+
+
+def heavy_modules_after(*argv: str) -> tuple[str, list[str]]:
+    result = subprocess.run([sys.executable, "-c", RUN, *argv], capture_output=True, text=True, timeout=300)
+    return result.stdout, eval(result.stderr.strip().splitlines()[-1])
+
+
+def test_info_of_a_trace_without_step_markers_imports_no_pandas(tmp_path):
+    # Without ProfilerStep#N the health check asks step_ownership for the other step names:
+    # that module (and column_text under it) must not pull in pandas.
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    out, heavy = heavy_modules_after("info", b.write(tmp_path / "no_steps.json"))
+    assert "vectorized_elementwise_kernel" in out  # the command ran and listed the kernel
+    assert heavy == []
+
+
+def test_analyze_imports_no_plotting_or_templates(tmp_path):
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    out, heavy = heavy_modules_after("analyze", b.write(tmp_path / "one_kernel.json"))
+    assert "vectorized_elementwise_kernel" in out
+    assert "matplotlib" not in heavy and "jinja2" not in heavy
+    assert "pandas" in heavy  # the analysis's tables are DataFrames: the check above is not vacuous
