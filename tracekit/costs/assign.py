@@ -35,6 +35,8 @@ from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.layout import layout_kernel_cost
+from tracekit.costs.grouped_gemm import setup_kernel_cost
+from tracekit.costs.index_shapes import index_hints
 from tracekit.costs.list_dtypes import list_dtype_hints
 from tracekit.costs.memory import ASSUMED_FP32, LIST_DTYPE_FROM_PRODUCER
 from tracekit.trace.column_text import as_text
@@ -87,7 +89,8 @@ def _layout_kernels(trace: Trace, helpers: dict[int, Cost], out: dict) -> None:
         output = (int(own.bytes_written // element_bytes(own.dtype)), own.dtype) \
             if "backward" not in str(op_names[o]) and own.bytes_written > 0 else None
         g = grid[i]
-        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], output)
+        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], output) \
+            or setup_kernel_cost(str(names[i]), dims[o], types[o])
         if cost is not None:
             _set(out, np.array([i]), cost, 1.0, "op shapes")
 
@@ -207,7 +210,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
-    hints = {**conv_hints(ops), **parameter_hints(ops), **list_dtype_hints(ops)}
+    hints = {**conv_hints(ops), **parameter_hints(ops), **list_dtype_hints(ops), **index_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
