@@ -194,13 +194,15 @@ def infer_widths(trace: Trace) -> Widths | None:
 
 
 # Ops that take a mixture of experts' stacked weights [E, X, Y] whole: the grouped GEMM
-# (input 1), and the gather of the routed experts' weights (input 0: HF's W[expert_ids]).
-STACKED_WEIGHT_INPUTS = {"aten::_grouped_mm": 1, "aten::_scaled_grouped_mm": 1, "aten::index": 0, "aten::index_select": 0}
+# (input 1), the gather of the routed experts' weights (input 0: HF's W[expert_ids]), and one
+# expert's slice of them (input 0: HF's eager loop, W[expert_idx]).
+STACKED_WEIGHT_INPUTS = {"aten::_grouped_mm": 1, "aten::_scaled_grouped_mm": 1, "aten::index": 0, "aten::index_select": 0,
+                         "aten::select": 0}
 
 
 def stacked_experts(trace: Trace, hidden: int, weights: Counter) -> tuple[set[int], set[int]]:
     """({E}, {expert widths}) of a mixture of experts: 3-D weights [E, X, Y] with H among X, Y,
-    taken whole by a grouped GEMM, or gathered whole by index where a router weight [E, H]
+    taken whole by a grouped GEMM, or gathered / sliced by index where a router weight [E, H]
     confirms E (a gather from any other 3-D tensor is not an expert's)."""
     ops = trace.ops
     experts, widths = set(), set()
