@@ -129,6 +129,10 @@ def test_cutlass_kernel_carries_the_grouped_gemm_and_blocks_are_ffn():
     cutlass = k[names.str.contains("GroupProblemShape") & (k["op_name"].astype(str) == "aten::_grouped_mm")]
     # gate_up [4096 rows, 2048] x [128, 2048, 1536] and down [4096, 768] x [128, 768, 2048], 8 layers each
     assert len(cutlass) == 16 and set(cutlass["flops"]) == {2.0 * 4096 * 2048 * 1536, 2.0 * 4096 * 768 * 2048}
+    # the weight bytes are an estimate (the routing is on the device only), and coverage says so with its bound
+    [estimate] = a.coverage["estimated"]
+    assert estimate["kernels"] == 16 and estimate["time_ns"] == cutlass["duration_ns"].sum()
+    assert "128.0 of 128 experts" in estimate["note"] and "at most 128" in estimate["note"]
     setup = k[names.str.contains("prepare_grouped_gemm_data")]
     assert len(setup) == 16 and (setup["flops"] == 0).all() and (setup["bytes_read"] + setup["bytes_written"] < 20_000).all()
     gather = k[names.str.contains("vectorized_gather_kernel")]

@@ -43,7 +43,11 @@ from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
 from tracekit.trace import Trace
 
-COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
+COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "cost_estimate",
+                "kernel_class"]
+# A cost whose note says it is an estimate (a grouped GEMM's expected experts) keeps the note
+# on its kernels: coverage reports the time so costed, with the note's bound.
+ESTIMATE = "estimate"
 
 
 def kernel_costs(trace: Trace) -> pd.DataFrame:
@@ -54,6 +58,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
         "flops": np.full(n, np.nan), "bytes_read": np.full(n, np.nan), "bytes_written": np.full(n, np.nan),
         "cost_kind": np.full(n, None, dtype=object), "dtype": np.full(n, None, dtype=object),
         "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
+        "cost_estimate": np.full(n, None, dtype=object),
     }
     duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
     kind = as_text(k["kind"])
@@ -69,7 +74,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
     frame["kernel_class"] = classify(k["name"])
-    for col in ("cost_kind", "dtype", "cost_source", "unknown_reason"):
+    for col in ("cost_kind", "dtype", "cost_source", "unknown_reason", "cost_estimate"):
         frame[col] = frame[col].astype("category")
     return frame
 
@@ -202,6 +207,8 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
         out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in known], dtype=object)[cost_of]
     out["cost_source"][taking] = "op shapes"
     out["unknown_reason"][taking] = None
+    out["cost_estimate"][taking] = np.array([c.note if c is not None and ESTIMATE in c.note else None for c in known],
+                                            dtype=object)[cost_of]
     return helpers
 
 
@@ -385,7 +392,7 @@ def _borrow(sig: np.ndarray, known: np.ndarray, rows: np.ndarray, out: dict, sou
     if not len(wanted):
         return
     # Donors have an op and these rows have none, so no row is both: one vectorised copy.
-    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype"):
+    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_estimate"):
         out[f][wanted] = out[f][donor]
     out["cost_source"][wanted] = source
     out["unknown_reason"][wanted] = None
