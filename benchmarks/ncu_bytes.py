@@ -13,9 +13,11 @@ decode step of a 4-layer Llama-3.1-8B shape, between cudaProfilerStart/Stop):
 The recording of 2026-11-26 on an H100 (ncu 2025.3.1, torch 2.11) is in fixtures/gpu/h100/;
 tests/test_ncu_bytes.py holds tracekit to it.
 
-The twin's kernels and ncu's are the same launches in the same order; they are paired by
-order after aligning their base function names (difflib), so a kernel one side lacks (a
-profiler-only kernel) does not shift the rest.
+The pairing and the rules below live in the package (tracekit/costs/ncu_read.py,
+tracekit/costs/ncu_compare.py), where `tracekit analyze TRACE --ncu NCU.csv` uses them; this
+script prints the strict figure and the worst offenders. The twin's kernels and ncu's are the
+same launches in the same order; they are paired by order after aligning their base function
+names (difflib), so a kernel one side lacks (a profiler-only kernel) does not shift the rest.
 
 Rule for reads: modeled bytes_read against dram__bytes_read.sum.
 Rule for writes (DRAM; L2's lts__t_sectors_op_write.sum, recorded by device_checks_writes.sh
@@ -39,88 +41,21 @@ Bar (issue 28): >= 85% of the compared kernels' time within ±15%.
 from __future__ import annotations
 
 import argparse
-import csv
-import difflib
-import re
 import sys
 
-import numpy as np
 import pandas as pd
 
 import tracekit
-
-
-def base_name(name: str) -> str:
-    """`void at::native::foo<float, 4>(float*, ...)` -> `foo`: ncu prints the function's base
-    name by default, Kineto the full demangled signature."""
-    text = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", str(name)).removeprefix("void ").strip()
-    depth, cut = 0, len(text)
-    for i, ch in enumerate(text):
-        if ch in "<(" and depth == 0:
-            cut = i
-            break
-    return text[:cut].split("::")[-1].strip()
-
-
-def read_ncu(path: str) -> pd.DataFrame:
-    with open(path, newline="", errors="replace") as fh:
-        lines = [line for line in fh if line.startswith('"')]  # ncu's own log lines are not CSV
-    rows = list(csv.DictReader(lines))
-    table = pd.DataFrame(rows)
-    table = table[pd.to_numeric(table.get("ID"), errors="coerce").notna()]  # drop the units row
-    def number(column: str) -> pd.Series:  # ncu prints thousands separators: "4,210,176"
-        return pd.to_numeric(table[column].astype(str).str.replace(",", "", regex=False), errors="coerce")
-
-    out = pd.DataFrame({
-        "name": table["Kernel Name"].astype(str),
-        "read": number("dram__bytes_read.sum"),
-        "written": number("dram__bytes_write.sum"),
-        "time_ns": number("gpu__time_duration.sum"),
-    })
-    if "lts__t_sectors_op_write.sum" in table:  # what the kernel stored, in 32-byte L2 sectors
-        out["stored"] = number("lts__t_sectors_op_write.sum") * 32
-    return out.reset_index(drop=True)
+from tracekit.costs.ncu_compare import base_name, judge as _judge, pair, trace_kernels  # noqa: F401  (base_name: the tests' API)
+from tracekit.costs.ncu_read import read_ncu  # noqa: F401
 
 
 def twin_kernels(path: str) -> pd.DataFrame:
-    k = tracekit.analyze(path).kernels
-    k = k[k["kind"].astype(str) == "kernel"].sort_values("start")
-    return pd.DataFrame({"name": k["name"].astype(str).to_numpy(), "model_read": k["bytes_read"].to_numpy(float),
-                         "model_written": k["bytes_written"].to_numpy(float), "source": k["cost_source"].astype(str).to_numpy()})
-
-
-def pair(ncu: pd.DataFrame, twin: pd.DataFrame) -> pd.DataFrame:
-    a, b = [base_name(n) for n in twin["name"]], [base_name(n) for n in ncu["name"]]
-    rows = []
-    for block in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks():
-        for i in range(block.size):
-            rows.append((block.a + i, block.b + i))
-    if not rows:
-        return pd.DataFrame()
-    ti, ni = map(list, zip(*rows))
-    return pd.concat([twin.iloc[ti].reset_index(drop=True), ncu.iloc[ni].drop(columns="name").reset_index(drop=True)], axis=1)
+    return trace_kernels(tracekit.analyze(path).kernels)
 
 
 def judge(paired: pd.DataFrame, tolerance: float, min_bytes: float) -> pd.DataFrame:
-    p = paired.copy()
-    p["read_ratio"] = p["model_read"] / p["read"].where(p["read"] > 0)
-    reads_ok = (p["read_ratio"] - 1).abs() <= tolerance
-    modeled = p["model_read"].fillna(0) + p["model_written"].fillna(0)
-    writes_ok = p["written"] - p["model_written"].fillna(0) <= tolerance * modeled + min_bytes * 0.01
-    # An Inductor kernel's record does not say which arguments it writes: its model counts every
-    # byte as read. Its total must cover DRAM's reads and may add at most as much written as
-    # read (a fused pointwise kernel stores no more than it loads; DRAM's writes are a floor,
-    # see the flush rule), each within the tolerance.
-    lumped = (p["source"] == "Inductor kernel arguments") & (p["model_written"].fillna(0) == 0)
-    total = p["model_read"]
-    ceiling = p["read"] + np.maximum(p["written"], p["read"])
-    lumped_ok = (total >= (1 - tolerance) * p["read"]) & (total <= (1 + tolerance) * ceiling)
-    reads_ok = reads_ok.where(~lumped, lumped_ok)
-    writes_ok = writes_ok | lumped
-    p["small"] = (p["model_read"].fillna(0) + p["model_written"].fillna(0) < min_bytes) & (p["read"] + p["written"] < min_bytes)
-    p["agrees"] = reads_ok & writes_ok
-    p["costed"] = p["model_read"].notna()
-    return p
+    return _judge(paired, tolerance, min_bytes)
 
 
 def main(argv: list[str]) -> int:

@@ -53,6 +53,7 @@ def coverage(k: pd.DataFrame) -> dict[str, Any]:
         "efficiency_sustained": group_efficiency(k["t_min_sustained_ns"][is_kernel], k["duration_ns"][is_kernel]) if known else None,
         "min_coverage": MIN_COVERAGE,
         "top_unmodeled": records(top_unmodeled),
+        "estimated": _estimated(k, time, is_kernel, total),
         **captured,
     }
 
@@ -75,3 +76,16 @@ def _summed_by(key: Key, values: np.ndarray, mask: np.ndarray) -> dict[str, floa
     return dict(sorted((labels[c], sums[c]) for c in np.flatnonzero(present)))
 
 
+def _estimated(k: pd.DataFrame, time: np.ndarray, is_kernel: np.ndarray, total: float) -> list[dict[str, Any]]:
+    """The kernel time whose cost is an estimate (a grouped GEMM's expected experts, where
+    the routing is not recorded), per note: the note states the estimate and its bound."""
+    if "cost_estimate" not in k:
+        return []
+    note = k["cost_estimate"].astype(object).to_numpy()
+    rows = is_kernel & (note != None)  # noqa: E711 (elementwise on an object array)
+    if not rows.any():
+        return []
+    frame = pd.DataFrame({"note": note[rows], "time_ns": time[rows]})
+    g = frame.groupby("note", sort=False)["time_ns"].agg(["sum", "size"]).sort_values("sum", ascending=False)
+    return [{"note": str(n), "kernels": int(r["size"]), "time_ns": float(r["sum"]), "share": float(r["sum"]) / total if total else None}
+            for n, r in g.iterrows()]

@@ -72,7 +72,8 @@ def device_name(trace: Trace) -> str | None:
 def analyze(path: str | os.PathLike, device: str | None = None, device_file: str | None = None,
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
             workers: int | None = None, meanwhile=None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, capture: str | os.PathLike | None = None) -> Analysis:
+            frames_per_step: int | None = None, capture: str | os.PathLike | None = None, ncu=None,
+            bytes_from: str = "model") -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
@@ -81,7 +82,9 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
     the ops and shapes of the kernels captured into their graphs (tracekit.trace.capture_pairing;
     what was paired is in `analysis.meta["capture"]`). `workers`: processes that decode a
     large JSON trace (default: the cores available; 1: this process only). `meanwhile()`:
-    as for `load`, after the analysis stages have been imported in that time."""
+    as for `load`, after the analysis stages have been imported in that time. `ncu`: a Nsight
+    Compute CSV of the same work (--csv --page raw with DRAM bytes and time): the kernels are
+    compared with it (`coverage["ncu"]`); `bytes_from="measured"` puts its bytes on the roofline."""
     from tracekit.attribution import load_rules
 
     rule_set = load_rules(rules)
@@ -92,6 +95,10 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             model = ModelOptions(config=os.fspath(model))
 
         load_config(model.config, model.weight_dtype, model.kv_dtype)
+    if ncu is not None:  # a bad CSV fails before the trace is read
+        from tracekit.costs.ncu import NcuOptions
+
+        ncu = NcuOptions.read(ncu, bytes_from)
 
     def import_stages() -> None:  # while worker processes decode the trace: this one would wait
         import tracekit.analysis  # noqa: F401  (pandas and every stage)
@@ -110,7 +117,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             trace = pair_capture(trace, captured, os.fspath(capture))
         else:
             trace = paired_with_own_capture(trace, os.fspath(path))
-        return build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step)
+        return build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step, ncu)
 
 
 def paired_with_own_capture(trace: Trace, source: str) -> Trace:
@@ -126,7 +133,7 @@ def paired_with_own_capture(trace: Trace, source: str) -> Trace:
 
 
 def build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, model=None, samples_per_step=None,
-                  frames_per_step=None) -> Analysis:
+                  frames_per_step=None, ncu=None) -> Analysis:
     """The Analysis of a loaded trace on the resolved device (analyze's second half)."""
     from tracekit.analysis.pipeline import build
 
@@ -138,6 +145,6 @@ def build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, m
         # when one was. The parser's note that the export names no GPU (pointing at
         # --device) would repeat the first and be stale after the second.
         trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-    return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step)
+    return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step, ncu)
 
 

@@ -34,9 +34,11 @@ from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 
 def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
           model: ModelOptions | None = None, samples_per_step: int | None = None,
-          frames_per_step: int | None = None) -> Analysis:
+          frames_per_step: int | None = None, ncu=None) -> Analysis:
     """With a `model`, its costs fill the kernels the op shapes leave uncosted (order:
-    shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict)."""
+    shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict). With
+    `ncu` (tracekit.costs.ncu.NcuOptions), the kernels are compared with the user's Nsight
+    Compute counters before the roofline, which then uses the measured bytes if asked."""
     trace = with_inferred_steps(trace)  # steps from the trace's structure where it marks none
     costs = kernel_costs(trace)
     arch = widths = None
@@ -56,6 +58,11 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     # Shared time goes to compute first, then copies, then communication (its exposed time).
     tiers = activity_tiers(trace.kernels["kind"].to_numpy(), (labels["block"] == "collective").to_numpy())
     exclusive = exclusive_time(trace.kernels, tiers)
+    ncu_report = None
+    if ncu is not None:
+        from tracekit.costs.ncu import apply as apply_ncu
+
+        ncu_report, costs = apply_ncu(ncu, trace.kernels, costs)
     roof = roofline(trace.kernels, costs, device, sustained)
     k = trace.kernels
     op_names = text_of(trace.ops["name"])
@@ -70,7 +77,10 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                                       model_step_bytes(run) if run is not None else None)
     else:
         steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
-    measured = Measured(kernels=kernels, ops=ops, coverage=_lost_times_unknown(coverage(kernels), trace.meta), device=device, sustained=sustained,
+    cov = _lost_times_unknown(coverage(kernels), trace.meta)
+    if ncu_report is not None:
+        cov["ncu"] = ncu_report
+    measured = Measured(kernels=kernels, ops=ops, coverage=cov, device=device, sustained=sustained,
                         meta=trace.meta, warnings=list(trace.warnings) + cut_short_warning(steps), blocks=block_table(kernels), steps=steps,
                         devices=devices, trace=trace, model_notes=list(run.notes) if run is not None else None)
     collectives = collective_table(measured)

@@ -122,12 +122,19 @@ def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.n
     ffn = widths.ffn - {widths.hidden}
     # heads at [B, heads, T, D] or [B, T, heads, D]; one head says nothing (a VAE's attention, any [N, C, H, W])
     heads = set(widths.heads) - {1}
+    # a mixture of experts: its stacked weights [E, X, H] / [E, H, X] and the router's scores
+    # [tokens, E] (softmax, top-k); E is not a last-dim width of its own (it may equal a head dim)
+    experts = set(widths.experts)
+    ffn -= experts
     by_op = np.full(len(dims), None, dtype=object)
     for row in np.unique(op[wanted & (op >= 0)]):
         shapes = _tensor_shapes(dims[row])
         last = {s[-1] for s in shapes}
         if last & widths.vocab:
             by_op[row] = "lm_head"
+        elif experts and any((len(s) == 3 and s[0] in experts and widths.hidden in s[1:]) or (len(s) == 2 and s[-1] in experts)
+                             for s in shapes):
+            by_op[row] = "ffn"
         elif last & ffn:
             by_op[row] = "ffn"
         elif head and any(len(s) == 4 and s[-1] in head and {s[1], s[2]} & heads for s in shapes):

@@ -48,6 +48,7 @@ class Widths:
     head_dim: int | None = None
     heads: frozenset[int] = frozenset()  # query and KV head counts per rank (rotary, attention reshapes)
     source: str = "trace"  # "model config" or "inferred from the trace's GEMM weight shapes"
+    experts: frozenset[int] = frozenset()  # a mixture of experts' expert counts (the leading dim of its stacked weights)
 
     def block_of(self, pair: tuple[int, int]) -> str | None:
         """The block of a weight whose two dims are `pair`; None when it is not a projection."""
@@ -84,8 +85,9 @@ def from_architecture(arch, tp: int = 1) -> Widths:
     if getattr(arch, "experts", 0):
         ffn.add(arch.experts)  # the router: replicated, never split
     vocab = {arch.vocab, -(-arch.vocab // tp)}
+    experts = {arch.experts} if getattr(arch, "experts", 0) else set()
     return Widths(hidden, frozenset(attention), frozenset(ffn), frozenset(vocab), hd,
-                  frozenset({max(heads // tp, 1), max(kv // tp, 1)}), "model config")
+                  frozenset({max(heads // tp, 1), max(kv // tp, 1)}), "model config", frozenset(experts))
 
 
 def _dims(value) -> list[int] | None:
@@ -166,13 +168,19 @@ def infer_widths(trace: Trace) -> Widths | None:
     into = Counter({o: n for (o, i), n in shapes.items() if i == hidden})  # [X, H]: reads the hidden state
     back = Counter({i: n for (o, i), n in shapes.items() if o == hidden and i != hidden})  # [H, X]: writes it
     head_dim, heads = attention_heads(trace)
+    experts, expert_widths = stacked_experts(trace, hidden, shapes)
+    if experts:
+        # A mixture of experts: the FFN is its experts (and their router [E, H]); a dense
+        # width that leaves H and comes back is then the attention's (q / o), unless more
+        # projections go into it than come back (a shared expert's gate and up, or gate_up).
+        back = Counter({x: n for x, n in back.items() if into.get(x, 0) + into.get(2 * x, 0) > n})
     # The FFN's width leaves H (up / gate_up) and comes back (down); the query's may too (o
     # from heads x head_dim != H): the FFN's is the one with more projections into it per layer.
     def ffn_score(x: int) -> tuple[int, int]:
         return into.get(x, 0) + into.get(2 * x, 0), x
     partners = [x for x in back if into.get(x) or into.get(2 * x)]
     intermediate = max(partners, key=ffn_score) if partners else None
-    ffn = {intermediate, 2 * intermediate} if intermediate else set()
+    ffn = ({intermediate, 2 * intermediate} if intermediate else set()) | expert_widths | experts
     widest_ffn = max(ffn) if ffn else 2 * hidden
     vocab = {x for x in into if x >= VOCAB_OVER_FFN * widest_ffn and x not in ffn}
     vocab = {max(vocab)} if vocab else set()
@@ -182,4 +190,31 @@ def infer_widths(trace: Trace) -> Widths | None:
     if not attention or not ffn:  # a transformer has both; square matmuls alone (an MLP, a benchmark) say nothing
         return None
     return Widths(hidden, frozenset(attention), frozenset(ffn), frozenset(vocab), head_dim,
-                  frozenset(heads), "inferred from the trace's GEMM weight shapes")
+                  frozenset(heads), "inferred from the trace's GEMM weight shapes", frozenset(experts))
+
+
+# Ops that take a mixture of experts' stacked weights [E, X, Y] whole: the grouped GEMM
+# (input 1), the gather of the routed experts' weights (input 0: HF's W[expert_ids]), and one
+# expert's slice of them (input 0: HF's eager loop, W[expert_idx]).
+STACKED_WEIGHT_INPUTS = {"aten::_grouped_mm": 1, "aten::_scaled_grouped_mm": 1, "aten::index": 0, "aten::index_select": 0,
+                         "aten::select": 0}
+
+
+def stacked_experts(trace: Trace, hidden: int, weights: Counter) -> tuple[set[int], set[int]]:
+    """({E}, {expert widths}) of a mixture of experts: 3-D weights [E, X, Y] with H among X, Y,
+    taken whole by a grouped GEMM, or gathered / sliced by index where a router weight [E, H]
+    confirms E (a gather from any other 3-D tensor is not an expert's)."""
+    ops = trace.ops
+    experts, widths = set(), set()
+    names, dims = as_text(ops["name"]), ops["input_dims"].to_numpy()
+    routers = {out for (out, inn) in weights if inn == hidden}
+    for row in np.flatnonzero(rows_in(ops["name"], STACKED_WEIGHT_INPUTS)):
+        at = STACKED_WEIGHT_INPUTS[names[row]]
+        w = _dims(dims[row][at]) if isinstance(dims[row], list) and len(dims[row]) > at else None
+        if w is None or len(w) != 3 or hidden not in w[1:] or w[0] <= 1:
+            continue
+        if "grouped_mm" not in names[row] and w[0] not in routers:
+            continue
+        experts.add(w[0])
+        widths.add(w[2] if w[1] == hidden else w[1])
+    return experts, widths - {hidden}

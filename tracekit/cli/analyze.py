@@ -30,11 +30,17 @@ from tracekit.errors import TraceError
               "capture): graph-replayed kernels take the ops and shapes of the kernels captured into their graphs.")
 @click.option("--what-if", "what_if", multiple=True, help="Also project the run onto this GPU (repeatable): summary.json and the "
               "JSON output get `what_if` (busy and step time with ranges, throughput, time by rule; see `tracekit project`).")
+@click.option("--ncu", "ncu", type=click.Path(dir_okay=False), help="A Nsight Compute CSV of the same work (ncu --csv --page raw "
+              "--metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum): each kernel's modeled bytes against "
+              "the DRAM bytes it measured, per kernel family (see README).")
+@click.option("--bytes", "bytes_from", type=click.Choice(["model", "measured"]), default="model", show_default=True,
+              help="The bytes the roofline uses: the cost model's, or (with --ncu) the DRAM bytes Nsight Compute measured.")
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), **model) -> None:
+            frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), ncu: str | None = None,
+            bytes_from: str = "model", **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -42,6 +48,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     import os
 
     options = model_from(**model)
+    if bytes_from == "measured" and ncu is None:
+        raise click.UsageError("--bytes measured needs --ncu NCU.csv (the measured bytes come from it)")
     if out_dir is not None:
         from tracekit.reports.bundle import BUNDLE_FILES, check_out_dir
 
@@ -59,8 +67,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
     if scheduler is not None and not several:
         raise click.UsageError("--scheduler runs the ranks of a job: give several traces or a directory of them")
     if several:
-        if options is not None or capture is not None or what_if:
-            flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if"
+        if options is not None or capture is not None or what_if or ncu is not None:
+            flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if" if what_if else "--ncu"
             raise click.UsageError(f"{flag} works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
@@ -71,7 +79,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
                        model=options, workers=workers, meanwhile=importer(*renderers),
-                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture)
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture, ncu=ncu,
+                       bytes_from=bytes_from)
         projected = _what_if(analysis, what_if, device_file, samples_per_step, frames_per_step) if what_if else None
         if out_dir:
             from tracekit.reports.bundle import write_bundle
@@ -87,6 +96,11 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
     # the warnings are on stderr already; Markdown on stdout links no images (no bundle beside it)
     show(fmt, analysis, RenderOptions(top=top, warnings=False, json_extra={"what_if": projected} if what_if else {}))
+    if ncu is not None and fmt != "json":  # JSON carries it in coverage.ncu
+        from tracekit.reports import ncu as ncu_section
+
+        click.echo(ncu_section.to_markdown(analysis.coverage["ncu"]) if fmt == "markdown" else ncu_section.to_text(analysis.coverage["ncu"]),
+                   nl=False)
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)
     if to_mlflow:

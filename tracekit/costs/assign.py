@@ -35,13 +35,19 @@ from tracekit.costs.cost import Cost, Unknown
 from tracekit.costs.inductor import inductor_kernel_cost, is_inductor_kernel
 from tracekit.costs.dtypes import dominant_matrix_dtype, element_bytes, element_bytes_from_kernel, sized_dtype
 from tracekit.costs.layout import layout_kernel_cost
+from tracekit.costs.grouped_gemm import setup_kernel_cost
+from tracekit.costs.index_shapes import index_hints
 from tracekit.costs.list_dtypes import list_dtype_hints
 from tracekit.costs.memory import ASSUMED_FP32, LIST_DTYPE_FROM_PRODUCER
 from tracekit.trace.column_text import as_text
 from tracekit.trace.grouping import combine
 from tracekit.trace import Trace
 
-COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "kernel_class"]
+COST_COLUMNS = ["flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_source", "unknown_reason", "cost_estimate",
+                "kernel_class"]
+# A cost whose note says it is an estimate (a grouped GEMM's expected experts) keeps the note
+# on its kernels: coverage reports the time so costed, with the note's bound.
+ESTIMATE = "estimate"
 
 
 def kernel_costs(trace: Trace) -> pd.DataFrame:
@@ -52,6 +58,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
         "flops": np.full(n, np.nan), "bytes_read": np.full(n, np.nan), "bytes_written": np.full(n, np.nan),
         "cost_kind": np.full(n, None, dtype=object), "dtype": np.full(n, None, dtype=object),
         "cost_source": np.full(n, None, dtype=object), "unknown_reason": np.full(n, None, dtype=object),
+        "cost_estimate": np.full(n, None, dtype=object),
     }
     duration = (k["end"] - k["start"]).to_numpy(dtype=np.float64)
     kind = as_text(k["kind"])
@@ -67,7 +74,7 @@ def kernel_costs(trace: Trace) -> pd.DataFrame:
     _reasons_without_op(k, out)
     frame = pd.DataFrame(out, index=k.index)
     frame["kernel_class"] = classify(k["name"])
-    for col in ("cost_kind", "dtype", "cost_source", "unknown_reason"):
+    for col in ("cost_kind", "dtype", "cost_source", "unknown_reason", "cost_estimate"):
         frame[col] = frame[col].astype("category")
     return frame
 
@@ -87,7 +94,8 @@ def _layout_kernels(trace: Trace, helpers: dict[int, Cost], out: dict) -> None:
         output = (int(own.bytes_written // element_bytes(own.dtype)), own.dtype) \
             if "backward" not in str(op_names[o]) and own.bytes_written > 0 else None
         g = grid[i]
-        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], output)
+        cost = layout_kernel_cost(str(names[i]), tuple(g[:3]), tuple(g[3:]), dims[o], types[o], output) \
+            or setup_kernel_cost(str(names[i]), dims[o], types[o])
         if cost is not None:
             _set(out, np.array([i]), cost, 1.0, "op shapes")
 
@@ -199,6 +207,8 @@ def _from_ops(trace: Trace, kind: np.ndarray, duration: np.ndarray, out: dict) -
         out[col][taking] = np.array([getattr(c, f) if c is not None else None for c in known], dtype=object)[cost_of]
     out["cost_source"][taking] = "op shapes"
     out["unknown_reason"][taking] = None
+    out["cost_estimate"][taking] = np.array([c.note if c is not None and ESTIMATE in c.note else None for c in known],
+                                            dtype=object)[cost_of]
     return helpers
 
 
@@ -207,7 +217,7 @@ def _costs_per_call(ops: pd.DataFrame, op_rows: np.ndarray, op_names: np.ndarray
     per call an index into the list of distinct costs (Cost or Unknown)."""
     dims, types, concrete = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["concrete_inputs"].to_numpy()
     strides = ops["input_strides"].to_numpy() if "input_strides" in ops else np.full(len(ops), None, dtype=object)
-    hints = {**conv_hints(ops), **parameter_hints(ops), **list_dtype_hints(ops)}
+    hints = {**conv_hints(ops), **parameter_hints(ops), **list_dtype_hints(ops), **index_hints(ops)}
     name_codes = (ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")).cat.codes.to_numpy()
     # Interned inputs: equal inputs are the same objects, so ids make a cheap key.
     columns = [name_codes[op_rows].astype(np.int64)] + [np.fromiter(map(id, column[op_rows]), dtype=np.int64, count=len(op_rows))
@@ -382,7 +392,7 @@ def _borrow(sig: np.ndarray, known: np.ndarray, rows: np.ndarray, out: dict, sou
     if not len(wanted):
         return
     # Donors have an op and these rows have none, so no row is both: one vectorised copy.
-    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype"):
+    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_estimate"):
         out[f][wanted] = out[f][donor]
     out["cost_source"][wanted] = source
     out["unknown_reason"][wanted] = None

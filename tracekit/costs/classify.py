@@ -86,10 +86,30 @@ AUXILIARY = re.compile(r"transpose|nchwToNhwc|nhwcToNchw|NCHW2|2NCHW|NHWC2|2NHWC
                        r"fill|zero_|Memset|copy|permute", re.I)
 
 
+# Setup kernels a GEMM library launches before a grouped GEMM: they write the per-group
+# pointer and shape arrays the GEMM reads (ATen's prepare_grouped_gemm_data). Named "gemm",
+# they compute nothing of it.
+GEMM_SETUP = re.compile(r"prepare_grouped_gemm_data|prepare_grouped_mm|grouped_gemm_setup", re.I)
+
+
+def is_auxiliary_name(name: str) -> bool:
+    """A layout / workspace / setup kernel. A GEMM kernel is never one, whatever its
+    template arguments spell: a mangled CUTLASS name carries them inline (`...Copy_Atom...`,
+    cuDNN's `...PermuteLayout...`), and it is the kernel that does the op's work."""
+    base = without_parameters(name[:MAX_MATCHED_CHARS])
+    if GEMM_SETUP.search(base):
+        return True
+    return bool(AUXILIARY.search(base)) and classify_name(name) != "gemm"
+
+
 def is_auxiliary(names: pd.Series) -> np.ndarray:
-    """Per kernel: is it a layout / workspace kernel (matched once per distinct name)."""
+    """Per kernel: is it a layout / workspace / setup kernel (matched once per distinct name)."""
     cat = names.astype("category")
-    flags = np.r_[searches(_bases(cat.cat.categories), AUXILIARY), False]
+    bases = _bases(cat.cat.categories)
+    aux = searches(bases, AUXILIARY)
+    for i in np.flatnonzero(aux):  # a GEMM kernel is never a layout one (few names get here)
+        aux[i] = classify_name(bases[i]) != "gemm"
+    flags = np.r_[aux | searches(bases, GEMM_SETUP), False]
     return flags[cat.cat.codes.to_numpy()]
 
 

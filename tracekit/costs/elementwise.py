@@ -68,7 +68,7 @@ _register_all(
     "bitwise_not logical_not clamp clamp_min clamp_max nan_to_num square", 1,
 )
 _register_all(
-    "add sub mul div pow maximum minimum fmod remainder bitwise_and bitwise_or bitwise_xor "
+    "add sub mul div floor_divide pow maximum minimum fmod remainder bitwise_and bitwise_or bitwise_xor "
     "logical_and logical_or atan2 copysign hypot xlogy masked_fill", 2,
 )
 _register_all("lerp addcmul addcdiv where", 3)

@@ -122,17 +122,3 @@ def scaled_mm(x: OpInputs) -> Cost:
     scales = sum(x.nbytes(i) for i in (2, 3) if x.has_tensor(i))
     cost = gemm_cost(1, m, n, k, x.dtype(0), bias_elems=bias, out_dtype=out, b_dtype=x.dtype(1))
     return Cost(cost.flops, cost.bytes_read + scales, cost.bytes_written, "matrix", x.dtype(0), "scaled (fp8) GEMM")
-
-
-@register("aten::_grouped_mm", "aten::_scaled_grouped_mm")
-def grouped_mm(x: OpInputs) -> Cost:
-    # _grouped_mm(a [M_total, K], b [G, K, N], offs) -- each row of a meets one group's b.
-    a, b = x.shape(0), x.shape(1)
-    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:
-        m, k, n = a[0], a[1], b[2]
-        cost = gemm_cost(1, m, n, k, x.dtype(0))
-        weights = (b[0] - 1) * k * n * element_bytes(x.dtype(1))  # every group's weight is read
-        return Cost(cost.flops, cost.bytes_read + weights, cost.bytes_written, "matrix", x.dtype(0), "grouped GEMM")
-    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
-        return gemm_cost(a[0], a[1], b[2], a[2], x.dtype(0), note="grouped GEMM")
-    raise CostError(f"grouped GEMM shapes not understood: {a} x {b}")

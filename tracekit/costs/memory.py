@@ -103,11 +103,6 @@ def scatter(x: OpInputs) -> Cost:
     return Cost(float(n), x.nbytes(2) + (x.nbytes(3) if x.has_tensor(3) else n * es) + inplace, n * es, "memory", x.dtype(0))
 
 
-@register("aten::index")
-def index(x: OpInputs) -> Cost:
-    raise CostError("advanced indexing: the number of selected elements depends on index values not recorded")
-
-
 @register("aten::index_copy_")
 def index_copy_(x: OpInputs) -> Cost:
     # (self, dim, index, source): the source's rows are written into self at the indexed

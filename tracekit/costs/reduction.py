@@ -61,11 +61,3 @@ def softmax_backward(x: OpInputs) -> Cost:
     # (grad_output, output, dim, input_dtype)
     n = x.numel(0)
     return Cost(3.0 * n, x.nbytes(0) + x.nbytes(1), x.dense_nbytes(0), "vector", x.dtype(0))
-
-
-@register("aten::topk", "aten::sort")
-def sort(x: OpInputs) -> Cost:
-    n = x.numel(0)
-    if n == 0:
-        raise CostError("empty input")
-    return Cost(n * max(1.0, math.log2(n)), x.nbytes(0), x.dense_nbytes(0) + n * 8, "vector", x.dtype(0), "n log n comparisons")

@@ -109,7 +109,7 @@ def _borrow_by_position(head: np.ndarray, donors: np.ndarray, out: dict) -> None
     if not len(take):
         return
     rows, donor = head[take], donors[0, take]
-    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype"):
+    for f in ("flops", "bytes_read", "bytes_written", "cost_kind", "dtype", "cost_estimate"):
         out[f][rows] = out[f][donor]
     out["cost_source"][rows] = REPEATED
     out["unknown_reason"][rows] = None
