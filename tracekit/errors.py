@@ -291,8 +291,8 @@ def limit_reached(exc: BaseException) -> str | None:
     any other error. The limit's value is named where the platform says it."""
     import errno
 
-    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc) and address_space_limit() is None:
-        return _with_limit("cannot start a thread", "RLIMIT_NPROC", "ulimit -u")
+    # ("can't start new thread" stays memory_ran_out's: a thread's stack is address space, and
+    # under `ulimit -u` the pools and BLAS are bounded from the start: tracekit/__main__.py)
     if not isinstance(exc, OSError):
         return None
     if exc.errno in (errno.EMFILE, errno.ENFILE):
