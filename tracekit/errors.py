@@ -287,7 +287,7 @@ def out_of_memory(argv: list[str] | None, why: str = "out of memory") -> tuple[s
 
 def limit_reached(exc: BaseException) -> str | None:
     """The one line for a run stopped by a process limit other than memory (issue 39): too
-    many open files (`ulimit -n`), no process or thread to be had (`ulimit -u`); None for
+    many open files (`ulimit -n`), no process to be had (`ulimit -u`); None for
     any other error. The limit's value is named where the platform says it."""
     import errno
 
