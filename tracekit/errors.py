@@ -287,12 +287,12 @@ def out_of_memory(argv: list[str] | None, why: str = "out of memory") -> tuple[s
 
 def limit_reached(exc: BaseException) -> str | None:
     """The one line for a run stopped by a process limit other than memory (issue 39): too
-    many open files (`ulimit -n`), no process or thread to be had (`ulimit -u`); None for
+    many open files (`ulimit -n`), no process to be had (`ulimit -u`); None for
     any other error. The limit's value is named where the platform says it."""
     import errno
 
-    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc) and address_space_limit() is None:
-        return _with_limit("cannot start a thread", "RLIMIT_NPROC", "ulimit -u")
+    # ("can't start new thread" stays memory_ran_out's: a thread's stack is address space, and
+    # under `ulimit -u` the pools and BLAS are bounded from the start: tracekit/__main__.py)
     if not isinstance(exc, OSError):
         return None
     if exc.errno in (errno.EMFILE, errno.ENFILE):
