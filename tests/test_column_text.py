@@ -28,3 +28,15 @@ def test_rows_in_is_isin_of_the_text_with_missing_rows_out():
     assert rows_in(column, ["python", "gpu"]).tolist() == [True, False, True, False, True, False]
     assert (~rows_in(column, ["python", "gpu"])).tolist() == [False, True, False, True, False, True]
     assert rows_in(pd.Series(["a", "b"]), ()).tolist() == [False, False]
+
+
+def test_category_text_is_converted_once_per_categories_index():
+    from tracekit.trace.column_text import category_text
+
+    names = pd.Series(["b", "a", None, "b"]).astype("category")
+    text = category_text(names.cat.categories)
+    assert text == ["a", "b"]
+    assert category_text(names.iloc[1:].cat.categories) is text  # a slice shares the Index: no new conversion
+    other = pd.Series(["a", "c"]).astype("category")  # another Index: its own text
+    assert category_text(other.cat.categories) == ["a", "c"]
+    assert category_text(pd.Index([1, 2.5])) == ["1.0", "2.5"]  # non-text labels as str() writes them

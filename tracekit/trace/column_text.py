@@ -8,6 +8,7 @@ category and picked by code.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,9 +24,21 @@ def _categorical(column: pd.Series) -> pd.Series:
 
 
 def category_text(categories) -> list[str]:
-    """A categorical's categories as a list of str, converted in one call: iterating an
-    Arrow-backed Index costs ~6 µs a value (0.7 s for a trace of 100k distinct names)."""
-    return [v if type(v) is str else str(v) for v in categories.to_numpy(dtype=object).tolist()]
+    """A categorical's categories as a list of str (the caller must not change it), converted
+    in one call: iterating an Arrow-backed Index costs ~6 µs a value (0.7 s for a trace of
+    100k distinct names). A column's slices share its categories Index, and an analysis asks
+    for the kernel names' text dozens of times: kept while that Index lives."""
+    key = id(categories)
+    kept = _TEXT_OF.get(key)
+    if kept is not None and kept[0]() is categories:
+        return kept[1]
+    text = [v if type(v) is str else str(v) for v in categories.to_numpy(dtype=object).tolist()]
+    _TEXT_OF[key] = (weakref.ref(categories), text)
+    weakref.finalize(categories, _TEXT_OF.pop, key, None)  # (an Index is not hashable: keyed by id while it lives)
+    return text
+
+
+_TEXT_OF: dict[int, tuple[weakref.ref, list[str]]] = {}
 
 
 def as_text(column: pd.Series) -> np.ndarray:
