@@ -145,3 +145,23 @@ def test_cutlass_kernel_carries_the_grouped_gemm_and_blocks_are_ffn():
     experts = gather[gather["bytes_written"] >= 32 * 768 * 2048 * 2]  # gate_up and down weights of 32 (token, expert) pairs
     assert len(experts) == 128 and (experts["block"].astype(str) == "ffn").all()
     assert math.isclose(time.sum(), a.coverage["kernel_time_ns"])
+
+
+def test_router_ops_by_hand():
+    # the H200 trace's router: topk(scores [4, 128] fp32, k=8) writes 8 values and 8 int64 positions per row
+    topk = op_cost("aten::topk", [[4, 128], [], [], [], []], ["float", "Scalar", "Scalar", "Scalar", "Scalar"], ["", "8", "-1", "True", "True"])
+    assert (topk.bytes_read, topk.bytes_written) == (4 * 128 * 4, 4 * 8 * (4 + 8))
+    # histc of the 4,096 routed expert ids (int32) into 128 bins
+    histc = op_cost("aten::histc", [[4096], [], [], []], ["int", "Scalar", "Scalar", "Scalar"], ["", "128", "0", "127"])
+    assert (histc.flops, histc.bytes_read, histc.bytes_written) == (4096, 4096 * 4, 128 * 4)
+    # floor_divide of int64 ids by a scalar: elementwise
+    div = op_cost("aten::floor_divide", [[4096], []], ["long int", "long int"], ["", ""])
+    assert (div.bytes_read, div.bytes_written) == (4096 * 8, 4096 * 8)
+    # sort of 4,096 int64 keys: values and positions
+    sort = op_cost("aten::sort", [[4096], [], []], ["long int", "Scalar", "Scalar"], ["", "-1", "False"])
+    assert sort.bytes_written == 4096 * 8 + 4096 * 8
+    # an index whose result was not recorded, and a boolean mask's select, say why they have no cost
+    unknown = op_cost("aten::index", [[128, 1536, 2048], []], ["c10::BFloat16", ""], ["", ""])
+    assert isinstance(unknown, Unknown) and "result shape was not recorded" in unknown.reason
+    masked = op_cost("aten::masked_select", [[4, 128], [4, 128]], ["float", "bool"], ["", ""])
+    assert isinstance(masked, Unknown) and "mask's values" in masked.reason

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from tracekit.costs.cost import Cost, CostError
+from tracekit.costs.cost import Cost
 from tracekit.costs.dtypes import element_bytes
 from tracekit.costs.inputs import OpInputs
 from tracekit.costs.registry import register
