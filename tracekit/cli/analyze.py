@@ -29,11 +29,13 @@ from tracekit.errors import TraceError
               "capture): graph-replayed kernels take the ops and shapes of the kernels captured into their graphs.")
 @click.option("--what-if", "what_if", multiple=True, help="Also project the run onto this GPU (repeatable): summary.json and the "
               "JSON output get `what_if` (busy and step time with ranges, throughput, time by rule; see `tracekit project`).")
+@step_option
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), **model) -> None:
+            frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), step: str | None = None,
+            **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -58,6 +60,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         if options is not None or capture is not None or what_if:
             flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if"
             raise click.UsageError(f"{flag} works on one trace at a time")
+        if step is not None:
+            raise click.UsageError("--step works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
     path = paths[0]
@@ -67,7 +71,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         renderers = {"json": (), "markdown": ("tracekit.reports.markdown",), "table": ("tracekit.reports.analyze", "tracekit.reports.prediction", "tracekit.reports.terminal")}[fmt]
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
                        model=options, workers=workers, meanwhile=importer(*renderers),
-                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture)
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture, step=step)
         projected = _what_if(analysis, what_if, device_file, samples_per_step, frames_per_step) if what_if else None
         if out_dir:
             from tracekit.reports.bundle import write_bundle

@@ -41,6 +41,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from tracekit.errors import TraceError
 from tracekit.trace.autograd import op_states
 from tracekit.trace.column_text import as_text, rows_in, rows_where
 from tracekit.trace.forwards import token_forwards
@@ -244,7 +245,9 @@ def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
     --step ranges, which then are the steps), and meta["step_source"] saying where they came
     from (None: no steps)."""
     windows, source = find_steps(trace, step)
-    trace = replace(trace, meta={**trace.meta, "step_source": source if (windows or not step) else None})
+    if step and not windows:  # the user said what a step is and the trace holds none: no silent fallback
+        raise TraceError(str(trace.meta.get("path") or "trace"), f"--step {step!r} matches no range or Python frame in the trace")
+    trace = replace(trace, meta={**trace.meta, "step_source": source})
     if not windows:
         return trace
     r = trace.ranges
