@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracekit.cli.common import (WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, importer, model_from, model_options,
-                                 progress, safe, show, status, warn)
+                                 progress, safe, show, status, step_option, warn)
 from tracekit.errors import TraceError
 
 

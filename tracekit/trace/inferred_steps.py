@@ -48,7 +48,7 @@ from tracekit.trace.forwards import token_forwards
 from tracekit.trace.frames import Trace
 from tracekit.trace.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
-from tracekit.trace.structure_finder import holds_whole_forwards, repeated_steps, weight_reads
+from tracekit.trace.structure_finder import holds_layer_stack, holds_whole_forwards, repeated_steps, weight_reads
 
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
@@ -193,8 +193,9 @@ def user_steps(trace: Trace, step: str) -> list[Window]:
 
 def cycles_hold_forwards(trace: Trace, cycles: list[Window], reads, forwards: int) -> bool:
     """A cycle of ranges is steps only if it holds whole forwards: no more cycles than the
-    forwards the trace shows (`forwards`, 0: unknown), and no weight that the run reads
-    again and again read outside its ranges (tracekit.trace.structure_finder)."""
+    forwards the trace shows (`forwards`, 0: unknown), no weight that the run reads again and
+    again read outside its ranges, and a stack of layers read inside each cycle
+    (tracekit.trace.structure_finder)."""
     if forwards and len(cycles) > forwards:
         return False
     r = trace.ranges
@@ -204,7 +205,9 @@ def cycles_hold_forwards(trace: Trace, cycles: list[Window], reads, forwards: in
                          & ~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN])
                          & (r["start"].to_numpy() >= lo) & (r["end"].to_numpy() <= hi))
     windows = [(int(r["start"].iat[i]), int(r["end"].iat[i])) for i in top]
-    return holds_whole_forwards(reads, windows, pid, tid) is not False
+    if holds_whole_forwards(reads, windows, pid, tid) is False:
+        return False
+    return holds_layer_stack(reads, [(c[1], c[2]) for c in cycles], pid, tid) is not False
 
 
 def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str | None]:
@@ -224,8 +227,11 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
     forwards = token_forwards(trace.ops, states)
     reads = weight_reads(trace.ops, states)
     repeated = None if len(forwards) >= 2 else repeated_steps(trace, reads, states)
-    known = len(forwards) if len(forwards) >= 2 else (len(repeated.windows) * repeated.forwards_per_step if repeated else 0)
     cycles = range_cycles(trace)
+    # forwards the trace shows within the cycles' span: a token model's embeddings (a text
+    # encoder run once before a denoise loop is not in it), else the repeated steps' forwards
+    inside = int(((forwards["start"] >= cycles[0][1]) & (forwards["start"] < cycles[-1][2])).sum()) if cycles and len(forwards) else 0
+    known = inside or (len(repeated.windows) * repeated.forwards_per_step if repeated else 0)
     if cycles and cycles_hold_forwards(trace, cycles, reads, known):
         return cycles, STEP_SOURCES[4]
     if len(forwards) >= 2:

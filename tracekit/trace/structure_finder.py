@@ -35,6 +35,10 @@ WEIGHT_INPUT = {"aten::linear": 1, "aten::addmm": 2, "aten::mm": 1, "aten::conv1
                 "aten::conv3d": 1, "aten::convolution": 1, "aten::_convolution": 1, "aten::conv_transpose1d": 1,
                 "aten::conv_transpose2d": 1, "aten::conv_transpose3d": 1, "aten::embedding": 0}
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
+# Steps are what the run is made of: a repeat whose units take less than this share of the
+# thread's host time (from its first top-level op to its last) is a loop inside the run (the
+# warm-up forwards of a CUDA-graph capture at one batch size among many), not its steps.
+MIN_STEP_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,22 @@ def holds_whole_forwards(reads: WeightReads, windows: list[tuple[int, int]], pid
     return not any(c in recurring for c in code[skipped].tolist())
 
 
+def holds_layer_stack(reads: WeightReads, windows: list[tuple[int, int]], pid: int, tid: int) -> bool | None:
+    """Does every window read a stack of layers (its weight reads hold a tandem repeat: two or
+    more layers of one shape, back to back)? A model's forward does; one layer of it (a
+    decoder layer's q, k, v, o, gate, up, down; a block's `self_attention` range) does not.
+    None: no weight read on the thread."""
+    mine = (reads.pid == pid) & (reads.tid == tid)
+    if not mine.any():
+        return None
+    start, code = reads.start[mine], reads.code[mine]
+    for lo, hi in windows:
+        inside = code[(start >= lo) & (start < hi)]
+        if outermost_repeat(inside) is None:
+            return False
+    return True
+
+
 def top_level_codes(ops: pd.DataFrame, states: np.ndarray) -> tuple[np.ndarray, tuple[int, int]] | None:
     """(rows, thread) of the busiest thread's top-level ops outside autograd, in start order."""
     parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
@@ -173,6 +193,11 @@ def repeated_steps(trace: Trace, reads: WeightReads | None = None, states: np.nd
         first = reads.code[np.flatnonzero(in_step)[0]]
         forwards.append(int((reads.code[in_step] == first).sum()))
         windows.append((lo, hi))
+    span = int(ends.max()) - int(starts.min())
+    if span <= 0 or sum(hi - lo for lo, hi in windows) < MIN_STEP_SHARE * span:
+        return None
+    if not holds_layer_stack(reads, windows, pid, tid):
+        return None  # the repeat is the layers of one forward, not forwards
     label = unit_label(trace, windows, pid, tid)
     per = int(np.median(forwards))
     name = label or ("forward" if per == 1 else f"{per} forwards")
