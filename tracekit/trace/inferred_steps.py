@@ -225,9 +225,11 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
         return iterations, STEP_SOURCES[3]
     states = op_states(trace.ops) if len(trace.ops) else None
     forwards = token_forwards(trace.ops, states)
-    reads = weight_reads(trace.ops, states)
-    repeated = None if len(forwards) >= 2 else repeated_steps(trace, reads, states)
     cycles = range_cycles(trace)
+    # the weight reads only where something asks for them (a token model's forwards without
+    # ranges are its steps already): they cost a pass over every GEMM's shapes
+    reads = weight_reads(trace.ops, states) if cycles or len(forwards) < 2 else None
+    repeated = None if len(forwards) >= 2 else repeated_steps(trace, reads, states)
     # forwards the trace shows within the cycles' span: a token model's embeddings (a text
     # encoder run once before a denoise loop is not in it), else the repeated steps' forwards
     inside = int(((forwards["start"] >= cycles[0][1]) & (forwards["start"] < cycles[-1][2])).sum()) if cycles and len(forwards) else 0
