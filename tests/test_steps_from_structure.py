@@ -17,7 +17,7 @@ import pytest
 
 from tracekit.analysis.load import load
 from tracekit.trace.column_text import as_text
-from tracekit.trace.inferred_steps import find_steps
+from tracekit.trace.inferred_steps import find_steps, with_inferred_steps
 from tracekit.trace.repetition import outermost_repeat
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -108,8 +108,10 @@ def _with_ranges(tmp_path: Path, domain_id: int, domain_name: str | None) -> Pat
 def test_nccl_domain_ranges_are_never_steps(tmp_path):
     nccl = load(_with_ranges(tmp_path, 1, "NCCL"))
     assert (as_text(nccl.ranges["domain"]) == "nvtx:NCCL").sum() == 68  # the parser read them, in NCCL's domain
-    windows, _ = find_steps(nccl)
+    windows, source = find_steps(nccl)
     assert not any(w[0].startswith("nccl") for w in windows)
+    assert source is None  # no shapes in this export: nothing else tells an iteration, and the report says why
+    assert "68 range(s) in nvtx:NCCL are a library's" in with_inferred_steps(nccl).warnings[-1]
     # the same ranges in the default domain are a user's: a cycle of names (no shapes to say otherwise)
     user = load(_with_ranges(tmp_path, 0, None))
     windows, source = find_steps(user)

@@ -248,6 +248,18 @@ def inferred_windows(trace: Trace) -> list[Window]:
     return find_steps(trace)[0]
 
 
+def library_note(trace: Trace) -> list[str]:
+    """Why a trace with ranges has no steps, where its ranges are a library's own."""
+    r = trace.ranges
+    library = library_ranges(r)
+    if not library.any():
+        return []
+    domains = sorted({str(d) for d in as_text(r["domain"])[library]})
+    return [f"no steps: the trace's {int(library.sum()):,} range(s) in {', '.join(domains)} are a library's or the profiler's "
+            "own (one per call, not per iteration), never steps; nothing else in it repeats as whole forwards "
+            "(use --step to name a range or Python frame that marks one)"]
+
+
 def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
     """The trace with its steps added to the ranges table where it marks none (or the user's
     --step ranges, which then are the steps), and meta["step_source"] saying where they came
@@ -256,6 +268,8 @@ def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
     if step and not windows:  # the user said what a step is and the trace holds none: no silent fallback
         raise TraceError(str(trace.meta.get("path") or "trace"), f"--step {step!r} matches no range or Python frame in the trace")
     trace = replace(trace, meta={**trace.meta, "step_source": source})
+    if source is None:
+        trace = replace(trace, warnings=[*trace.warnings, *library_note(trace)])
     if not windows:
         return trace
     r = trace.ranges
