@@ -140,3 +140,18 @@ def test_the_report_names_the_step_source():
     done = _analyze(str(FIXTURES / "cpu_t2v_clip_default.json.gz"), "--format", "markdown")
     assert done.returncode == 0, done.stderr
     assert "steps from: repeated forward" in done.stdout
+
+
+def test_diff_says_when_the_runs_steps_come_from_different_sources():
+    from tracekit.compare.diff import diff_summaries
+
+    golden = Path(__file__).resolve().parent / "golden" / "torch__h200_llama3-8b_eager_decode_bs16.json.gz.summary.json"
+    base = json.loads(golden.read_text())
+    assert base["trace"]["step_source"] == "annotation"  # its decode_step ranges
+    same = diff_summaries(base, json.loads(golden.read_text()))
+    assert not any("different sources" in w for w in same["warnings"])
+    other = json.loads(golden.read_text())
+    other["trace"]["step_source"] = "range cycle"
+    warned = [w for w in diff_summaries(base, other)["warnings"] if "different sources" in w]
+    assert warned == ["the runs' steps come from different sources (base: annotation, new: range cycle): per-step figures "
+                      "compare different units; name one with --step to compare like with like"]
