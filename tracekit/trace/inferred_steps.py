@@ -229,15 +229,14 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
     # the weight reads only where something asks for them (a token model's forwards without
     # ranges are its steps already): they cost a pass over every GEMM's shapes
     reads = weight_reads(trace.ops, states) if cycles or len(forwards) < 2 else None
-    repeated = None if len(forwards) >= 2 else repeated_steps(trace, reads, states)
     # forwards the trace shows within the cycles' span: a token model's embeddings (a text
-    # encoder run once before a denoise loop is not in it), else the repeated steps' forwards
+    # encoder run once before a denoise loop is not in it); the weight reads tell the rest
     inside = int(((forwards["start"] >= cycles[0][1]) & (forwards["start"] < cycles[-1][2])).sum()) if cycles and len(forwards) else 0
-    known = inside or (len(repeated.windows) * repeated.forwards_per_step if repeated else 0)
-    if cycles and cycles_hold_forwards(trace, cycles, reads, known):
+    if cycles and cycles_hold_forwards(trace, cycles, reads, inside):
         return cycles, STEP_SOURCES[4]
     if len(forwards) >= 2:
         return forward_steps(trace, forwards), STEP_SOURCES[5]
+    repeated = repeated_steps(trace, reads, states)
     if repeated is not None:
         return repeated.windows, STEP_SOURCES[5]
     return [], None

@@ -6,8 +6,8 @@ Two sequences per thread, both integer-coded (tracekit.trace.repetition):
 - the top-level ops (no op above them, outside autograd), coded by name and input shapes:
   a step of a loop (a denoise step, a video chunk, an iteration) runs the same ops on the
   same shapes each time, so the outermost tandem repeat of this sequence is the steps;
-- the weight reads: the outermost GEMM, convolution and embedding ops, coded by name and
-  input shapes (two weights of one shape, a DiT's time projection [d, 128] and its FFN's
+- the weight reads: the outermost GEMM, convolution and embedding ops, coded by name, weight
+  shape and the shape it multiplies (two weights of one shape, a DiT's time projection [d, 128] and its FFN's
   down projection [d, f=128], are told apart by what they read). A forward reads every weight of its network once, in the same order each
   time it runs, so the forwards inside a step are the reads of its first weight read, and a window that misses weights the run reads around it (a DiT block's
   `self_attention` range: its FFN, modulation and patch embedding are read outside it) does
@@ -62,7 +62,9 @@ def weight_reads(ops: pd.DataFrame, states: np.ndarray | None = None) -> WeightR
     if not len(ops) or "input_dims" not in ops:
         return empty
     names = as_text(ops["name"])
-    slot = np.array([WEIGHT_INPUT.get(n, -1) if n is not None else -1 for n in names], dtype=np.int64)
+    category = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
+    by_code = np.array([WEIGHT_INPUT.get(str(c), -1) for c in category.cat.categories] + [-1], dtype=np.int64)
+    slot = by_code[category.cat.codes.to_numpy()]  # once per distinct name, not per op
     is_weight = slot >= 0
     if not is_weight.any():
         return empty
@@ -82,7 +84,8 @@ def weight_reads(ops: pd.DataFrame, states: np.ndarray | None = None) -> WeightR
     for i in rows:
         d = dims[i]
         if isinstance(d, (list, tuple)) and len(d) > slot[i] and isinstance(d[slot[i]], (list, tuple)) and len(d[slot[i]]) >= 2:
-            keys.append((names[i], repr(d)))
+            first = d[0] if slot[i] != 0 else d[1]  # what it multiplies: the activation (an embedding's: its indices)
+            keys.append((names[i], tuple(d[slot[i]]), tuple(first) if isinstance(first, (list, tuple)) else None))
             kept.append(i)
     rows = np.array(kept, dtype=np.int64)
     if not len(rows):
