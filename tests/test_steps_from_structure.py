@@ -155,3 +155,18 @@ def test_diff_says_when_the_runs_steps_come_from_different_sources():
     warned = [w for w in diff_summaries(base, other)["warnings"] if "different sources" in w]
     assert warned == ["the runs' steps come from different sources (base: annotation, new: range cycle): per-step figures "
                       "compare different units; name one with --step to compare like with like"]
+
+
+def test_a_prefill_range_beside_decode_step_ranges_is_a_step():
+    """record_cpu_decode.py: `prefill` over the prompt (batch 2 x 32 tokens), then 4
+    `decode_step` ranges: the prefill is a step, so its work is inside a step."""
+    from tracekit.trace.step_ownership import step_rows
+
+    trace = load(FIXTURES / "cpu_tiny_llama_decode.json.gz")
+    rows = step_rows(trace)
+    assert as_text(trace.ranges["name"])[rows].tolist() == ["prefill"] + ["decode_step"] * 4
+    ops = trace.ops
+    sdpa = np.flatnonzero(as_text(ops["name"]) == "aten::scaled_dot_product_attention")
+    prompt = [i for i in sdpa if ops["input_dims"].iat[i][0] == [2, 8, 32, 16]]  # the prefill's attention, 2 layers
+    lo, hi = trace.ranges["start"].iat[rows[0]], trace.ranges["end"].iat[rows[0]]
+    assert len(prompt) == 2 and all(lo <= ops["start"].iat[i] < hi for i in prompt)
