@@ -73,7 +73,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             sustained: float = DEFAULT_SUSTAINED, rules: str | None = None, progress=None, model=None,
             workers: int | None = None, meanwhile=None, samples_per_step: int | None = None,
             frames_per_step: int | None = None, capture: str | os.PathLike | None = None, ncu=None,
-            bytes_from: str = "model") -> Analysis:
+            bytes_from: str = "model", step: str | None = None) -> Analysis:
     """Load a trace and analyse it: costs, roofline, coverage, phase x block attribution and
     steps, on the named (or recorded) GPU. `rules` is a TOML file extending the defaults.
     `model` (a config.json path, or tracekit.model.ModelOptions for --tp / --ep / ...) costs
@@ -81,7 +81,8 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
     of the same run (vLLM's profiled CUDA/HIP graph capture): the graph-replayed kernels take
     the ops and shapes of the kernels captured into their graphs (tracekit.trace.capture_pairing;
     what was paired is in `analysis.meta["capture"]`). `workers`: processes that decode a
-    large JSON trace (default: the cores available; 1: this process only). `meanwhile()`:
+    large JSON trace (default: the cores available; 1: this process only). `step`: the range or
+    Python frame (name or regex) that marks one step (tracekit.trace.inferred_steps). `meanwhile()`:
     as for `load`, after the analysis stages have been imported in that time. `ncu`: a Nsight
     Compute CSV of the same work (--csv --page raw with DRAM bytes and time): the kernels are
     compared with it (`coverage["ncu"]`); `bytes_from="measured"` puts its bytes on the roofline."""
@@ -117,7 +118,8 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
             trace = pair_capture(trace, captured, os.fspath(capture))
         else:
             trace = paired_with_own_capture(trace, os.fspath(path))
-        return build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step, ncu)
+        return build_loaded(trace, path, device, device_file, sustained, rule_set, model, samples_per_step, frames_per_step,
+                            ncu, step)
 
 
 def paired_with_own_capture(trace: Trace, source: str) -> Trace:
@@ -133,7 +135,7 @@ def paired_with_own_capture(trace: Trace, source: str) -> Trace:
 
 
 def build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, model=None, samples_per_step=None,
-                  frames_per_step=None, ncu=None) -> Analysis:
+                  frames_per_step=None, ncu=None, step=None) -> Analysis:
     """The Analysis of a loaded trace on the resolved device (analyze's second half)."""
     from tracekit.analysis.pipeline import build
 
@@ -145,6 +147,6 @@ def build_loaded(trace: Trace, path, device, device_file, sustained, rule_set, m
         # when one was. The parser's note that the export names no GPU (pointing at
         # --device) would repeat the first and be stale after the second.
         trace.warnings[:] = [w for w in trace.warnings if "--device" not in w] + ([no_device] if no_device else [])
-    return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step, ncu)
+    return build(trace, spec, sustained, rule_set, model, samples_per_step, frames_per_step, ncu, step)
 
 

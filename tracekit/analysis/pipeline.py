@@ -34,12 +34,13 @@ from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 
 def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAINED, rules: Rules | None = None,
           model: ModelOptions | None = None, samples_per_step: int | None = None,
-          frames_per_step: int | None = None, ncu=None) -> Analysis:
+          frames_per_step: int | None = None, ncu=None, step: str | None = None) -> Analysis:
     """With a `model`, its costs fill the kernels the op shapes leave uncosted (order:
     shape costs -> attribute -> steps -> model -> roofline -> summarize -> predict). With
     `ncu` (tracekit.costs.ncu.NcuOptions), the kernels are compared with the user's Nsight
-    Compute counters before the roofline, which then uses the measured bytes if asked."""
-    trace = with_inferred_steps(trace)  # steps from the trace's structure where it marks none
+    Compute counters before the roofline, which then uses the measured bytes if asked.
+    `step`: the range or Python frame (name or regex) that marks one step (--step)."""
+    trace = with_inferred_steps(trace, step)  # steps from the trace's structure where it marks none
     costs = kernel_costs(trace)
     arch = widths = None
     if model is not None:  # the model's widths place the GEMMs by their weight shapes

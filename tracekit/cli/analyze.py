@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from tracekit.cli.common import (WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, importer, model_from, model_options,
-                                 progress, safe, show, status, warn)
+                                 progress, safe, show, status, step_option, warn)
 from tracekit.cli.options import checked_scheduler
 from tracekit.errors import TraceError
 
@@ -35,12 +35,13 @@ from tracekit.errors import TraceError
               "the DRAM bytes it measured, per kernel family (see README).")
 @click.option("--bytes", "bytes_from", type=click.Choice(["model", "measured"]), default="model", show_default=True,
               help="The bytes the roofline uses: the cost model's, or (with --ncu) the DRAM bytes Nsight Compute measured.")
+@step_option
 @model_options
 def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None, rules: str | None, sustained: float, fmt: str,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
             frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), ncu: str | None = None,
-            bytes_from: str = "model", **model) -> None:
+            bytes_from: str = "model", step: str | None = None, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -70,6 +71,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         if options is not None or capture is not None or what_if or ncu is not None:
             flag = "--model" if options is not None else "--capture" if capture is not None else "--what-if" if what_if else "--ncu"
             raise click.UsageError(f"{flag} works on one trace at a time")
+        if step is not None:
+            raise click.UsageError("--step works on one trace at a time")
         _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
         return
     path = paths[0]
@@ -80,7 +83,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         analysis = run(path, device=device, device_file=device_file, sustained=sustained, rules=rules, progress=on_progress,
                        model=options, workers=workers, meanwhile=importer(*renderers),
                        samples_per_step=samples_per_step, frames_per_step=frames_per_step, capture=capture, ncu=ncu,
-                       bytes_from=bytes_from)
+                       bytes_from=bytes_from, step=step)
         projected = _what_if(analysis, what_if, device_file, samples_per_step, frames_per_step) if what_if else None
         if out_dir:
             from tracekit.reports.bundle import write_bundle

@@ -120,6 +120,24 @@ def model_from(config: str | None, tp: int | None = None, ep: int | None = None,
     return ModelOptions(config, tp, ep, weight_dtype, batch, context, kv_dtype)
 
 
+def checked_step(ctx, param, value: str | None) -> str | None:
+    """--step: a range name or a regular expression; one that does not compile is a usage error."""
+    if value is None:
+        return None
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as e:
+        raise click.BadParameter(f"not a range name or regular expression: {e}") from None
+    return value
+
+
+def step_option(command):
+    return click.option("--step", callback=checked_step, help="The range or Python frame (its name, or a regular expression) "
+                        "that marks one step; default: the trace's own steps, else what repeats in it.")(command)
+
+
 def format_option(choices: tuple[str, ...] = FORMATS):
     return click.option("--format", "fmt", type=click.Choice(list(choices)), default="table", show_default=True)
 

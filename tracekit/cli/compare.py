@@ -8,7 +8,7 @@ import sys
 import click
 
 from tracekit.cli.common import (CHECK_FAILED, console, device_options, emit, exit_if_reader_gone, format_option, min_change_option,
-                                 model_from, model_options, status, warn)
+                                 model_from, model_options, status, step_option, warn)
 
 
 @click.command()
@@ -20,9 +20,10 @@ from tracekit.cli.common import (CHECK_FAILED, console, device_options, emit, ex
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
 @device_options
 @min_change_option
+@step_option
 @model_options
 def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None, device: str | None, device_file: str | None,
-         min_change: float, **model) -> None:
+         min_change: float, step: str | None = None, **model) -> None:
     """What changed between two runs, like with like: steps, phase x block, ops and kernels
     per call, collectives; each change with its interval and verdict (faster, slower,
     within noise).
@@ -35,8 +36,8 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
     if os.path.isdir(base) or os.path.isdir(new):
         if not (os.path.isdir(base) and os.path.isdir(new)):
             raise click.UsageError("give two directories of per-rank traces, or two traces")
-        if options is not None:
-            raise click.UsageError("--model works on one trace at a time")
+        if options is not None or step is not None:
+            raise click.UsageError(f"{'--model' if options is not None else '--step'} works on one trace at a time")
         _diff_ranks(base, new, fmt, out_dir, top, rules, device, device_file, min_change)
         return
     from tracekit.reports import diff as render
@@ -46,7 +47,7 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
     if out_dir is not None:  # before the work; --out '' is an error, not a silent no-op
         check_out_dir(out_dir, "--out", inputs=(base, new, rules), names=render.FILES)
     with status("analysing both runs"):
-        result = compare(base, new, device=device, rules=rules, min_change=min_change, device_file=device_file, model=options)
+        result = compare(base, new, device=device, rules=rules, min_change=min_change, device_file=device_file, model=options, step=step)
     for warning in result["warnings"]:
         warn(None, warning)
     if out_dir is not None:
@@ -83,8 +84,9 @@ def _diff_ranks(base: str, new: str, fmt: str, out_dir: str | None, top: int, ru
 @device_options
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules.")
 @min_change_option
+@step_option
 def check(path: str, expect_path: str, baseline: str | None, junit_path: str | None, fmt: str, device: str | None,
-          device_file: str | None, rules: str | None, min_change: float) -> None:
+          device_file: str | None, rules: str | None, min_change: float, step: str | None = None) -> None:
     """Check a trace or summary.json against expectations: exit 0 when all hold, 3 when any fails.
 
     A max_regression against --baseline fails only when the change is above its limit and
@@ -101,8 +103,8 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
 
         require_baseline(expectations, expect_path)
     with status(f"analysing {path}"):
-        summary = as_summary(path, device=device, rules=rules, device_file=device_file)
-        base = as_summary(baseline, device=device, rules=rules, device_file=device_file) if baseline else None
+        summary = as_summary(path, device=device, rules=rules, device_file=device_file, step=step)
+        base = as_summary(baseline, device=device, rules=rules, device_file=device_file, step=step) if baseline else None
     for warning in summary.get("warnings") or []:
         warn(path, warning)
     verdicts = run_check(summary, expectations, base, min_change=min_change, source=expect_path)

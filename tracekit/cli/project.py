@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tracekit.cli.common import WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, warn
+from tracekit.cli.common import WORKERS_HELP, checked_device, console, emit, format_option, freeze_heap, step_option, warn
 
 
 @click.command()
@@ -20,8 +20,9 @@ from tracekit.cli.common import WORKERS_HELP, checked_device, console, emit, for
 @click.option("--frames-per-step", type=click.IntRange(1, None), help="Frames (or images) each pipeline step produces, where the annotations do not say.")
 @format_option()
 @click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP)
+@step_option
 def project(path: str, target: str | None, tp: int | None, run_tp: int | None, model: str | None, device: str | None, device_file: str | None, rules: str | None, samples: int | None,
-            frames_per_step: int | None, fmt: str, workers: int | None) -> None:
+            frames_per_step: int | None, fmt: str, workers: int | None, step: str | None = None) -> None:
     """Project a trace onto another GPU: busy time, step time and throughput, per block and stage.
 
     Each kernel by what bounds it on the source: the part of its time its roof sets (matrix
@@ -35,12 +36,14 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
     if target is None and tp is None:
         raise TraceError(path, "say what to project to: --to DEVICE, --tp N, or both")
     if tp is not None:
+        if step is not None:
+            raise click.UsageError("--step works with --to, not with --tp")
         _project_tp(path, tp, target, run_tp, model, device, device_file, rules, samples, frames_per_step, fmt, workers)
         return
     from tracekit.api import project as run
 
     p = run(path, target, device=device, device_file=device_file, rules=rules, workers=workers, samples_per_step=samples,
-            frames_per_step=frames_per_step)
+            frames_per_step=frames_per_step, step=step)
     _show(path, p, fmt, "render_console", "render_markdown")
 
 

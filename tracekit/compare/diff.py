@@ -70,8 +70,19 @@ def diff_summaries(b: dict[str, Any], n: dict[str, Any], min_change: float = DEF
                           _complete(b, "top_kernels"), _complete(n, "top_kernels"), min_change=min_change),
         "collectives": match_rows(collectives_by_size(records(b, "collectives")), collectives_by_size(records(n, "collectives")), collective_key,
                               collective_fields, min_change=min_change),
-        "warnings": [f"base: {w}" for w in b.get("warnings") or []] + [f"new: {w}" for w in n.get("warnings") or []],
+        "warnings": [f"base: {w}" for w in b.get("warnings") or []] + [f"new: {w}" for w in n.get("warnings") or []]
+                    + _step_sources(b, n),
     }
+
+
+def _step_sources(b: dict[str, Any], n: dict[str, Any]) -> list[str]:
+    """A warning where the two runs' steps came from different sources (tracekit.trace.inferred_steps):
+    then a step of one is not a step of the other, and per-step figures compare unlike things."""
+    sb, sn = ((s.get("trace") or {}).get("step_source") for s in (b, n))
+    if sb == sn or sb is None and sn is None:
+        return []
+    return [f"the runs' steps come from different sources (base: {sb or 'none'}, new: {sn or 'none'}): per-step figures "
+            "compare different units; name one with --step to compare like with like"]
 
 
 def _complete(summary: dict[str, Any], key: str) -> bool:

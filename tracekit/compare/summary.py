@@ -82,7 +82,8 @@ def read_summary_file(path: str) -> dict[str, Any] | None:
 # exactly; far beyond what a trace can hold) or null.
 _COUNT_BITS = 53
 _TABLES = {
-    "trace": {"format": "s", "path": "s", "schema": "s", "span_ns": "n", "rank": "c", "world_size": "c", "tool_versions": "t"},
+    "trace": {"format": "s", "path": "s", "schema": "s", "span_ns": "n", "rank": "c", "world_size": "c", "tool_versions": "t",
+              "step_source": "s"},
     "device": {"key": "s", "name": "s", "source": "s", "memory_gbps": "n", "sustained_bandwidth_factor": "n"},
     "coverage": {"modeled_share": "n", "efficiency": "n", "efficiency_sustained": "n", "kernel_time_ns": "n",
                  "modeled_time_ns": "n", "copies_time_ns": "n", "kernels": "c", "kernels_modeled": "c", "min_coverage": "n",

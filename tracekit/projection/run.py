@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def project(path: str | os.PathLike, to: str, device: str | None = None, device_file: str | None = None,
             rules: str | None = None, workers: int | None = None, samples_per_step: int | None = None,
-            frames_per_step: int | None = None, analysis: Analysis | None = None):
+            frames_per_step: int | None = None, analysis: Analysis | None = None, step: str | None = None):
     """Project a trace (or an `analysis` already made) onto GPU `to`: busy time, step time and
     throughput with a range, per block and stage, and which rule (compute, memory, latency, ...)
     moved how much of the time (tracekit.projection.device). `device`: the GPU it ran on where
@@ -29,7 +29,7 @@ def project(path: str | os.PathLike, to: str, device: str | None = None, device_
     source = os.fspath(path)
     target = target_device(to, device_file, source)  # an unknown target fails before the trace is read
     a = analysis if analysis is not None else _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step,
-                                                                      frames_per_step)
+                                                                      frames_per_step, step)
     _check_projectable(a, source)
     p = project_device(a, target, step_items(a.trace, a.steps, samples_per_step, frames_per_step))
     p.warnings = list(a.warnings)
@@ -50,13 +50,13 @@ def what_if(analysis: Analysis, to: str | list[str], device_file: str | None = N
     return out
 
 
-def _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step, frames_per_step) -> Analysis:
+def _analyze_for_projection(path, device, device_file, rules, workers, samples_per_step, frames_per_step, step=None) -> Analysis:
     """analyze() for a projection, built once. --device-file alone describes the target, and
     the source too only where one of its devices matches the GPU the trace names (a GPU the
     built-in table lacks): that is settled before the one build."""
     if device or not device_file:
         return analyze(path, device=device, device_file=device_file if device else None, rules=rules, workers=workers,
-                       samples_per_step=samples_per_step, frames_per_step=frames_per_step)
+                       samples_per_step=samples_per_step, frames_per_step=frames_per_step, step=step)
     from tracekit.attribution import load_rules
     from tracekit.hardware import builtin_devices, find_device, load_device_file
 
@@ -67,7 +67,7 @@ def _analyze_for_projection(path, device, device_file, rules, workers, samples_p
         if ran_on and find_device(ran_on, builtin_devices()) is None:
             spec = find_device(ran_on, load_device_file(device_file))
         return build_loaded(trace, path, spec.key if spec else None, device_file if spec else None, DEFAULT_SUSTAINED,
-                             load_rules(rules), None, samples_per_step, frames_per_step)
+                             load_rules(rules), None, samples_per_step, frames_per_step, step=step)
 
 
 def _check_projectable(a: Analysis, source: str) -> None:

@@ -176,7 +176,8 @@ def steps_section(a: Analysis) -> Section:
     return Section("Steps (GPU window: where the step's kernels ran, or its GPU-side annotation; host range: the range that "
                    "launched them; GPU behind host: GPU window end - host range end; kernels / copies: launched in the "
                    "step's host range on any thread of its process; busy in window: any GPU activity inside the GPU window, "
-                   "the complement of its idle time)", head, rows, [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3], flex=0)
+                   "the complement of its idle time)", head, rows, [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3], flex=0,
+                   note=f"steps from: {a.meta.get('step_source') or 'none found'}")
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:

@@ -1,26 +1,36 @@
-"""Steps for a trace that marks none: from the structure of what repeats in it.
+"""The steps of a trace, and where they came from: the one step finder (find_steps).
 
-Used only where the trace has no step range at all (no ProfilerStep, no serving engine's or
-user's step annotation: tracekit.trace.step_ownership.step_rows finds none). In order:
+Names label what the structure found; a range is a step only if it holds whole forwards. In
+order, the first that finds any:
 
-1. training: one iteration per optimizer step (`Optimizer.step#AdamW.step`, a
+0. the user's `--step RANGE_OR_REGEX`: the outermost ranges or Python frames of that name.
+1. the trace's own step ranges (tracekit.trace.step_ownership.step_rows: ProfilerStep, a
+   serving engine's or user's step annotation, a diffusion pipeline's call).
+2. training: one iteration per optimizer step (`Optimizer.step#AdamW.step`, a
    record_function torch.optim writes around every step), from the end of the previous one
    (the first: from the thread's first op) to its end.
-2. the user's own pipeline: the top-level ranges of one thread repeat a cycle of names
+3. the user's own pipeline: the top-level ranges of one thread repeat a cycle of names
    (`denoise_step, denoise_step, kv_recompute, vae_decode` per video chunk): one step per
    cycle, from the previous cycle's end to its own last range's end, so the work that prepares
    a cycle's inputs is that cycle's (the first: from its first op within the lead the later
-   cycles show, not from a warm-up before the loop). Their annotations win over what the ops say, unless the cycle is
-   finer than the model's forward passes (per-layer ranges).
-3. inference: one step per forward pass of the model (tracekit.trace.forwards: the token
-   embedding's indices [B, T]), from its embedding op to the next one's (the last: to the
-   end of the thread's last op). In a generation (some forward has T = 1) a forward of T > 1
-   tokens is `prefill`, one of T = 1 is `decode`; otherwise each is a `forward`. Only where
-   the model ran two or more forwards.
+   cycles show, not from a warm-up before the loop). Only where the cycle holds whole
+   forwards: not more cycles than forwards, and no recurring weight read outside its ranges
+   (a DiT block's `self_attention`, `cross_attention`, `ffn` skip its modulation and the
+   patch embedding: per-layer ranges, never steps). Library and profiler ranges
+   (tracekit.trace.library_ranges: NCCL's domain, `aten::` ranges) never form a cycle.
+4. a token model: one step per forward pass (tracekit.trace.forwards: the token embedding's
+   indices [B, T]), from its embedding op to the next one's (the last: to the end of the
+   thread's last op). In a generation (some forward has T = 1) a forward of T > 1 tokens is
+   `prefill`, one of T = 1 is `decode`; otherwise each is a `forward`. Only where the model
+   ran two or more forwards.
+5. any model: the outermost repeat of the host's top-level ops (name + input shapes) whose
+   units read weights (tracekit.trace.structure_finder): the 8 denoise steps of a video
+   DiT profiled with default options, the chunks of a streaming pipeline.
 
 The steps are added to the ranges table as host ranges of domain INFERRED_DOMAIN, so every
 stage that reads steps (ownership, the step table, throughput, the model) reads them as any
-other step; their names say what they are (`decode#3 [B=1]`, `iteration#0`).
+other step; their names say what they are (`decode#3 [B=1]`, `iteration#0`, `chunk#2`), and
+trace.meta["step_source"] says where they came from (STEP_SOURCES).
 """
 
 from __future__ import annotations
@@ -31,21 +41,26 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from tracekit.errors import TraceError
+from tracekit.trace.autograd import op_states
 from tracekit.trace.column_text import as_text, rows_in, rows_where
 from tracekit.trace.forwards import token_forwards
 from tracekit.trace.frames import Trace
+from tracekit.trace.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
+from tracekit.trace.structure_finder import holds_layer_stack, holds_whole_forwards, repeated_steps, weight_reads
 
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
 
 
 def range_cycles(trace: Trace) -> list[Window]:
-    """Steps from the user's top-level ranges repeating one cycle of names (see module doc)."""
+    """Steps from the user's top-level ranges repeating one cycle of names (see module doc);
+    a library's ranges (library_ranges) are never a cycle's."""
     r = trace.ranges
     if r.empty or "depth" not in r:
         return []
-    top = np.flatnonzero(~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN]) & (r["depth"].to_numpy() == 0))
+    top = np.flatnonzero(~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN]) & ~library_ranges(r) & (r["depth"].to_numpy() == 0))
     if len(top) < 2:
         return []
     names = as_text(r["name"])
@@ -144,25 +159,116 @@ def forward_steps(trace: Trace, forwards: pd.DataFrame | None = None) -> list[Wi
     return out
 
 
-def inferred_windows(trace: Trace) -> list[Window]:
-    """The steps of a trace without step ranges, by the first rule that finds any; [] else.
-    A cycle of ranges finer than the model's forward passes (more cycles than forwards: the
-    per-layer `attention`, `mlp` ranges of one forward) is the model's layers, not steps."""
-    if len(step_rows(trace)):
+STEP_SOURCES = ("ProfilerStep", "annotation", "user's --step", "optimizer", "range cycle", "repeated forward")
+
+
+def marked_source(trace: Trace, rows: np.ndarray) -> str:
+    """The source of steps the trace marks itself (step_rows): torch.profiler's or another's."""
+    names = as_text(trace.ranges["name"])[rows]
+    return STEP_SOURCES[0] if all(str(n).startswith("ProfilerStep#") for n in names) else STEP_SOURCES[1]
+
+
+def user_steps(trace: Trace, step: str) -> list[Window]:
+    """Steps the user named (--step): the outermost host ranges or Python frames whose name is
+    `step` or matches it as a regular expression, in start order; [] for none."""
+    r = trace.ranges
+    if r.empty:
         return []
+    pattern = re.compile(step)
+    hit = rows_where(r["name"], lambda n: n == step or pattern.search(n[:256]) is not None)
+    rows = np.flatnonzero(hit & ~rows_in(r["domain"], ["gpu", INFERRED_DOMAIN]))
+    if not len(rows):
+        return []
+    start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    rows = rows[np.argsort(start[rows], kind="stable")]
+    outer, reach = [], -np.inf
+    for i in rows:  # a matching range inside another (a recursive frame) is the same step
+        if start[i] >= reach:
+            outer.append(int(i))
+            reach = end[i]
+    names = as_text(r["name"])
+    pid, tid = r["pid"].to_numpy(), r["tid"].to_numpy()
+    return [(f"{names[i]}#{j}", int(start[i]), int(end[i]), int(pid[i]), int(tid[i])) for j, i in enumerate(outer)]
+
+
+def cycles_hold_forwards(trace: Trace, cycles: list[Window], reads, forwards: int) -> bool:
+    """A cycle of ranges is steps only if it holds whole forwards: no more cycles than the
+    forwards the trace shows (`forwards`, 0: unknown), no weight that the run reads again and
+    again read outside its ranges, and a stack of layers read inside each cycle
+    (tracekit.trace.structure_finder)."""
+    if forwards and len(cycles) > forwards:
+        return False
+    r = trace.ranges
+    pid, tid = cycles[0][3], cycles[0][4]
+    lo, hi = cycles[0][1], cycles[-1][2]
+    top = np.flatnonzero((r["pid"].to_numpy() == pid) & (r["tid"].to_numpy() == tid) & (r["depth"].to_numpy() == 0)
+                         & ~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN])
+                         & (r["start"].to_numpy() >= lo) & (r["end"].to_numpy() <= hi))
+    windows = [(int(r["start"].iat[i]), int(r["end"].iat[i])) for i in top]
+    if holds_whole_forwards(reads, windows, pid, tid) is False:
+        return False
+    return holds_layer_stack(reads, [(c[1], c[2]) for c in cycles], pid, tid) is not False
+
+
+def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str | None]:
+    """The steps of a trace and where they came from (STEP_SOURCES): the user's --step, the
+    trace's own step ranges (then no window is returned: they are in trace.ranges already),
+    optimizer iterations, a cycle of ranges that holds whole forwards, the model's forwards
+    (token embedding), the outermost repeat of the host ops; ([], None) for none."""
+    if step:
+        return user_steps(trace, step), STEP_SOURCES[2]
+    marked = step_rows(trace)
+    if len(marked):
+        return [], marked_source(trace, marked)
     iterations = optimizer_iterations(trace)
     if iterations:
-        return iterations
-    forwards = token_forwards(trace.ops)
+        return iterations, STEP_SOURCES[3]
+    states = op_states(trace.ops) if len(trace.ops) else None
+    forwards = token_forwards(trace.ops, states)
     cycles = range_cycles(trace)
-    if cycles and (not len(forwards) or len(cycles) <= len(forwards)):
-        return cycles
-    return forward_steps(trace, forwards)
+    # the weight reads only where something asks for them (a token model's forwards without
+    # ranges are its steps already): they cost a pass over every GEMM's shapes
+    reads = weight_reads(trace.ops, states) if cycles or len(forwards) < 2 else None
+    # forwards the trace shows within the cycles' span: a token model's embeddings (a text
+    # encoder run once before a denoise loop is not in it); the weight reads tell the rest
+    inside = int(((forwards["start"] >= cycles[0][1]) & (forwards["start"] < cycles[-1][2])).sum()) if cycles and len(forwards) else 0
+    if cycles and cycles_hold_forwards(trace, cycles, reads, inside):
+        return cycles, STEP_SOURCES[4]
+    if len(forwards) >= 2:
+        return forward_steps(trace, forwards), STEP_SOURCES[5]
+    repeated = repeated_steps(trace, reads, states)
+    if repeated is not None:
+        return repeated.windows, STEP_SOURCES[5]
+    return [], None
 
 
-def with_inferred_steps(trace: Trace) -> Trace:
-    """The trace with its inferred steps added to the ranges table (itself when none are)."""
-    windows = inferred_windows(trace)
+def inferred_windows(trace: Trace) -> list[Window]:
+    """The steps of a trace without step ranges (find_steps's windows); [] else."""
+    return find_steps(trace)[0]
+
+
+def library_note(trace: Trace) -> list[str]:
+    """Why a trace with ranges has no steps, where its ranges are a library's own."""
+    r = trace.ranges
+    library = library_ranges(r)
+    if not library.any():
+        return []
+    domains = sorted({str(d) for d in as_text(r["domain"])[library]})
+    return [f"no steps: the trace's {int(library.sum()):,} range(s) in {', '.join(domains)} are a library's or the profiler's "
+            "own (one per call, not per iteration), never steps; nothing else in it repeats as whole forwards "
+            "(use --step to name a range or Python frame that marks one)"]
+
+
+def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
+    """The trace with its steps added to the ranges table where it marks none (or the user's
+    --step ranges, which then are the steps), and meta["step_source"] saying where they came
+    from (None: no steps)."""
+    windows, source = find_steps(trace, step)
+    if step and not windows:  # the user said what a step is and the trace holds none: no silent fallback
+        raise TraceError(str(trace.meta.get("path") or "trace"), f"--step {step!r} matches no range or Python frame in the trace")
+    trace = replace(trace, meta={**trace.meta, "step_source": source})
+    if source is None:
+        trace = replace(trace, warnings=[*trace.warnings, *library_note(trace)])
     if not windows:
         return trace
     r = trace.ranges

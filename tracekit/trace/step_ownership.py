@@ -31,6 +31,11 @@ from tracekit.trace.frames import Trace
 #   ROCm ATOM   `prefill[bs=2 tok=14721 ctx=[..]]`, `decode[bs=64 tok=64 d=64]`
 STEP = re.compile(r"^ProfilerStep#\d+$|(?i:^decode_step|\bdecode step\b|^step\[)"
                   r"|^\[Executor\] _forward_step \d+|^(?:prefill|decode|mixed)\[bs=")
+# A user's prefill range beside its decode-step ranges (`prefill`, then `decode_step` x N: a
+# generation loop that names its decode steps names its prefill too): a step of its own where
+# the trace has decode steps and no step range overlaps it, so the prefill's GPU time is a
+# step's, not outside every step.
+PREFILL_STEP = re.compile(r"(?i)^prefill(?:[ _]step)?$")
 # A serving engine's batch annotation: a step of its own only where no step range above
 # overlaps it (SGLang nests a vLLM-style range around its step[DECODE ..]). vLLM V1 forms
 # (vllm/v1/worker/gpu_worker.py, Worker.annotate_profile):
@@ -66,6 +71,10 @@ def step_rows(trace: Trace) -> np.ndarray:
     serving = matching(SERVING_STEP) & host & ~primary
     steps = np.flatnonzero(primary)
     start, end = r["start"].to_numpy(), r["end"].to_numpy()
+    if len(steps):
+        prefill = np.flatnonzero(matching(PREFILL_STEP) & host & ~primary)
+        alone = [i for i in prefill if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
+        steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
     if serving.any():
         alone = [i for i in np.flatnonzero(serving) if not ((start[steps] < end[i]) & (end[steps] > start[i])).any()]
         steps = np.sort(np.r_[steps, np.array(alone, dtype=np.int64)])
