@@ -15,6 +15,7 @@ stage stays `forward`.
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,9 @@ def user_function(frame: str) -> str | None:
     if not found:
         return None
     path = found.group(1)
+    # the standard library's files come bare too (`enum.py(1230): __hash__`): known by module name
+    if "/" not in path and path[:-3] in sys.stdlib_module_names:
+        return None
     mine = "/" not in path or (path.startswith("/") and not INSTALLED.search(path))
     return found.group(2) if mine else None
 
