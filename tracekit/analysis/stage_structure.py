@@ -98,6 +98,8 @@ def repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
     for p in values[np.argsort(-counts, kind="stable")][:MAX_PERIODS]:
         p = int(p)
         match = codes[:-p] == codes[p:]
+        if match.sum() < p:
+            continue  # not one whole period matches: no repetition at this period
         for a, b in _runs(match, tolerance=max(2, p // 20)):
             length = b + p - a
             if length // p < MIN_REPEATS or b - a < p:
@@ -111,14 +113,13 @@ def _runs(match: np.ndarray, tolerance: int) -> list[tuple[int, int]]:
     """[start, end) of the runs of True, runs separated by at most `tolerance` False joined."""
     padded = np.r_[False, match, False].astype(np.int8)
     edges = np.flatnonzero(np.diff(padded))
-    runs = list(zip(edges[::2].tolist(), edges[1::2].tolist()))
-    joined: list[list[int]] = []
-    for a, b in runs:
-        if joined and a - joined[-1][1] <= tolerance:
-            joined[-1][1] = b
-        else:
-            joined.append([a, b])
-    return [(a, b) for a, b in joined]
+    first, last = edges[::2], edges[1::2]
+    if not len(first):
+        return []
+    new = np.r_[True, first[1:] - last[:-1] > tolerance]  # a run that starts a joined run
+    starts = first[new]
+    ends = np.maximum.reduceat(last, np.flatnonzero(new))
+    return list(zip(starts.tolist(), ends.tolist()))
 
 
 def _weights(ops: pd.DataFrame, rows: np.ndarray, names: list[str]) -> list[tuple[int, str]]:
@@ -141,6 +142,20 @@ def _has_entry(ops: pd.DataFrame, rows: np.ndarray, names: list[str]) -> bool:
         if CONV.match(name) and isinstance(d, (list, tuple)) and d and isinstance(d[0], (list, tuple)) and len(d[0]) in (4, 5):
             return True
     return False
+
+
+def entry_ops(ops: pd.DataFrame) -> np.ndarray:
+    """Mask of the ops that start a network: a token embedding, a convolution over a 4-D or 5-D input."""
+    if not len(ops):
+        return np.zeros(0, dtype=bool)
+    codes, distinct = pd.factorize(pd.Series(as_text(ops["name"]), dtype=object))
+    embedding = np.array([bool(EMBEDDING.match(n)) for n in distinct], dtype=bool)[codes]
+    conv = np.array([bool(CONV.match(n)) for n in distinct], dtype=bool)[codes]
+    dims = ops["input_dims"].to_numpy()
+    for i in np.flatnonzero(conv):
+        d = dims[i]
+        conv[i] = isinstance(d, (list, tuple)) and bool(d) and isinstance(d[0], (list, tuple)) and len(d[0]) in (4, 5)
+    return embedding | conv
 
 
 def _what(ops: pd.DataFrame, rows: np.ndarray, names: list[str], after: bool) -> tuple[str, str]:

@@ -62,8 +62,11 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
 
     from tracekit.trace.forwards import token_forwards, tokens_between
 
+    from tracekit.analysis.tensor_items import TensorItems, frames_between
+
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
+    tensors = TensorItems(trace)
     forwards = token_forwards(trace.ops) if trace is not None and not samples_per_step and not frames_per_step else None
     vae = vae_ranges(trace) if trace is not None and not samples_per_step and not frames_per_step else None
     for r in steps.to_dict(orient="records"):
@@ -87,6 +90,10 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
         elif (decoded := _in_host_window(r, lambda lo, hi: vae_frames(trace, vae, lo, hi))) is not None:
             items, unit, source = (float(decoded), "frames", "frames the VAE stage's last convolution decodes (images out of "
                                    "the VAE; a video VAE's temporal upsampling is not in the trace: --frames-per-step N for video frames)")
+        elif (found := _in_host_window(r, lambda lo, hi: frames_between(tensors.decoders(), lo, hi))) is not None:
+            items, unit, source = float(found[0]), "frames", found[1]
+        elif (shown := _in_host_window(r, lambda lo, hi: tensors.images(lo, hi, forwards))) is not None:
+            items, unit, source = float(shown), "images", "batch of the image input (1 or 3 channels) of the model's first convolution"
         elif (seen := _in_host_window(r, lambda lo, hi: tokens_between(forwards, lo, hi))) is not None:
             items, unit, source = float(seen[1]), "tokens", f"token embedding input of {seen[0]} forward pass(es)"
         else:
@@ -294,6 +301,13 @@ def _step_windows(steps: pd.DataFrame) -> np.ndarray:
     return np.c_[lo, lo + steps["duration_ns"].to_numpy(dtype=np.float64)]
 
 
+def _host_windows(steps: pd.DataFrame) -> np.ndarray | None:
+    if not len(steps) or "host_start_ns" not in steps:
+        return None
+    lo = steps["host_start_ns"].to_numpy(dtype=np.float64)
+    return np.c_[lo, lo + steps["host_duration_ns"].to_numpy(dtype=np.float64)]
+
+
 def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows: np.ndarray) -> list[dict[str, float]]:
     """Per step (a chunk of a streaming pipeline, an iteration): each stage's share of that
     step's GPU window, as the stage table computes it over one step. A step-table row is its
@@ -353,7 +367,7 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     if len(kernels):
         from tracekit.analysis.stage_names import kernel_stages
 
-        kernels = kernels.assign(stage=kernel_stages(trace, kernels))
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels, _host_windows(steps)))
         stages = stage_table(kernels, "stage", windows=windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
@@ -361,6 +375,10 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
     total = None
+    if not len(steps) and not samples_per_step and not frames_per_step:  # the whole trace is one clip
+        from tracekit.analysis.tensor_items import clip_total
+
+        total = clip_total(trace, kernels)
     if len(per_step):
         wall = float(per_step["duration_ns"].sum())
         units = per_step["unit"].unique()
