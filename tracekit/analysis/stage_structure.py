@@ -14,8 +14,9 @@ the other networks. So, within a window (a step, or the whole capture):
    run are tolerated: a sampler's last step); the longest stretch wins, the smallest period
    among equal stretches (a period of two forwards covers the same stretch);
 3. the repetition is a stage of forwards only if one period holds a network's entry (a token
-   embedding, or a convolution over a 4-D or 5-D input: the patch embedding) and weights
-   (GEMMs or convolutions): a layer's repetition inside one forward has no entry;
+   embedding, or a convolution that lifts a narrow input, pixels or latents, into many more
+   channels: a stem, a patch embedding) and weights (GEMMs or convolutions): a layer's
+   repetition inside one forward has no entry;
 4. after the repetition, ops that read the same weights in the same order (the shapes of the
    GEMM / convolution weights of one period) are a single forward of the same network (a
    cache refresh, a recompute);
@@ -43,6 +44,8 @@ MIN_REPEATS = 2
 CONV = re.compile(r"^aten::(conv\d?d|convolution|_convolution|conv_transpose\d?d)$")
 WEIGHT_OP = re.compile(r"^aten::(linear|addmm|matmul|mm|bmm|conv\d?d|convolution|conv_transpose\d?d)$")
 EMBEDDING = re.compile(r"^aten::embedding$")
+ENTRY_CHANNELS = 16  # pixels (1, 3, 4 channels) or a latent (4 to 16)
+WIDEN = 4
 CONV_SHARE = 0.3  # a piece whose convolutions take this much of its ops' time is a conv network
 
 
@@ -133,29 +136,36 @@ def _weights(ops: pd.DataFrame, rows: np.ndarray, names: list[str]) -> list[tupl
     return out
 
 
+def is_entry(name: str, dims) -> bool:
+    """An op that starts a network: a token embedding, or a convolution that lifts a narrow
+    input (at most ENTRY_CHANNELS channels: pixels, latents) into at least WIDEN x the channels
+    (a stem, a patch embedding); a layer's convolution keeps or narrows its width."""
+    if EMBEDDING.match(name):
+        return True
+    if not CONV.match(name) or not isinstance(dims, (list, tuple)) or len(dims) < 2:
+        return False
+    x, w = dims[0], dims[1]
+    if not (isinstance(x, (list, tuple)) and len(x) in (4, 5) and isinstance(w, (list, tuple)) and len(w) == len(x)):
+        return False
+    return x[1] <= ENTRY_CHANNELS and w[0] >= WIDEN * x[1]
+
+
 def _has_entry(ops: pd.DataFrame, rows: np.ndarray, names: list[str]) -> bool:
     dims = ops["input_dims"].to_numpy()
-    for row, name in zip(rows, names):
-        if EMBEDDING.match(name):
-            return True
-        d = dims[row]
-        if CONV.match(name) and isinstance(d, (list, tuple)) and d and isinstance(d[0], (list, tuple)) and len(d[0]) in (4, 5):
-            return True
-    return False
+    return any(is_entry(name, dims[row]) for row, name in zip(rows, names))
 
 
 def entry_ops(ops: pd.DataFrame) -> np.ndarray:
-    """Mask of the ops that start a network: a token embedding, a convolution over a 4-D or 5-D input."""
+    """Mask of the ops that start a network (is_entry)."""
     if not len(ops):
         return np.zeros(0, dtype=bool)
     codes, distinct = pd.factorize(pd.Series(as_text(ops["name"]), dtype=object))
-    embedding = np.array([bool(EMBEDDING.match(n)) for n in distinct], dtype=bool)[codes]
-    conv = np.array([bool(CONV.match(n)) for n in distinct], dtype=bool)[codes]
-    dims = ops["input_dims"].to_numpy()
-    for i in np.flatnonzero(conv):
-        d = dims[i]
-        conv[i] = isinstance(d, (list, tuple)) and bool(d) and isinstance(d[0], (list, tuple)) and len(d[0]) in (4, 5)
-    return embedding | conv
+    candidate = np.array([bool(EMBEDDING.match(n) or CONV.match(n)) for n in distinct], dtype=bool)[codes]
+    names, dims = np.asarray(distinct, dtype=object)[codes], ops["input_dims"].to_numpy()
+    out = np.zeros(len(ops), dtype=bool)
+    for i in np.flatnonzero(candidate):
+        out[i] = is_entry(str(names[i]), dims[i])
+    return out
 
 
 def _what(ops: pd.DataFrame, rows: np.ndarray, names: list[str], after: bool) -> tuple[str, str]:
