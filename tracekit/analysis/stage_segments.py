@@ -14,49 +14,80 @@ A function of the user is one whose file is the user's (tracekit.analysis.stage_
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from tracekit.analysis.stage_names import user_function
-from tracekit.analysis.stage_structure import segments
+from tracekit.analysis.stage_structure import outermost_ops, segments
 from tracekit.trace.column_text import as_text
 
 MAX_FRAMES = 200_000  # user frames walked per window; past it, the structure alone
 
 
-def host_segments(trace, lo: float, hi: float) -> list[tuple[str, float, float]]:
-    """(stage, start, end) spans inside [lo, hi]; [] when neither source finds two stages."""
-    found = frame_segments(trace, lo, hi)
-    if found:
-        return found
-    if trace is None or not len(trace.ops):
+class HostStages:
+    """The stages of one trace's windows; what does not depend on the window is found once."""
+
+    def __init__(self, trace):
+        self.trace = trace
+        self._frames = None  # (user frame rows, their function, their nearest user-frame ancestor)
+        self._outer = None
+
+    def segments(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
+        """(stage, start, end) spans inside [lo, hi]; [] when neither source finds two stages."""
+        found = self._frame_segments(lo, hi)
+        if found or self.trace is None or not len(self.trace.ops):
+            return found
+        if self._outer is None:
+            self._outer = outermost_ops(self.trace.ops)
+        return [(s.name, max(float(s.start), lo), min(float(s.end), hi)) for s in segments(self.trace.ops, lo, hi, self._outer)]
+
+    def _user_frames(self):
+        if self._frames is None:
+            self._frames = user_frames(self.trace)
+        return self._frames
+
+    def _frame_segments(self, lo: float, hi: float) -> list[tuple[str, float, float]]:
+        """Stages from the user's functions in the Python frames (see the module docstring, 1)."""
+        rows, function, up = self._user_frames()
+        if not len(rows):
+            return []
+        r = self.trace.ranges
+        start, end = r["start"].to_numpy(), r["end"].to_numpy()
+        mine = {int(i) for i in rows if end[i] >= lo and start[i] <= hi}
+        level = [i for i in mine if up[i] < 0 or up[i] not in mine]
+        while level:
+            distinct = {function[i] for i in level}
+            if len(distinct) >= 2:
+                return [(function[i], max(float(start[i]), lo), min(float(end[i]), hi)) for i in sorted(level, key=lambda i: start[i])]
+            held = set(level)
+            level = [i for i in mine if up[i] in held]
         return []
-    return [(s.name, max(float(s.start), lo), min(float(s.end), hi)) for s in segments(trace.ops, lo, hi)]
 
 
-def frame_segments(trace, lo: float, hi: float) -> list[tuple[str, float, float]]:
-    """Stages from the user's functions in the Python frames (see the module docstring, 1)."""
+def host_segments(trace, lo: float, hi: float) -> list[tuple[str, float, float]]:
+    """(stage, start, end) spans inside [lo, hi] of one window (HostStages for many)."""
+    return HostStages(trace).segments(lo, hi)
+
+
+def user_frames(trace) -> tuple[np.ndarray, dict[int, str], dict[int, int]]:
+    """The Python frames of the user's own code: rows, {row: function}, {row: nearest user-frame
+    ancestor or -1}; nothing past MAX_FRAMES of them."""
+    empty = (np.zeros(0, dtype=np.int64), {}, {})
     r = trace.ranges if trace is not None else None
     if r is None or not len(r) or "parent" not in r:
-        return []
-    start, end = r["start"].to_numpy(), r["end"].to_numpy()
-    python = (as_text(r["domain"]) == "python") & (end >= lo) & (start <= hi)
-    rows = np.flatnonzero(python)
+        return empty
+    codes, distinct = pd.factorize(pd.Series(as_text(r["name"]), dtype=object))
+    python = np.array(as_text(r["domain"]), dtype=object) == "python"
+    functions = [user_function(str(n)) for n in distinct]
+    known = np.array([f is not None for f in functions], dtype=bool)[codes] & python
+    rows = np.flatnonzero(known)
     if not len(rows) or len(rows) > MAX_FRAMES:
-        return []
-    names = as_text(r["name"])
-    function = {int(i): user_function(names[i]) for i in rows}
-    mine = {i for i, f in function.items() if f is not None}
+        return empty
+    function = {int(i): functions[codes[i]] for i in rows}
     parent = r["parent"].to_numpy()
-    up: dict[int, int] = {}  # a user frame -> its nearest user-frame ancestor (-1: none)
-    for i in mine:
+    up: dict[int, int] = {}
+    for i in function:
         p = int(parent[i])
-        while p >= 0 and p not in mine:
+        while p >= 0 and p not in function:
             p = int(parent[p])
         up[i] = p
-    level = [i for i in mine if up[i] < 0]
-    while level:
-        distinct = {function[i] for i in level}
-        if len(distinct) >= 2:
-            return [(function[i], max(float(start[i]), lo), min(float(end[i]), hi)) for i in sorted(level, key=lambda i: start[i])]
-        held = set(level)
-        level = [i for i in mine if up[i] in held]
-    return []
+    return rows, function, up

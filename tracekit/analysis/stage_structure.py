@@ -183,9 +183,15 @@ def _what(ops: pd.DataFrame, rows: np.ndarray, names: list[str], after: bool) ->
     return "network", "another network"
 
 
-def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf) -> list[Segment]:
-    """The stages inside [lo, hi] (see the module docstring); [] when no forward repeats."""
-    rows = outermost_ops(ops, lo, hi)
+def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: np.ndarray | None = None) -> list[Segment]:
+    """The stages inside [lo, hi] (see the module docstring); [] when no forward repeats.
+    `outer`: outermost_ops(ops) of the whole trace, found once by a caller that asks for many windows."""
+    if outer is None:
+        rows = outermost_ops(ops, lo, hi)
+    else:
+        start = ops["start"].to_numpy()[outer]
+        rows = outer[np.searchsorted(start, lo, side="left"): np.searchsorted(start, hi, side="right")]
+        rows = rows[ops["end"].to_numpy()[rows] <= hi]
     if not len(rows):
         return []
     names = as_text(ops["name"].iloc[rows])

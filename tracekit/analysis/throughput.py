@@ -276,11 +276,12 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
         row["wall_ns"] += float((mine[:, 1] - mine[:, 0]).sum())
         row["runs"] += len(mine)
     if not out:  # no rule names the work: the user's functions, else the op sequence's structure
-        from tracekit.analysis.stage_segments import host_segments
+        from tracekit.analysis.stage_segments import HostStages
 
+        found = HostStages(trace)
         for lo, hi in windows:
             spans: dict[str, list] = {}
-            for name, a, b in host_segments(trace, lo, hi):
+            for name, a, b in found.segments(lo, hi):
                 spans.setdefault(name, []).append((a, b))
             for name, runs in spans.items():
                 row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
