@@ -8,7 +8,8 @@
   image-shaped input (1 or 3 channels: grayscale, RGB), the stem or patch embedding of a
   ViT, a ResNet, a detector's image tower. A detector's text queries are token-embedded too,
   but the images are its throughput; tokens stay the unit of a step whose token model runs
-  more than one forward (a multimodal generate).
+  more than one forward (a multimodal generate). Only forward ops count: a convolution re-run
+  in backward (activation checkpointing) reads the same images again.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def image_inputs(ops: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     codes, distinct = pd.factorize(pd.Series(as_text(ops["name"]), dtype=object))
     conv = np.flatnonzero(np.array([bool(CONV.match(n)) for n in distinct], dtype=bool)[codes])
+    from tracekit.trace.autograd import NONE, op_states
+
+    forward = op_states(ops) == NONE  # a checkpointed stem re-run in backward reads the same images again
+    conv = conv[forward[conv]]
     dims = ops["input_dims"].to_numpy()
     start, end, tid = ops["start"].to_numpy(), ops["end"].to_numpy(), ops["tid"].to_numpy()
     rows = []
