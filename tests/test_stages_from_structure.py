@@ -122,3 +122,21 @@ def test_rate_above_the_device_is_flagged_and_unknown(tmp_path):
     assert len(flags) == 1 and flags[0].value > 1.0
     # the bound is the device's: bytes alone over 1 GB/s need far more than the 7.6 ms window
     assert any("shown unknown" in w for w in a.warnings)
+
+
+def test_kernels_take_the_stage_of_the_op_that_launched_them():
+    """The GPU path (stage_names.structure_stages): a kernel launched by an op of the repeated
+    forwards is in that stage, one launched by the decoder's ops in the decoder's."""
+    import pandas as pd
+
+    from tracekit.analysis.stage_names import kernel_stages
+    from tracekit.analysis.stage_structure import outermost_ops
+
+    trace = link(parse(str(FIXTURES / "cpu_t2v_clip.json.gz")))
+    found = segments(trace.ops)
+    rows = outermost_ops(trace.ops)  # one kernel per outermost op, as if each launched one
+    kernels = pd.DataFrame({"phase": ["forward"] * len(rows), "op": rows, "range": -1, "frame": -1})
+    stage = kernel_stages(trace, kernels)
+    want = {int(r): s.name for s in found for r in s.rows}
+    assert [want[int(r)] for r in rows] == list(stage)
+    assert (stage == "repeated forward \u00d78").sum() == sum(len(s.rows) for s in found if s.kind == "repeated")
