@@ -13,13 +13,16 @@ Per step, the work it did and in what unit:
             last convolution works on, the VAE's output side: N of a 4-D [N, C, H, W] input
             (frames decoded as a batch of images), B x T of a 5-D [B, C, T, H, W] one (a video
             VAE that upsamples time shows its output frames there)
+  frames    a conv decoder found from structure inside the step (tracekit.analysis.tensor_items)
+  images    an image model: the batch of its image input (a detector's text queries are not it)
   tokens    a token model's steps: the tokens its forward passes inside the step took, from
             the token embedding's indices [B, T] (tracekit.trace.forwards): B x T for a
             training step or a prefill, B at decode
   steps     otherwise (the work is not known: throughput is steps per second)
 throughput = items / step time, the step time being its GPU window (the step table's
 duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU work: its host
-range), the same figure every other table uses.
+range), the same figure every other table uses. A trace without steps that decodes frames is
+one clip: total = its frames over its time. analysis.plausibility.rates nulls a rate the device cannot reach.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
 forward, backward, ...), or in an inference pipeline of the user's own, the user's range
