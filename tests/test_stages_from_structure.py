@@ -140,3 +140,29 @@ def test_kernels_take_the_stage_of_the_op_that_launched_them():
     want = {int(r): s.name for s in found for r in s.rows}
     assert [want[int(r)] for r in rows] == list(stage)
     assert (stage == "repeated forward \u00d78").sum() == sum(len(s.rows) for s in found if s.kind == "repeated")
+
+
+def test_streaming_frames_per_chunk_from_the_decoder_and_with_the_option():
+    """Per step (here: each chunk, the window of its `chunk` frame, as a step finder gives it):
+    the conv decoder's 12 output frames by default, --frames-per-step 12 the same, each within
+    10% of the run's own frames/s."""
+    import pandas as pd
+
+    from tracekit.analysis.throughput import step_items
+
+    t = truth("cpu_streaming_dit")
+    trace = link(parse(str(FIXTURES / "cpu_streaming_dit.json.gz")))
+    r = trace.ranges
+    names = as_text(r["name"])
+    chunk = [i for i, n in enumerate(names) if n.endswith(": chunk") and "record_cpu_t2v_clip.py" in n]
+    assert len(chunk) == t["chunks"]
+    start, end = r["start"].to_numpy()[chunk], r["end"].to_numpy()[chunk]
+    steps = pd.DataFrame({"step": [f"chunk#{i}" for i in range(len(chunk))], "duration_ns": end - start,
+                          "host_start_ns": start, "host_duration_ns": end - start})
+    for option in (None, t["frames_per_chunk"]):
+        items = step_items(trace, steps, frames_per_step=option)
+        assert list(items["unit"]) == ["frames"] * t["chunks"]
+        assert list(items["items"]) == [t["frames_per_chunk"]] * t["chunks"]
+        fps = items["items"].sum() / items["duration_ns"].sum() * 1e9
+        assert abs(fps / t["fps"] - 1) <= 0.10, (fps, t["fps"])
+    assert "conv decoder" in step_items(trace, steps)["source"].iloc[0]

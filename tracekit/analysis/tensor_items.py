@@ -60,8 +60,9 @@ def decoder_outputs(trace) -> list[tuple[float, float, int, str]]:
 
 
 def frames_between(decoders: list[tuple[float, float, int, str]], lo: float, hi: float) -> tuple[int, str] | None:
-    """(frames, how) of the decoders that ran inside [lo, hi]; None when none did."""
-    mine = [d for d in decoders if d[0] >= lo and d[1] <= hi]
+    """(frames, how) of the decoders that started inside [lo, hi] (a stage's span runs to the
+    next stage's first op, which may be the next step's); None when none did."""
+    mine = [d for d in decoders if lo <= d[0] <= hi]
     if not mine:
         return None
     return sum(d[2] for d in mine), f"{len(mine)} conv decoder(s): {mine[-1][3]}"
