@@ -166,3 +166,18 @@ def test_streaming_frames_per_chunk_from_the_decoder_and_with_the_option():
         fps = items["items"].sum() / items["duration_ns"].sum() * 1e9
         assert abs(fps / t["fps"] - 1) <= 0.10, (fps, t["fps"])
     assert "conv decoder" in step_items(trace, steps)["source"].iloc[0]
+
+
+def test_detector_reports_images_not_its_text_query_tokens():
+    """OWL-ViT: its text queries are token-embedded ([images x queries, 16] ids), but each call's
+    throughput is its images (the patch embedding's input batch)."""
+    t = truth("cpu_owlvit_detect")
+    a = analyze(str(FIXTURES / "cpu_owlvit_detect.json.gz"))
+    steps = a.throughput.steps
+    # the profiler's schedule leaves one empty ProfilerStep open at the end: the calls are the first ones
+    calls = steps.iloc[: t["steps"]]
+    assert list(calls["unit"]) == ["images"] * t["steps"]
+    assert list(calls["items"]) == [t["images_per_step"]] * t["steps"]
+    assert t["query_tokens_per_step"] not in set(calls["items"])
+    fps = calls["items"].sum() / calls["duration_ns"].sum() * 1e9
+    assert abs(fps / t["images_per_s"] - 1) <= 0.10, (fps, t["images_per_s"])
