@@ -117,12 +117,19 @@ def _rate(i: int, where: str, row: dict, needed: float | None, devices: int, tab
                  "window it is measured over: the rate would exceed the hardware, so it is shown unknown")]
 
 
-def _needed_ns(kernels: pd.DataFrame, device: Device) -> float:
-    compute = kernels["bound"].astype(str).to_numpy() == "compute"
+def _needed_per_kernel(kernels: pd.DataFrame, device: Device) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: (roofline time if compute-bound else 0, bytes / bandwidth unless a collective), ns."""
+    bound = kernels["bound"].astype(object).to_numpy()
     t_min = np.nan_to_num(kernels["t_min_ns"].to_numpy(dtype=np.float64))
     moved = np.nan_to_num((kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64))
-    comm = kernels["bound"].astype(str).to_numpy() == "comm"
-    return float(max(t_min[compute].sum(), moved[~comm].sum() / device.bandwidth * 1e9 if device.bandwidth else 0.0))
+    compute = np.where(bound == "compute", t_min, 0.0)
+    memory = np.where(bound == "comm", 0.0, moved / device.bandwidth * 1e9) if device.bandwidth else np.zeros(len(kernels))
+    return compute, memory
+
+
+def _needed_ns(kernels: pd.DataFrame, device: Device) -> float:
+    compute, memory = _needed_per_kernel(kernels, device)
+    return float(max(compute.sum(), memory.sum()))
 
 
 def _needed_by_step(kernels: pd.DataFrame, device: Device, ranges: pd.DataFrame) -> dict[tuple[str, int], float]:
@@ -131,10 +138,14 @@ def _needed_by_step(kernels: pd.DataFrame, device: Device, ranges: pd.DataFrame)
 
     names, starts = as_text(ranges["name"]), ranges["start"].to_numpy()
     owner = kernels["step"].to_numpy()
-    out = {}
-    for row, mine in kernels[owner >= 0].groupby(owner[owner >= 0], sort=False):
-        out[(str(names[int(row)]), int(starts[int(row)]))] = _needed_ns(mine, device)
-    return out
+    mine = owner >= 0
+    if not mine.any():
+        return {}
+    compute, memory = _needed_per_kernel(kernels, device)
+    rows, slot = np.unique(owner[mine], return_inverse=True)
+    need = np.maximum(np.bincount(slot, weights=compute[mine], minlength=len(rows)),
+                      np.bincount(slot, weights=memory[mine], minlength=len(rows)))
+    return {(str(names[int(r)]), int(starts[int(r)])): float(n) for r, n in zip(rows, need)}
 
 
 def warnings(flags: list[Flag]) -> list[str]:

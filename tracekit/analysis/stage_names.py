@@ -125,12 +125,12 @@ def structure_stages(trace, kernels: pd.DataFrame, phase: np.ndarray, windows: n
     op = kernels["op"].to_numpy() if "op" in kernels else np.full(len(kernels), -1)
     if not default.any() or trace is None or not len(trace.ops) or not (op[default] >= 0).any():
         return phase
-    from tracekit.analysis.stage_structure import outermost_ops, segments
+    from tracekit.analysis.stage_structure import entry_ops, outermost_ops, segments
 
     found = []
-    outer = outermost_ops(trace.ops)  # once: each window takes its slice
+    outer, entry = outermost_ops(trace.ops), entry_ops(trace.ops)  # once: each window takes its slice
     for lo, hi in (windows if windows is not None and len(windows) else [(-np.inf, np.inf)]):
-        found += segments(trace.ops, lo, hi, outer)
+        found += segments(trace.ops, lo, hi, outer, entry)
     if not found:
         return phase
     found.sort(key=lambda s: s.start)

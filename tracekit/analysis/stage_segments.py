@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.stage_names import user_function
-from tracekit.analysis.stage_structure import outermost_ops, segments
+from tracekit.analysis.stage_structure import entry_ops, outermost_ops, segments
 from tracekit.trace.column_text import as_text
 
 MAX_FRAMES = 200_000  # user frames walked per window; past it, the structure alone
@@ -37,8 +37,9 @@ class HostStages:
         if found or self.trace is None or not len(self.trace.ops):
             return found
         if self._outer is None:
-            self._outer = outermost_ops(self.trace.ops)
-        return [(s.name, max(float(s.start), lo), min(float(s.end), hi)) for s in segments(self.trace.ops, lo, hi, self._outer)]
+            self._outer, self._entry = outermost_ops(self.trace.ops), entry_ops(self.trace.ops)
+        return [(s.name, max(float(s.start), lo), min(float(s.end), hi))
+                for s in segments(self.trace.ops, lo, hi, self._outer, self._entry)]
 
     def _user_frames(self):
         if self._frames is None:

@@ -83,7 +83,14 @@ def outermost_ops(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf) ->
 def _codes(ops: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     names = as_text(ops["name"].iloc[rows]) if len(rows) else []
     dims = ops["input_dims"].to_numpy()[rows]
-    return pd.factorize(pd.Series([f"{n}|{d}" for n, d in zip(names, dims)], dtype=object))[0]
+    return pd.factorize(pd.Series([(n, _hashable(d)) for n, d in zip(names, dims)], dtype=object))[0]
+
+
+def _hashable(value):
+    """Input dims as nested tuples (hashing a tuple is much cheaper than writing the list as text)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
 
 
 def repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
@@ -183,9 +190,11 @@ def _what(ops: pd.DataFrame, rows: np.ndarray, names: list[str], after: bool) ->
     return "network", "another network"
 
 
-def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: np.ndarray | None = None) -> list[Segment]:
+def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: np.ndarray | None = None,
+             entry: np.ndarray | None = None) -> list[Segment]:
     """The stages inside [lo, hi] (see the module docstring); [] when no forward repeats.
-    `outer`: outermost_ops(ops) of the whole trace, found once by a caller that asks for many windows."""
+    `outer`, `entry`: outermost_ops(ops) of the whole trace and entry_ops(ops), found once by a
+    caller that asks for many windows."""
     if outer is None:
         rows = outermost_ops(ops, lo, hi)
     else:
@@ -194,6 +203,9 @@ def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: 
         rows = rows[ops["end"].to_numpy()[rows] <= hi]
     if not len(rows):
         return []
+    entry = entry_ops(ops) if entry is None else entry
+    if entry[rows].sum() < MIN_REPEATS:
+        return []  # forwards that repeat start a network at least twice: nothing to look for
     names = as_text(ops["name"].iloc[rows])
     pieces = _pieces(ops, rows, np.array(names, dtype=object), _codes(ops, rows), depth=0)
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()
