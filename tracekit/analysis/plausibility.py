@@ -82,7 +82,6 @@ def rates(throughput, kernels: pd.DataFrame, device: Device | None, ranges: pd.D
 
     if throughput is None or device is None or kernels is None or not len(kernels) or "t_min_ns" not in kernels:
         return throughput, []
-    need = _needed_ns(kernels, device)
     devices = max(int(kernels["device"].nunique()), 1)
     out: list[Flag] = []
     steps = throughput.steps
@@ -99,7 +98,7 @@ def rates(throughput, kernels: pd.DataFrame, device: Device | None, ranges: pd.D
         total = {**total, "throughput": None}
     if total is not None and not len(steps):  # a clip: the whole trace's work over its time
         total = dict(total)
-        flags = _rate(0, "the clip", total, need, devices, None, "throughput_total")
+        flags = _rate(0, "the clip", total, _needed_ns(kernels, device), devices, None, "throughput_total")
         if flags:
             total["throughput"] = None
         out += flags

@@ -101,14 +101,14 @@ def layer_ranges(trace, is_step: np.ndarray) -> np.ndarray:
     and the name occurs more than once per step (per capture without steps)."""
     r, o = trace.ranges, trace.ops
     out = np.zeros(len(r), dtype=bool)
-    if not len(o):
+    user = ~np.isin(as_text(r["domain"]), ["python", "gpu"]) & ~is_step
+    if not len(o) or not user.any():
         return out
     from tracekit.analysis.stage_structure import entry_ops
 
     entry = entry_ops(o)
     starts = np.sort(o["start"].to_numpy()[entry])
     codes, distinct = pd.factorize(pd.Series(as_text(r["name"]), dtype=object))
-    user = ~np.isin(as_text(r["domain"]), ["python", "gpu"]) & ~is_step
     lo, hi = r["start"].to_numpy(), r["end"].to_numpy()
     holds = np.searchsorted(starts, hi, side="right") > np.searchsorted(starts, lo, side="left")
     per_name_holds = np.bincount(codes[user], weights=holds[user], minlength=len(distinct)) > 0

@@ -40,8 +40,11 @@ class TensorItems:
 
         if self._images is None:
             self._images = image_inputs(self.trace.ops if self.trace is not None else None)
+        images = images_between(self._images, lo, hi)
+        if images is None:
+            return None
         seen = tokens_between(forwards, lo, hi) if forwards is not None else None
-        return images_between(self._images, lo, hi) if seen is None or seen[0] <= 1 else None
+        return images if seen is None or seen[0] <= 1 else None
 
 
 def decoder_outputs(trace) -> list[tuple[float, float, int, str]]:
@@ -75,22 +78,27 @@ def image_inputs(ops: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     codes, distinct = pd.factorize(pd.Series(as_text(ops["name"]), dtype=object))
     conv = np.flatnonzero(np.array([bool(CONV.match(n)) for n in distinct], dtype=bool)[codes])
+    dims = ops["input_dims"].to_numpy()
+    conv = np.array([i for i in conv if _image_shaped(dims[i])], dtype=np.int64)
+    if not len(conv):
+        return pd.DataFrame(columns=columns)
     from tracekit.trace.autograd import NONE, op_states
 
     forward = op_states(ops) == NONE  # a checkpointed stem re-run in backward reads the same images again
     conv = conv[forward[conv]]
-    dims = ops["input_dims"].to_numpy()
     start, end, tid = ops["start"].to_numpy(), ops["end"].to_numpy(), ops["tid"].to_numpy()
     rows = []
     for i in conv[np.lexsort((-end[conv], start[conv]))]:
-        d = dims[i]
-        x = d[0] if isinstance(d, (list, tuple)) and d else None
-        if not (isinstance(x, (list, tuple)) and len(x) == 4 and x[1] in IMAGE_CHANNELS):
-            continue
+        x = dims[i][0]
         if rows and rows[-1][1] == tid[i] and start[i] <= rows[-1][3]:
             continue  # the same convolution one level down (aten::conv2d -> aten::convolution)
         rows.append((int(start[i]), int(tid[i]), int(x[0]), int(end[i])))
     return pd.DataFrame([r[:3] for r in rows], columns=columns)
+
+
+def _image_shaped(d) -> bool:
+    x = d[0] if isinstance(d, (list, tuple)) and d else None
+    return isinstance(x, (list, tuple)) and len(x) == 4 and x[1] in IMAGE_CHANNELS
 
 
 def images_between(images: pd.DataFrame, lo: float, hi: float) -> int | None:
