@@ -94,8 +94,10 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     model_warnings = [f"model: {note}" for note in run.notes] if run is not None else []
     summary, copies = kernel_summary(kernels), kernel_summary(kernels, copies=True)
     per_collective, overlap = collective_summary(collectives), overlap_table(kernels)
+    rates = throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules)
     # The last stage: every stated ratio against its physical limit (analysis.plausibility).
-    flags = plausibility.check(device=device, steps=steps, blocks=measured.blocks, ops=ops, kernel_summary=summary, copy_summary=copies, kernels=kernels,
+    rates, rate_flags = plausibility.rates(rates, kernels, device, trace.ranges, steps)
+    flags = rate_flags + plausibility.check(device=device, steps=steps, blocks=measured.blocks, ops=ops, kernel_summary=summary, copy_summary=copies, kernels=kernels,
                                collective_summary=per_collective, devices=devices, overlap=overlap,
                                fix_tables={"ops": findings.fix_ops, "kernels": findings.fix_kernels, "blocks": findings.fix_blocks},
                                coverage=measured.coverage, causes=findings.causes, idle=findings.idle)
@@ -104,7 +106,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     return Analysis(**whole, kernel_summary=summary, copy_summary=copies, collectives=collectives,
                     collective_summary=per_collective, overlap=overlap,
                     findings=findings, model=prediction, flags=flags,
-                    throughput=throughput(trace, kernels, steps, samples_per_step, frames_per_step, rules),
+                    throughput=rates,
                     # every name / (op, shapes) a summary can list, so serialising computes nothing
                     kernel_sketches=duration_sketches(kernels, list(summary["name"]) if len(summary) else []),
                     op_sketches=call_sketches(kernels, trace) if len(kernels) else None, host=HostEvents.of(trace))

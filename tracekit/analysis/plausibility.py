@@ -71,6 +71,82 @@ def check(*, device: Device | None, steps: pd.DataFrame, blocks: pd.DataFrame, o
     return flags
 
 
+def rates(throughput, kernels: pd.DataFrame, device: Device | None, ranges: pd.DataFrame | None = None,
+          step_table: pd.DataFrame | None = None):
+    """(throughput, flags): each step, and a clip's total, against the device: the work its kernels
+    did needs at least max(compute-bound kernels' roofline time, all bytes / bandwidth) (a bound
+    that holds however the kernels overlap), per device; a step or clip shorter than that
+    implies a rate the device cannot reach (its items are miscounted or its window is not the
+    work's), so its throughput is flagged and shown unknown, never printed."""
+    from dataclasses import replace
+
+    if throughput is None or device is None or kernels is None or not len(kernels) or "t_min_ns" not in kernels:
+        return throughput, []
+    devices = max(int(kernels["device"].nunique()), 1)
+    out: list[Flag] = []
+    steps = throughput.steps
+    if len(steps) and "step" in kernels and ranges is not None and len(ranges) and step_table is not None \
+            and len(step_table) == len(steps):
+        by_step = _needed_by_step(kernels, device, ranges)
+        hosts = step_table["host_start_ns"].to_numpy()  # throughput's step rows are the step table's, in order
+        steps = steps.copy()
+        for i, r in _rows(steps):
+            needed = by_step.get((str(r["step"]), int(hosts[i])))
+            out += _rate(i, str(r["step"]), r, needed, devices, steps, "throughput_steps")
+    total = throughput.total
+    if total is not None and out:  # a step too short for its work: the steps' total rate is not a measurement either
+        total = {**total, "throughput": None}
+    if total is not None and not len(steps):  # a clip: the whole trace's work over its time
+        total = dict(total)
+        flags = _rate(0, "the clip", total, _needed_ns(kernels, device), devices, None, "throughput_total")
+        if flags:
+            total["throughput"] = None
+        out += flags
+    return replace(throughput, steps=steps, total=total), out
+
+
+def _rate(i: int, where: str, row: dict, needed: float | None, devices: int, table, name: str) -> list[Flag]:
+    window = _number(row.get("duration_ns") if "duration_ns" in row else row.get("wall_ns"))
+    if not needed or not window or needed <= window * devices * RATE_SLACK:
+        return []
+    if table is not None:
+        table.at[table.index[i], "throughput"] = None
+    return [Flag(name, i, where, "throughput", needed / (window * devices), 1.0,
+                 "the work inside it (its kernels' FLOPs and bytes) needs more time at the device's peak than the "
+                 "window it is measured over: the rate would exceed the hardware, so it is shown unknown")]
+
+
+def _needed_per_kernel(kernels: pd.DataFrame, device: Device) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel: (roofline time if compute-bound else 0, bytes / bandwidth unless a collective), ns."""
+    bound = kernels["bound"].astype(object).to_numpy()
+    t_min = np.nan_to_num(kernels["t_min_ns"].to_numpy(dtype=np.float64))
+    moved = np.nan_to_num((kernels["bytes_read"] + kernels["bytes_written"]).to_numpy(dtype=np.float64))
+    compute = np.where(bound == "compute", t_min, 0.0)
+    memory = np.where(bound == "comm", 0.0, moved / device.bandwidth * 1e9) if device.bandwidth else np.zeros(len(kernels))
+    return compute, memory
+
+
+def _needed_ns(kernels: pd.DataFrame, device: Device) -> float:
+    compute, memory = _needed_per_kernel(kernels, device)
+    return float(max(compute.sum(), memory.sum()))
+
+
+def _needed_by_step(kernels: pd.DataFrame, device: Device, ranges: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """{(step name, host start): needed ns} over the kernels each step owns (`step`: its range's row)."""
+    from tracekit.trace.column_text import as_text
+
+    names, starts = as_text(ranges["name"]), ranges["start"].to_numpy()
+    owner = kernels["step"].to_numpy()
+    mine = owner >= 0
+    if not mine.any():
+        return {}
+    compute, memory = _needed_per_kernel(kernels, device)
+    rows, slot = np.unique(owner[mine], return_inverse=True)
+    need = np.maximum(np.bincount(slot, weights=compute[mine], minlength=len(rows)),
+                      np.bincount(slot, weights=memory[mine], minlength=len(rows)))
+    return {(str(names[int(r)]), int(starts[int(r)])): float(n) for r, n in zip(rows, need)}
+
+
 def warnings(flags: list[Flag]) -> list[str]:
     """One warning line per (table, figure, reason), naming up to MAX_EXAMPLES rows."""
     grouped: dict[tuple[str, str, str], list[Flag]] = {}

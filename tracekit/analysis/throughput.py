@@ -13,13 +13,16 @@ Per step, the work it did and in what unit:
             last convolution works on, the VAE's output side: N of a 4-D [N, C, H, W] input
             (frames decoded as a batch of images), B x T of a 5-D [B, C, T, H, W] one (a video
             VAE that upsamples time shows its output frames there)
+  frames    a conv decoder found from structure inside the step (tracekit.analysis.tensor_items)
+  images    an image model: the batch of its image input (a detector's text queries are not it)
   tokens    a token model's steps: the tokens its forward passes inside the step took, from
             the token embedding's indices [B, T] (tracekit.trace.forwards): B x T for a
             training step or a prefill, B at decode
   steps     otherwise (the work is not known: throughput is steps per second)
 throughput = items / step time, the step time being its GPU window (the step table's
 duration_ns: its GPU-side annotation or its kernels' span; a step with no GPU work: its host
-range), the same figure every other table uses.
+range), the same figure every other table uses. A trace without steps that decodes frames is
+one clip: total = its frames over its time. analysis.plausibility.rates nulls a rate the device cannot reach.
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
 forward, backward, ...), or in an inference pipeline of the user's own, the user's range
@@ -62,8 +65,11 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
 
     from tracekit.trace.forwards import token_forwards, tokens_between
 
+    from tracekit.analysis.tensor_items import TensorItems, frames_between
+
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
+    tensors = TensorItems(trace)
     forwards = token_forwards(trace.ops) if trace is not None and not samples_per_step and not frames_per_step else None
     vae = vae_ranges(trace) if trace is not None and not samples_per_step and not frames_per_step else None
     for r in steps.to_dict(orient="records"):
@@ -87,6 +93,10 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
         elif (decoded := _in_host_window(r, lambda lo, hi: vae_frames(trace, vae, lo, hi))) is not None:
             items, unit, source = (float(decoded), "frames", "frames the VAE stage's last convolution decodes (images out of "
                                    "the VAE; a video VAE's temporal upsampling is not in the trace: --frames-per-step N for video frames)")
+        elif (found := _in_host_window(r, lambda lo, hi: frames_between(tensors.decoders(), lo, hi))) is not None:
+            items, unit, source = float(found[0]), "frames", found[1]
+        elif (shown := _in_host_window(r, lambda lo, hi: tensors.images(lo, hi, forwards))) is not None:
+            items, unit, source = float(shown), "images", "batch of the image input (1 or 3 channels) of the model's first convolution"
         elif (seen := _in_host_window(r, lambda lo, hi: tokens_between(forwards, lo, hi))) is not None:
             items, unit, source = float(seen[1]), "tokens", f"token embedding input of {seen[0]} forward pass(es)"
         else:
@@ -268,6 +278,18 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
         row = out.setdefault(rule.label, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
         row["wall_ns"] += float((mine[:, 1] - mine[:, 0]).sum())
         row["runs"] += len(mine)
+    if not out:  # no rule names the work: the user's functions, else the op sequence's structure
+        from tracekit.analysis.stage_segments import HostStages
+
+        found = HostStages(trace)
+        for lo, hi in windows:
+            spans: dict[str, list] = {}
+            for name, a, b in found.segments(lo, hi):
+                spans.setdefault(name, []).append((a, b))
+            for name, runs in spans.items():
+                row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
+                row["wall_ns"] += _length(np.array(runs, dtype=np.float64))
+                row["runs"] += len(runs)
     return _stage_frame(out, _length(windows))
 
 
@@ -281,6 +303,13 @@ def _step_windows(steps: pd.DataFrame) -> np.ndarray:
         return np.zeros((0, 2))
     lo = steps["start_ns"].to_numpy(dtype=np.float64)
     return np.c_[lo, lo + steps["duration_ns"].to_numpy(dtype=np.float64)]
+
+
+def _host_windows(steps: pd.DataFrame) -> np.ndarray | None:
+    if not len(steps) or "host_start_ns" not in steps:
+        return None
+    lo = steps["host_start_ns"].to_numpy(dtype=np.float64)
+    return np.c_[lo, lo + steps["host_duration_ns"].to_numpy(dtype=np.float64)]
 
 
 def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows: np.ndarray) -> list[dict[str, float]]:
@@ -342,7 +371,7 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     if len(kernels):
         from tracekit.analysis.stage_names import kernel_stages
 
-        kernels = kernels.assign(stage=kernel_stages(trace, kernels))
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels, _host_windows(steps)))
         stages = stage_table(kernels, "stage", windows=windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
@@ -350,6 +379,10 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
     total = None
+    if not len(steps) and not samples_per_step and not frames_per_step:  # the whole trace is one clip
+        from tracekit.analysis.tensor_items import clip_total
+
+        total = clip_total(trace, kernels)
     if len(per_step):
         wall = float(per_step["duration_ns"].sum())
         units = per_step["unit"].unique()
