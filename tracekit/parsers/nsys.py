@@ -84,7 +84,8 @@ _PROGRESS_EVERY = 100_000  # VM instructions between two calls of the handler
 
 def _bounded(conn: sqlite3.Connection, size: int) -> None:
     """Interrupt any statement once the connection has run more VM instructions than a file
-    of `size` bytes can need. (Nsight's tables only are read, never views: nsys_schema.)"""
+    of `size` bytes can need: a view (read like the table it stands for) whose query never
+    ends becomes one line."""
     budget = [max(SQLITE_MIN_STEPS, SQLITE_STEPS_PER_BYTE * size) // _PROGRESS_EVERY]
 
     def spent() -> int:

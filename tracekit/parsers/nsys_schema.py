@@ -28,10 +28,9 @@ class Schema:
 
     @classmethod
     def read(cls, conn: sqlite3.Connection) -> "Schema":
-        # Tables only: Nsight writes no views, and a view (or a virtual table) runs whatever
-        # query it holds, an endless one too, when it is read
-        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
-                                            "AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'")]
+        # (a view is read like a table; one whose query runs for ever is stopped by the
+        # connection's bound: nsys._bounded)
+        names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")]
         tables = {}
         for name in names:
             quoted = name.replace('"', '""')
