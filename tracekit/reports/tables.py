@@ -68,7 +68,7 @@ def fix_first(a: Analysis) -> Section:
     overlap the host-wait idle)."""
     f = a.findings
     head = ["#", "cause", "where (host code, op, kernel, copy)", "time", "share", "cumulative"]
-    rows = [[str(i + 1), c["what"], c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
+    rows = [[str(i + 1), c["what"] + (f"; fix: {c['fix']}" if c.get("fix") else ""), c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
             for i, c in enumerate(f.causes)]
     return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
                    head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),

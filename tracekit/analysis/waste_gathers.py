@@ -1,0 +1,67 @@
+"""Gathers of weights: an op that takes a stack of matrices (a tensor of three or more
+dimensions: the experts' weights [E, N, K]) and whose output, n of those matrices, is an
+operand of an op that follows it on the same thread ([n, N, K] into a batched GEMM). That is
+HF's batched MoE path: per (token, expert) pair a copy of the expert's weight matrix is
+gathered, then multiplied. A grouped GEMM reads each expert's weights in place, so the
+gather's whole time and traffic (n matrices read and written) is waste; the bytes the work
+needs beyond the GEMM's own reads are none. Found from the shapes, not the op's name."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracekit.analysis.waste import row
+from tracekit.costs.dtypes import canonical, element_bytes
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
+
+MIN_BYTES = 1 << 20  # gathered bytes below 1 MiB per call: not worth a row
+LOOKAHEAD = 32  # ops after the gather (same thread) searched for the one that reads its output
+FIX = ("multiply by the experts' weights in place with a grouped GEMM (torch._grouped_mm, the path the prefill "
+       "uses) instead of gathering a weight copy per (token, expert) pair")
+
+
+def gathered(ops, o: int) -> tuple[int, float] | None:
+    """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads."""
+    dims, types = ops["input_dims"].iat[o], ops["input_types"].iat[o]
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3:
+        return None
+    table = dims[0]
+    dtype = canonical(types[0]) if isinstance(types, list) and types else None
+    if dtype is None:
+        return None
+    tid, end = ops["tid"].iat[o], ops["end"].iat[o]
+    for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(ops))):
+        if ops["tid"].iat[j] != tid or ops["start"].iat[j] < end:
+            continue
+        for d in ops["input_dims"].iat[j] or []:
+            if isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]:
+                return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
+    return None
+
+
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
+    k, ops = a.kernels, a.trace.ops
+    op = k["op"].to_numpy()
+    candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy()
+    mine = np.zeros(len(k), dtype=bool)
+    moved = 0.0
+    cache: dict[int, tuple | None] = {}
+    for o in np.unique(op[candidate]):
+        cache[int(o)] = gathered(ops, int(o))
+    for i in np.flatnonzero(candidate):
+        g = cache[int(op[i])]
+        if g is not None and g[1] >= MIN_BYTES:
+            mine[i] = True
+    if not mine.any():
+        return []
+    calls = np.unique(op[mine])
+    moved = sum(2 * cache[int(o)][1] for o in calls)  # read n matrices, write their copy
+    evidence = {"gathers": int(len(calls)), "bytes_moved": float(moved), "bytes_needed": 0.0,
+                "matrices_per_gather": float(np.mean([cache[int(o)][0] for o in calls]))}
+    return [row(a, "waste_weight_gathers", f"weight gathers into batched GEMMs ({len(calls):,} gathers, "
+                f"{moved / len(calls) / 2 / 1e6:,.0f} MB each)", mine, time, of_ns, FIX, evidence)]
