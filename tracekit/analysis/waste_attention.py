@@ -19,7 +19,7 @@ from tracekit.costs.dtypes import canonical, element_bytes
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
 
-LOOKBACK = 16  # kernel-launching ops between the score matmul and the one that reads the probabilities
+LOOKBACK = 4  # matmuls between the score matmul and the one that reads the probabilities
 FIX = "use torch.nn.functional.scaled_dot_product_attention (attn_implementation='sdpa' in HF) or FlashAttention"
 
 
@@ -35,8 +35,8 @@ def operands(dims: Any) -> tuple[tuple, tuple] | None:
 
 
 def pairs(ops, order: np.ndarray) -> list[tuple[int, int, int, int, int]]:
-    """(score op, output op, batch, Sq x Sk, d) per unfused attention, from the kernel-launching
-    ops in `order` (one thread's, by start)."""
+    """(score op, output op, batch, Sq x Sk, d) per unfused attention, from the matmul ops in
+    `order` (one thread's, by start)."""
     found = []
     mm = {int(o): operands(ops["input_dims"].iat[int(o)]) for o in order}
     for j, o2 in enumerate(order):
@@ -57,7 +57,9 @@ def pairs(ops, order: np.ndarray) -> list[tuple[int, int, int, int, int]]:
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
-    linked = np.unique(op[free & (op >= 0)])
+    # the matmuls: ops whose kernels the costs call matrix work (a fused attention kernel is not one)
+    matrix = (k["cost_kind"] == "matrix").to_numpy() & (k["kernel_class"] != "attention").to_numpy()
+    linked = np.unique(op[free & (op >= 0) & matrix])
     if not len(linked):
         return []
     start, end = ops["start"].to_numpy(), ops["end"].to_numpy()

@@ -12,8 +12,11 @@ say which copy it is, from the record alone:
 - same dtype, different strides: a layout copy (`.contiguous()`, `.reshape` of a
   transposed view), the layout of its source is what caused it.
 
-A kernel iterates over all of a tensor when its work is a copy by its op (aten) or when the
-cost says it does (an Inductor kernel's elements are its launch size, analysis costs.inductor).
+A kernel iterates over all of a tensor when the cost says it does (an Inductor kernel's
+elements are its launch size, costs.inductor); any other op is a copy only when its cost has
+no arithmetic (copy_, clone, contiguous, a cast: a binary elementwise op also takes two
+tensors of one shape). A rewrite is of state (a cache, a buffer), not of an activation: a
+tensor with as many elements as some matmul's operand is an activation, left to the others.
 The bytes the work needs: an update needs its slice, which the copy does not show (null);
 a cast or a layout copy needs nothing when its consumer reads the source as it is.
 """
@@ -87,6 +90,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     shape = np.full(len(k), None, dtype=object)
     nbytes = np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
+    operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
+                     for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
     for i in np.flatnonzero(candidate):
         o = int(op[i])
         if o not in cache:
@@ -94,8 +99,13 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         c = cache[o]
         if c is None or c[2] < MIN_BYTES:
             continue
-        # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part of it
-        if inductor[i] and not flops[i] >= math.prod(c[1]):
+        # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
+        # of it; any other op copies only when it computes nothing (a binary elementwise op takes
+        # two tensors of one shape too, but does arithmetic on them)
+        if (not flops[i] >= math.prod(c[1])) if inductor[i] else flops[i] != 0:
+            continue
+        # a rewrite is of state, not of an activation: a tensor of as many elements is no matmul's operand
+        if c[0] == "rewrite" and math.prod(c[1]) in operand_sizes:
             continue
         kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
     step = k["step"].to_numpy() if len(a.steps) else np.zeros(len(k), dtype=np.int64)

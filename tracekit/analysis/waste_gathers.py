@@ -49,7 +49,6 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     op = k["op"].to_numpy()
     candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy()
     mine = np.zeros(len(k), dtype=bool)
-    moved = 0.0
     cache: dict[int, tuple | None] = {}
     for o in np.unique(op[candidate]):
         cache[int(o)] = gathered(ops, int(o))
@@ -61,7 +60,9 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         return []
     calls = np.unique(op[mine])
     moved = sum(2 * cache[int(o)][1] for o in calls)  # read n matrices, write their copy
+    steps = max(len(np.unique(k["step"].to_numpy()[mine])), 1) if len(a.steps) else 1
     evidence = {"gathers": int(len(calls)), "bytes_moved": float(moved), "bytes_needed": 0.0,
+                "bytes_gathered_per_step": float(moved / 2 / steps),
                 "matrices_per_gather": float(np.mean([cache[int(o)][0] for o in calls]))}
-    return [row(a, "waste_weight_gathers", f"weight gathers into batched GEMMs ({len(calls):,} gathers, "
-                f"{moved / len(calls) / 2 / 1e6:,.0f} MB each)", mine, time, of_ns, FIX, evidence)]
+    return [row(a, "waste_weight_gathers", f"weight gathers into batched GEMMs ({len(calls) / steps:,.0f} per step, "
+                f"{moved / 2 / steps / 1e6:,.0f} MB gathered per step)", mine, time, of_ns, FIX, evidence)]
