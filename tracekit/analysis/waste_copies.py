@@ -129,6 +129,6 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
                     # a copy reads its source and writes its destination: twice the tensor per copy
                     "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
         shown = "[" + top.strip("(),").replace(",)", "") + "]"
-        out.append(row(a, f"waste_copies_{name}", f"{what}: {evidence['per_step']:g} per step of a "
+        out.append(row(a, f"waste_copies_{name}", f"{what}: {evidence['per_step']:,.{0 if evidence['per_step'].is_integer() else 1}f} per step of a "
                        f"{evidence['tensor_bytes'] / 1e6:,.0f} MB tensor {shown}", mine, time, of_ns, fix, evidence))
     return out

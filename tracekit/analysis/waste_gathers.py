@@ -1,6 +1,7 @@
 """Gathers of weights: an op that takes a stack of matrices (a tensor of three or more
 dimensions: the experts' weights [E, N, K]) and whose output, n of those matrices, is an
-operand of an op that follows it on the same thread ([n, N, K] into a batched GEMM). That is
+operand of an op that follows it on the same thread ([n, N, K] into a batched GEMM), n being
+the size of an integer tensor the op (or an op inside it) takes: the indices. That is
 HF's batched MoE path: per (token, expert) pair a copy of the expert's weight matrix is
 gathered, then multiplied. A grouped GEMM reads each expert's weights in place, so the
 gather's whole time and traffic (n matrices read and written) is waste; the bytes the work
@@ -9,6 +10,7 @@ needs beyond the GEMM's own reads are none. Found from the shapes, not the op's 
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
 
 MIN_BYTES = 1 << 20  # gathered bytes below 1 MiB per call: not worth a row
+INTEGER = re.compile(r"\b(long|int|short)\b|^int\d+$", re.I)  # recorded integer tensor types ('long int', 'int')
 LOOKAHEAD = 32  # ops after the gather (same thread) searched for the one that reads its output
 FIX = ("multiply by the experts' weights in place with a grouped GEMM (torch._grouped_mm, the path the prefill "
        "uses) instead of gathering a weight copy per (token, expert) pair")
@@ -35,13 +38,29 @@ def gathered(ops, o: int) -> tuple[int, float] | None:
     if dtype is None:
         return None
     tid, end = ops["tid"].iat[o], ops["end"].iat[o]
+    indices = index_counts(ops, o)
     for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(ops))):
         if ops["tid"].iat[j] != tid or ops["start"].iat[j] < end:
             continue
         for d in ops["input_dims"].iat[j] or []:
-            if isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]:
+            if (isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]
+                    and d[0] in indices):
                 return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
     return None
+
+
+def index_counts(ops, o: int) -> set[int]:
+    """The sizes of the integer tensors op `o` or the ops it encloses take: the indices of a
+    gather (aten::index records its index list without shapes; its children reshape it)."""
+    inside = np.flatnonzero((ops["start"].to_numpy() >= ops["start"].iat[o]) & (ops["end"].to_numpy() <= ops["end"].iat[o])
+                            & (ops["tid"].to_numpy() == ops["tid"].iat[o]))
+    out = set()
+    for j in inside[:LOOKAHEAD]:
+        dims, types = ops["input_dims"].iat[j], ops["input_types"].iat[j]
+        for d, t in zip(dims or [], types or []):
+            if isinstance(d, list) and d and isinstance(t, str) and INTEGER.search(t):
+                out.add(math.prod(d))
+    return out
 
 
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
