@@ -150,3 +150,22 @@ def test_timesformer_eager_attention_is_unfused_attention():
     r = _rows(a)["waste_unfused_attention"]
     assert r["evidence"]["attentions"] == 12
     assert "scaled_dot_product_attention" in r["fix"]
+
+
+def test_training_steps_give_tflops_and_mfu_with_recompute_apart(train):
+    """Per step: FLOPs from the kernels' op shapes over the step's GPU window, within 10% of the
+    recorder's truth (FLOPs of the step with its recompute / step time); MFU leaves the
+    recompute out, HFU keeps it, both of the H200's dense bf16 peak."""
+    truth = json.loads(shared("truth", "h200_hf_tinyllama-1.1b_train_ckpt_bs8x2048.truth.json").read_text())
+    expected = truth["flops_step_with_recompute"] / truth["step_s"] / 1e12
+    k = train.kernels
+    peak = train.device.peak_flops("matrix", "bf16")
+    for position, r in enumerate(train.steps.to_dict(orient="records")):
+        assert abs(r["achieved_tflops"] / expected - 1) <= 0.10
+        seconds = r["duration_ns"] / 1e9
+        owner = np.unique(k["step"].to_numpy()[k["step"].to_numpy() >= 0])[position]
+        mine = (k["step"].to_numpy() == owner) & (k["kind"] == "kernel").to_numpy()
+        redo = np.nansum(k["flops"].to_numpy()[mine & (k["phase"] == "recompute").to_numpy()])
+        assert r["recompute_flops"] == pytest.approx(redo) and redo > 0
+        assert r["mfu"] == pytest.approx((r["flops"] - redo) / seconds / peak)
+        assert r["hfu"] == pytest.approx(r["flops"] / seconds / peak) and r["hfu"] > r["mfu"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis.waste import row
+from tracekit.analysis.waste_row import row
 from tracekit.costs.dtypes import canonical, element_bytes
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis.waste import row
+from tracekit.analysis.waste_row import row
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
