@@ -38,7 +38,8 @@ def forms():
 
 def test_the_recorded_forms_each_give_one_row_with_their_fix(forms):
     rows = _rows(forms)
-    for cause in ("waste_copies_rewrite", "waste_copies_layout", "waste_weight_gathers", "waste_unfused_attention"):
+    for cause in ("waste_copies_rewrite", "waste_copies_layout", "waste_weight_gathers", "waste_unfused_attention",
+                  "waste_strided_elementwise"):
         assert cause in rows and rows[cause]["fix"], cause
     # the rows are disjoint slices of the denominator: the running total stays below 100%
     assert max(c["cumulative_share"] or 0 for c in forms.findings.causes) <= 1.0
@@ -67,9 +68,26 @@ def test_layer_norm_on_a_transposed_patch_embedding_is_a_layout_copy(forms):
     assert r["evidence"]["tensor_bytes"] == math.prod(shape) * 4
     assert r["evidence"]["bytes_needed"] == 0.0
     assert "layer_norm" in r["where"]  # copy_ < clone < contiguous < native_layer_norm
-    # the residual add takes two tensors of that shape too, but computes: not a copy
+    # the adds take two tensors of that shape too, but compute: not copies
     adds = _kernels_of(forms, "aten::add", [shape, shape])
-    assert adds.sum() == 4 and r["evidence"]["kernels"] == mine.sum()
+    assert adds.sum() == 8 and r["evidence"]["kernels"] == mine.sum()
+
+
+def test_an_add_with_the_transposed_patch_embedding_is_strided_elementwise(forms):
+    """`h + residual`, residual = the patch embedding's strided [4, 1024, 256] view (strides
+    262144, 1, 1024), once per block (2) per step (2); the `ln + ln` adds (both contiguous) are
+    not. The row counts the time above the roofline: the add itself is needed work."""
+    shape = [4, 1024, 256]
+    r = _rows(forms)["waste_strided_elementwise"]
+    k, ops = forms.kernels, forms.trace.ops
+    op = k["op"].to_numpy()
+    adds = _kernels_of(forms, "aten::add", [shape, shape])
+    strided = adds & np.array([o >= 0 and [1024 * 256, 1, 1024] in (ops["input_strides"].iat[o] or []) for o in op])
+    assert strided.sum() == r["evidence"]["kernels"] == 4
+    assert r["evidence"]["layout"] == {"shape": shape, "strides": [1024 * 256, 1, 1024]}
+    above = forms.kernels["exclusive_ns"].to_numpy() - forms.kernels["t_min_sustained_ns"].to_numpy()
+    assert r["time_ns"] == pytest.approx(np.clip(above[strided], 0, None).sum())
+    assert ".contiguous()" in r["fix"]
 
 
 def test_gathering_expert_matrices_for_a_bmm_is_a_weight_gather(forms):

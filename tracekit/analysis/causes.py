@@ -242,7 +242,7 @@ def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     of = f.denominator_ns
     idle = idle_rows(f, of)
     host_wait = sum(r["time_ns"] for r in idle if r["cause"].endswith("host_wait"))
-    waste = detect(a, work["time_ns"], of)
+    waste = detect(a, work["time_ns"], of, work["recoverable_ns"])
     claimed = np.zeros(len(a.kernels), dtype=bool)
     for r in waste:
         claimed |= r.pop("kernel_rows")

@@ -16,15 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis import waste_attention, waste_copies, waste_gathers, waste_recompute
+from tracekit.analysis import waste_attention, waste_copies, waste_gathers, waste_recompute, waste_strided
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
 
 
-def detect(a: Measured, time: np.ndarray, of_ns: float) -> list[dict[str, Any]]:
+def detect(a: Measured, time: np.ndarray, of_ns: float, recoverable: np.ndarray) -> list[dict[str, Any]]:
     """Every waste row, each claiming kernels no earlier row claimed. `time`: per kernel, the
-    GPU time it holds alone inside the steps (analysis.fix.work)."""
+    GPU time it holds alone inside the steps; `recoverable`: the part above the roofline
+    (analysis.fix.work). Strided elementwise comes last and counts only the recoverable part:
+    its work is needed, its speed is not."""
     if a.trace is None or not len(a.kernels):
         return []
     free = (a.kernels["kind"] == "kernel").to_numpy() & (a.kernels["block"] != "collective").to_numpy()
@@ -34,4 +36,7 @@ def detect(a: Measured, time: np.ndarray, of_ns: float) -> list[dict[str, Any]]:
             if r is not None:
                 free &= ~r["kernel_rows"]
                 out.append(r)
+    for r in waste_strided.rows(a, free, time, of_ns, recoverable):
+        if r is not None:
+            out.append(r)
     return out
