@@ -28,37 +28,35 @@ FIX = ("multiply by the experts' weights in place with a grouped GEMM (torch._gr
        "uses) instead of gathering a weight copy per (token, expert) pair")
 
 
-def gathered(ops, o: int) -> tuple[int, float] | None:
-    """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads."""
-    dims, types = ops["input_dims"].iat[o], ops["input_types"].iat[o]
+def gathered(t: dict, o: int) -> tuple[int, float] | None:
+    """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads.
+    `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search)."""
+    dims, types = t["dims"][o], t["types"][o]
     if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3:
         return None
     table = dims[0]
     dtype = canonical(types[0]) if isinstance(types, list) and types else None
     if dtype is None:
         return None
-    tid, end = ops["tid"].iat[o], ops["end"].iat[o]
-    indices = index_counts(ops, o)
-    for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(ops))):
-        if ops["tid"].iat[j] != tid or ops["start"].iat[j] < end:
+    for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(t["tid"]))):
+        if t["tid"][j] != t["tid"][o] or t["start"][j] < t["end"][o]:
             continue
-        for d in ops["input_dims"].iat[j] or []:
+        for d in t["dims"][j] or []:
             if (isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]
-                    and d[0] in indices):
+                    and d[0] in index_counts(t, o)):
                 return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
     return None
 
 
-def index_counts(ops, o: int) -> set[int]:
+def index_counts(t: dict, o: int) -> set[int]:
     """The sizes of the integer tensors op `o` or the ops it encloses take: the indices of a
     gather (aten::index records its index list without shapes; its children reshape it)."""
-    inside = np.flatnonzero((ops["start"].to_numpy() >= ops["start"].iat[o]) & (ops["end"].to_numpy() <= ops["end"].iat[o])
-                            & (ops["tid"].to_numpy() == ops["tid"].iat[o]))
     out = set()
-    for j in inside[:LOOKAHEAD]:
-        dims, types = ops["input_dims"].iat[j], ops["input_types"].iat[j]
-        for d, t in zip(dims or [], types or []):
-            if isinstance(d, list) and d and isinstance(t, str) and INTEGER.search(t):
+    for j in range(o, min(o + LOOKAHEAD, len(t["tid"]))):  # the op and the ops it encloses follow it
+        if t["tid"][j] != t["tid"][o] or t["start"][j] > t["end"][o]:
+            continue
+        for d, kind in zip(t["dims"][j] or [], t["types"][j] or []):
+            if isinstance(d, list) and d and isinstance(kind, str) and INTEGER.search(kind):
                 out.add(math.prod(d))
     return out
 
@@ -69,8 +67,10 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy()
     mine = np.zeros(len(k), dtype=bool)
     cache: dict[int, tuple | None] = {}
+    t = {"dims": ops["input_dims"].to_numpy(), "types": ops["input_types"].to_numpy(), "tid": ops["tid"].to_numpy(),
+         "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy()}
     for o in np.unique(op[candidate]):
-        cache[int(o)] = gathered(ops, int(o))
+        cache[int(o)] = gathered(t, int(o))
     for i in np.flatnonzero(candidate):
         g = cache[int(op[i])]
         if g is not None and g[1] >= MIN_BYTES:
