@@ -187,3 +187,11 @@ def test_training_steps_give_tflops_and_mfu_with_recompute_apart(train):
         assert r["recompute_flops"] == pytest.approx(redo) and redo > 0
         assert r["mfu"] == pytest.approx((r["flops"] - redo) / seconds / peak)
         assert r["hfu"] == pytest.approx(r["flops"] / seconds / peak) and r["hfu"] > r["mfu"]
+
+
+def test_a_convolution_network_has_no_unfused_attention_nor_crash():
+    """ResNet-50 training (legacy 2021 trace): its convolutions' backward ops take two [N, C, H, W]
+    tensors whose last dims multiply like matrices; no op between them takes a scores matrix
+    alone, and they are backward: no attention row."""
+    a = tracekit.analyze(shared("torch", "v100_resnet50_train_legacy2021.json.gz"), workers=1)
+    assert "waste_unfused_attention" not in _rows(a)

@@ -32,7 +32,8 @@ def gathered(t: dict, o: int) -> tuple[int, float] | None:
     """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads.
     `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search)."""
     dims, types = t["dims"][o], t["types"][o]
-    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3:
+    if (not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3
+            or not all(isinstance(x, int) for x in dims[0])):
         return None
     table = dims[0]
     dtype = canonical(types[0]) if isinstance(types, list) and types else None

@@ -36,7 +36,7 @@ def strided_input(dims: Any, strides: Any) -> tuple[list[int], list[int]] | None
     if not isinstance(dims, list) or not isinstance(strides, list):
         return None
     tensors = [(d, s) for d, s in zip(dims, strides) if isinstance(d, list) and len(d) >= 2 and isinstance(s, list)
-               and len(s) == len(d) and math.prod(d) >= MIN_ELEMENTS]
+               and len(s) == len(d) and all(isinstance(x, int) for x in d + s) and math.prod(d) >= MIN_ELEMENTS]
     for d, s in tensors:
         if sum(1 for e, _ in tensors if e == d) < 2 or 0 in s:
             continue
