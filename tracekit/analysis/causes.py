@@ -131,17 +131,27 @@ def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
                 {"kernel": top, "exposed_ns": top_ns, "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
 
 
-def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -> dict[str, Any] | None:
+def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float,
+                    claimed: np.ndarray | None = None) -> dict[str, Any] | None:
     """Kernel time recoverable at the sustained roofline (kernels only: copies are their own
-    row), named by the op (or, without one, the kernel) that holds the most of it."""
+    row; kernels a waste row claimed are in that row), named by the op (or, without one, the
+    kernel) that holds the most of it."""
     from tracekit.trace.kernel_names import labels
 
     kernel = (a.kernels["kind"] == "kernel").to_numpy()
+    if claimed is not None:
+        kernel = kernel & ~claimed
     total = float(np.nansum(np.where(kernel, work["recoverable_ns"], 0.0)))
     if not total > 0:
         return None
     op = f.fix_ops.iloc[0] if len(f.fix_ops) else None
     top = f.fix_kernels.iloc[0] if len(f.fix_kernels) else None
+    if claimed is not None and claimed.any():  # the tables rank every kernel: name the largest unclaimed one
+        rest = np.nan_to_num(np.where(kernel, work["recoverable_ns"], 0.0))
+        name, held, _ = _largest_by_name(a.kernels, kernel, rest)
+        return _row("recoverable", "kernel time above the roofline", labels([name])[name], total, of_ns,
+                    {"kernel": name, "recoverable_ns": held, "time_ns": float(np.nansum(np.where(kernel, work["time_ns"], 0.0))),
+                     "t_min_ns": float(np.nansum(np.where(kernel, work["t_min_ns"], 0.0)))})
     if op is not None and (top is None or op["recoverable_ns"] >= top["recoverable_ns"]):
         where = f"{op['what']} {op['detail']}".strip()
         evidence = {"op": str(op["what"]), "shapes": str(op["detail"]), "recoverable_ns": float(op["recoverable_ns"]),
@@ -155,16 +165,23 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -
     return _row("recoverable", "kernel time above the roofline", where, total, of_ns, evidence)
 
 
-def launch_row(f, of_ns: float) -> dict[str, Any] | None:
-    """Host time in launch calls that took longer than the kernel they launched."""
+def launch_row(f, of_ns: float, host_wait_ns: float) -> dict[str, Any] | None:
+    """Host time in launch calls that took longer than the kernel they launched, counted only
+    as far as it explains GPU idle: while the GPU is busy a long launch call is the launch
+    queue pushing back (the GPU is the limit), not a cost. Its time is the smaller of the
+    launch calls' time and the GPU's idle waiting for the host to launch work."""
     from tracekit.trace.kernel_names import labels
 
     s = f.short_kernels
     if not s.get("count"):
         return None
+    explained = min(float(s["launch_ns"]), host_wait_ns)
+    if not explained > 0:
+        return None
     top = s["top"][0]["name"] if s.get("top") else ""
-    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", s["launch_ns"], of_ns,
-                {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"])})
+    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", explained, of_ns,
+                {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"]), "launch_ns": float(s["launch_ns"]),
+                 "host_wait_idle_ns": host_wait_ns})
 
 
 def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
@@ -220,12 +237,20 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
 
 def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """Every cause, ranked by time; GPU-time rows carry the running total of their shares."""
+    from tracekit.analysis.waste import detect
+
     of = f.denominator_ns
-    rows = [*idle_rows(f, of), copy_row(a, of), comm_row(a, of), recoverable_row(f, work, a, of), launch_row(f, of), profiler_row(a, of)]
+    idle = idle_rows(f, of)
+    host_wait = sum(r["time_ns"] for r in idle if r["cause"].endswith("host_wait"))
+    waste = detect(a, work["time_ns"], of, work["recoverable_ns"])
+    claimed = np.zeros(len(a.kernels), dtype=bool)
+    for r in waste:
+        claimed |= r.pop("kernel_rows")
+    rows = [*idle, copy_row(a, of), comm_row(a, of), *waste, recoverable_row(f, work, a, of, claimed),
+            launch_row(f, of, host_wait), profiler_row(a, of)]
     rows = [r for r in rows if r is not None]
     # Host time costs the GPU only through the host-wait idle it is part of: a host-time row
     # ranks by the smaller of its time and that idle (after a GPU-time row of equal time).
-    host_wait = sum(r["time_ns"] for r in rows if r["cause"].endswith("host_wait"))
     rows.sort(key=lambda r: (-min(r["time_ns"], host_wait), 1) if r["cause"] in HOST_TIME_CAUSES else (-r["time_ns"], 0))
     running = 0.0
     for r in rows:

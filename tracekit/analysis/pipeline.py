@@ -13,6 +13,7 @@ from tracekit.analysis.annotation_steps import annotation_step_table, cut_short_
 from tracekit.analysis.collectives import collective_summary, collective_table, overlap_table
 from tracekit.analysis.coverage import coverage
 from tracekit.analysis.findings import compute as compute_findings
+from tracekit.analysis.step_flops import step_flops
 from tracekit.analysis.ops import call_sketches, cpu_ops_table, ops_table
 from tracekit.analysis.measured import HostEvents, Measured
 from tracekit.analysis.result import Analysis
@@ -78,6 +79,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                                       model_step_bytes(run) if run is not None else None)
     else:
         steps = step_table(trace, kernels, exclusive, device.bandwidth if device else None, sustained, owner)
+        steps = step_flops(trace, kernels, steps, device)  # achieved TFLOP/s, MFU (recompute apart), HFU
     cov = _lost_times_unknown(coverage(kernels), trace.meta)
     if ncu_report is not None:
         cov["ncu"] = ncu_report

@@ -46,7 +46,8 @@ def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) 
         name = (f"{e['op']} {e['shapes']}".strip() if "op" in e else labels([e["kernel"]])[e["kernel"]])
         return (f"Kernel time above the sustained roofline is {duration(c['time_ns'])} ({share}); the largest part is "
                 f"{middle(name, HEADLINE_NAME)}: {duration(e['recoverable_ns'])}.")
-    return f"{c['what']}: {duration(c['time_ns'])} ({share})."
+    fix = f" Fix: {c['fix']}." if c.get("fix") else ""
+    return f"{c['what']}: {duration(c['time_ns'])} ({share}), most of it in {middle(c['where'], HEADLINE_NAME)}.{fix}"
 
 
 def _profiler_clause(causes: list[dict[str, Any]]) -> str:

@@ -68,7 +68,7 @@ def fix_first(a: Analysis) -> Section:
     overlap the host-wait idle)."""
     f = a.findings
     head = ["#", "cause", "where (host code, op, kernel, copy)", "time", "share", "cumulative"]
-    rows = [[str(i + 1), c["what"], c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
+    rows = [[str(i + 1), c["what"] + (f"; fix: {c['fix']}" if c.get("fix") else ""), c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
             for i, c in enumerate(f.causes)]
     return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
                    head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),
@@ -166,17 +166,20 @@ def device_rows(a: Analysis) -> Section:
 
 def steps_section(a: Analysis) -> Section:
     head = ["step", "GPU window", "host range", "GPU behind host", "kernels", "copies", "busy in window", "its kernels' busy",
-            "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW"]
+            "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW", "TFLOP/s", "MFU", "HFU"]
     mark = _marks(a, "steps")
     rows = [[r["step"], duration(r["duration_ns"]), duration(r.get("host_duration_ns")), duration(r.get("gpu_lag_ns")),
              number(r["kernels"], "{:,}"), number(r.get("copies"), "{:,}"), mark(i, "busy_in_window_ns", duration(r.get("busy_in_window_ns"))),
              duration(r["busy_ns"]), percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"),
-             mark(i, "bandwidth_share_peak", percent(r["bandwidth_share_peak"])), percent(r["bandwidth_share_sustained"])]
+             mark(i, "bandwidth_share_peak", percent(r["bandwidth_share_peak"])), percent(r["bandwidth_share_sustained"]),
+             number(r.get("achieved_tflops"), "{:,.1f}"), percent(r.get("mfu")), percent(r.get("hfu"))]
             for i, r in enumerate(a.steps.to_dict(orient="records"))]
     return Section("Steps (GPU window: where the step's kernels ran, or its GPU-side annotation; host range: the range that "
                    "launched them; GPU behind host: GPU window end - host range end; kernels / copies: launched in the "
                    "step's host range on any thread of its process; busy in window: any GPU activity inside the GPU window, "
-                   "the complement of its idle time)", head, rows, [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3], flex=0,
+                   "the complement of its idle time; TFLOP/s: the FLOPs its kernels' shapes give over the GPU window; MFU: "
+                   "the same without recompute, of the dense matrix peak; HFU: with it)", head, rows,
+                   [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3, 1, 1, 2], flex=0,
                    note=f"steps from: {a.meta.get('step_source') or 'none found'}")
 
 

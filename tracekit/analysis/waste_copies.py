@@ -1,0 +1,133 @@
+"""Copies of a whole tensor, repeated: a kernel whose op takes the same large tensor shape as
+two of its arguments (a source and a destination: `aten::copy_(dst, src)`, or an Inductor
+kernel whose arguments are its input and output buffers) and iterates over all of it, seen
+at least twice per step (per layer) or, without steps, twice in the trace. The two arguments
+say which copy it is, from the record alone:
+
+- same dtype, same strides: the tensor rewritten whole. Under torch.compile this is an
+  in-place update (a static KV cache's `index_copy_`, `cache[:, pos] = kv`) functionalized
+  into "copy the whole buffer, change a slice, copy it back", once per layer;
+- different dtypes: a cast of the whole tensor (autocast's per-step weight casts, fp32
+  upcasts around a norm);
+- same dtype, different strides: a layout copy (`.contiguous()`, `.reshape` of a
+  transposed view), the layout of its source is what caused it.
+
+A kernel iterates over all of a tensor when the cost says it does (an Inductor kernel's
+elements are its launch size, costs.inductor); any other op is a copy only when its cost has
+no arithmetic (copy_, clone, contiguous, a cast: a binary elementwise op also takes two
+tensors of one shape). A rewrite is of state (a cache, a buffer), not of an activation: a
+tensor with as many elements as some matmul's operand is an activation, left to the others.
+The bytes the work needs: an update needs its slice, which the copy does not show (null);
+a cast or a layout copy needs nothing when its consumer reads the source as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracekit.analysis.waste_row import row
+from tracekit.costs.dtypes import canonical, element_bytes
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
+
+MIN_BYTES = 1 << 20  # a tensor below 1 MiB copies in a few microseconds: not worth a row
+REPEATS = 2  # per step (or in a trace without steps): a copy that recurs is structural
+KINDS = {
+    "rewrite": ("whole-tensor rewrites (in-place update copied whole)",
+                "update the tensor in place at a static address (index_copy_ / slice assignment on a buffer "
+                "torch.compile does not functionalize, as HF StaticCache does) instead of copying all of it"),
+    "cast": ("whole-tensor dtype casts, repeated",
+             "cast once and keep the tensor in the dtype its consumers read (weights: store them in the compute "
+             "dtype; activations: fuse the cast into its neighbour, e.g. torch.compile)"),
+    "layout": ("layout copies of whole tensors (.contiguous / reshape of a strided view)",
+               "make the producer's output contiguous once (e.g. .contiguous() right after the transpose that "
+               "made it strided), so the consumers stop copying it"),
+}
+
+
+def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] | None:
+    """(kind, shape, bytes) of the largest tensor shape an op takes twice, None without one."""
+    if not isinstance(dims, list):
+        return None
+    tensors = [(tuple(d), i) for i, d in enumerate(dims) if isinstance(d, list) and len(d) > 0
+               and all(isinstance(x, int) for x in d)]
+    if len(tensors) < 2:
+        return None
+    by_shape: dict[tuple, list[int]] = {}
+    for shape, i in tensors:
+        by_shape.setdefault(shape, []).append(i)
+    largest = max((s for s, _ in tensors), key=math.prod)
+    pair = by_shape[largest]
+    if len(pair) < 2:  # the largest tensor is read (or written) once: not a copy of it
+        return None
+    types = types if isinstance(types, list) else []
+    strides = strides if isinstance(strides, list) else []
+    dtypes = [canonical(types[i]) if i < len(types) else None for i in pair]
+    if any(d is None for d in dtypes):
+        return None
+    nbytes = math.prod(largest) * max(element_bytes(d) for d in dtypes)
+    if len(set(dtypes)) > 1:
+        return "cast", largest, nbytes
+    layouts = {repr(strides[i]) if i < len(strides) else None for i in pair}
+    if len(layouts) > 1 and None not in layouts:
+        return "layout", largest, nbytes
+    return "rewrite", largest, nbytes
+
+
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
+    k, ops = a.kernels, a.trace.ops
+    op = k["op"].to_numpy()
+    flops = k["flops"].to_numpy(np.float64)
+    candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy() & ~k["kernel_class"].isin(["gemm", "attention"]).to_numpy()
+    candidate &= (k["phase"] != "optimizer").to_numpy()  # an optimizer rewrites every weight by design
+    inductor = (k["cost_source"] == "Inductor kernel arguments").to_numpy()
+    cache: dict[int, tuple | None] = {}
+    kind = np.full(len(k), "", dtype=object)
+    shape = np.full(len(k), None, dtype=object)
+    nbytes = np.zeros(len(k))
+    dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
+    operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
+                     for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
+    for o in np.unique(op[candidate]):
+        cache[int(o)] = copy_kind(dims[o], types[o], strides[o])
+    for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None])):
+        c = cache[int(op[i])]
+        if c is None or c[2] < MIN_BYTES:
+            continue
+        # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
+        # of it; any other op copies only when it computes nothing (a binary elementwise op takes
+        # two tensors of one shape too, but does arithmetic on them)
+        if (not flops[i] >= math.prod(c[1])) if inductor[i] else flops[i] != 0:
+            continue
+        # a rewrite is of state, not of an activation: a tensor of as many elements is no matmul's operand
+        if c[0] == "rewrite" and math.prod(c[1]) in operand_sizes:
+            continue
+        kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
+    step = k["step"].to_numpy() if len(a.steps) else np.zeros(len(k), dtype=np.int64)
+    steps = max(len(np.unique(step[kind != ""])), 1)
+    keys = np.array([repr(s) if s is not None else "" for s in shape], dtype=object)
+    out = []
+    for name, (what, fix) in KINDS.items():
+        mine = kind == name
+        if not mine.any():
+            continue
+        # repeated: the same shape copied REPEATS times per step (or more)
+        distinct, counts = np.unique(keys[mine], return_counts=True)
+        kept = list(distinct[counts >= REPEATS * steps])
+        mine &= np.isin(keys, kept)
+        if not mine.any():
+            continue
+        top = max(kept, key=lambda s: time[mine & (keys == s)].sum())
+        copied = float(nbytes[mine].sum())
+        evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
+                    "per_step": float(np.count_nonzero(mine)) / steps,
+                    # a copy reads its source and writes its destination: twice the tensor per copy
+                    "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
+        shown = "[" + top.strip("(),").replace(",)", "") + "]"
+        out.append(row(a, f"waste_copies_{name}", f"{what}: {evidence['per_step']:,.{0 if evidence['per_step'].is_integer() else 1}f} per step of a "
+                       f"{evidence['tensor_bytes'] / 1e6:,.0f} MB tensor {shown}", mine, time, of_ns, fix, evidence))
+    return out
