@@ -32,12 +32,17 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
     from tracekit.reports.terminal import print_section
 
     head = [key.replace("_", " ") for key in inv["counts"]]
-    print_section(Section("Events", head, [[f"{v:,}" for v in inv["counts"].values()]], [0] * len(head), flex=-1, left=()), console)
+    lost = inv.get("times_unknown") or {}
+    note = ""
+    if lost:  # counted, but the profiler lost their times: say so beside the counts
+        note = "times unknown (the profiler recorded them with ts 0 and dur 0): " + ", ".join(f"{n:,} {kind}" for kind, n in lost.items())
+    print_section(Section("Events", head, [[f"{v:,}" for v in inv["counts"].values()]], [0] * len(head), flex=-1, left=(), note=note), console)
 
     links = inv["links"]
     rows = [[key.replace("_", " "), f"{links[key]['count']:,}", percent(links[key]["share"])] for key in ("to_launch", "to_op", "to_op_with_shapes")]
     rows += [["launched by a graph", f"{links['graph_launched']:,}", ""], ["launched before capture", f"{links['launched_before_capture']:,}", ""]]
-    print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities)", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
+    timed = " with times" if lost else ""
+    print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities{timed})", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
 
     # the same short labels as `tracekit analyze` gives the same kernels
     short = labels([row["name"] for row in inv["top_kernels"]])
