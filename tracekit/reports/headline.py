@@ -89,7 +89,9 @@ def _no_gpu(h: Headline) -> list[str]:
     if h.kind == "cut_short":
         return ["The part of the trace that could be read (it is cut short) holds no GPU activity: "
                 "its ops are costed against CPU time, with no roofline."]
-    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline."]
+    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline. "
+            "To record GPU kernels: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+            "record_shapes=True), or nsys profile --trace=cuda,nvtx."]
 
 
 def headline(f: Findings) -> list[str]:
