@@ -3,6 +3,7 @@ everywhere: in the terminal, Markdown, HTML, the headline and the cross-rank rep
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 UNKNOWN = "—"
@@ -69,13 +70,10 @@ def shorten(name: str, width: int = 90) -> str:
 
 
 def middle(name: str, width: int = 60) -> str:
-    """`name` in at most `width` characters, cut in the middle: the head names the op or
-    kernel, the tail holds what tells two of them apart (the last shapes, template arguments)."""
-    name = str(name)
-    if len(name) <= width:
-        return name
-    head = (width - 1) * 2 // 3
-    return name[:head] + "…" + name[len(name) - (width - 1 - head):]
+    """`name` in at most `width` characters, cut in the middle at separators (see `cut`): the
+    head names the op or kernel, the tail holds what tells two of them apart (the last shapes,
+    template arguments)."""
+    return cut(str(name), width)
 
 
 def percent_against(share: float | None, limit: float) -> str:
@@ -87,3 +85,146 @@ def percent_against(share: float | None, limit: float) -> str:
         if f"{100 * share:.{digits}f}" != f"{100 * limit:.{digits}f}" or share == limit:
             return f"{100 * share:.{digits}f}%"
     return f"{100 * share:.4f}%"
+
+
+def span(low: float | None, high: float | None, unit_format=duration) -> str:
+    """A range as "18.863–18.868 ms" (an en dash, the unit once where both ends share it): the
+    ellipsis means a cut, never a range. One end unknown: the whole range is unknown."""
+    if is_unknown(low) or is_unknown(high):
+        return UNKNOWN
+    lo, hi = unit_format(low), unit_format(high)
+    lo_value, _, lo_unit = lo.rpartition(" ")
+    hi_value, _, hi_unit = hi.rpartition(" ")
+    if lo_value and hi_value and lo_unit == hi_unit and not lo_unit[:1].isdigit():
+        return f"{lo_value}–{hi_value} {hi_unit}"
+    return f"{lo}–{hi}"
+
+
+def rate(value: float | None, unit: str) -> str:
+    """A rate short enough for a table cell: 10,510.47 tokens/s -> "10.51 k tokens/s" (the
+    unit abbreviated, the number whole: a cell never cuts a number)."""
+    if is_unknown(value):
+        return UNKNOWN
+    if abs(value) < 1e3:
+        return f"{value:,.2f} {unit}"
+    return si(value, " " + unit).replace("  ", " ")
+
+
+# What a cell formatter may cut at: shapes at an element boundary, names at a separator.
+_ATOM_END = "[],"
+_NUMBER_CELL = re.compile(r"^[-+−]?[\d,.]+(?:e[-+]?\d+)?\s*[%x]?(?:\s*\S{0,12})?(?:\s*(?:/|–)\s*[-+−]?[\d,.]+\s*\S{0,12})?(?: \(!\))?$|^—$")
+_SEPARATOR = re.compile(r"[_:<>,/\s()\[\]{}.-]")
+
+
+def looks_like_number(cell: str) -> bool:
+    """A cell that holds a figure (12.048 ms, 24.4%, 37.9% / 44.8%, 8,944 tokens, —): such a
+    cell is shown whole or not at all."""
+    return bool(_NUMBER_CELL.match(cell.strip()))
+
+
+def _parse_list(text: str):
+    """`[[16, 559], [], 3]` as nested Python lists of atom strings; None if `text` is not one
+    balanced bracketed list (then it is cut as a name)."""
+    stack: list[list] = []
+    root = None
+    atom = ""
+    for ch in text:
+        if ch == "[":
+            if atom.strip():
+                return None
+            node: list = []
+            if stack:
+                stack[-1].append(node)
+            elif root is not None:
+                return None
+            else:
+                root = node
+            stack.append(node)
+            atom = ""
+        elif ch in "],":
+            if not stack:
+                return None
+            if atom.strip():
+                stack[-1].append(atom.strip())
+            atom = ""
+            if ch == "]":
+                stack.pop()
+        else:
+            if not stack:
+                return None
+            atom += ch
+    return root if root is not None and not stack else None
+
+
+def _show_list(node) -> str:
+    return "[" + ", ".join(_show_list(c) if isinstance(c, list) else c for c in node) + "]" if isinstance(node, list) else node
+
+
+def _cut_list(node: list, width: int) -> str:
+    """The list in at most `width` characters where it can be: whole elements first, then
+    "+N more" for the N elements left out; an element that does not fit whole is cut the
+    same way inside (`[[16, 559, +2 more], +2 more]`). Never cuts inside a number."""
+    full = _show_list(node)
+    if len(full) <= width:
+        return full
+    for keep in range(len(node) - 1, 0, -1):
+        shown = "[" + ", ".join(_show_list(c) for c in node[:keep]) + f", +{len(node) - keep} more]"
+        if len(shown) <= width:
+            return shown
+    first = node[0] if node else None
+    rest = f", +{len(node) - 1} more]" if len(node) > 1 else "]"
+    if isinstance(first, list) and first:
+        inner = _cut_list(first, width - 1 - len(rest))
+        return "[" + inner + rest
+    # the first value stays even past the width (the column then wraps): a count alone says nothing
+    return f"[{first}{rest}" if first is not None else "[]"
+
+
+def cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters without cutting inside a value: a figure is never
+    cut (returned whole: the caller gives it room); a shape list is cut at an element boundary
+    with "+N more"; a name loses its middle at separators (`_`, `<`, `,`, `::`, spaces), so its
+    head (what it is) and its tail (what tells two apart) stay and no word or number is split.
+    The result can be longer than `width` only where no such boundary fits."""
+    text = str(text)
+    if len(text) <= width or looks_like_number(text):
+        return text
+    parsed = _parse_list(text) if text.lstrip().startswith("[") else None
+    if parsed is not None:
+        return _cut_list(parsed, width)
+    return _cut_name(text, width)
+
+
+def _words(part: str) -> bool:
+    """A part that names something (a bracket or a comma alone tells nothing apart)."""
+    return sum(ch.isalnum() for ch in part) >= 3
+
+
+def _cut_name(text: str, width: int) -> str:
+    if width <= 1:
+        return "…"
+    # cut points: just after a separator (head) / just before one (tail)
+    heads = [m.end() for m in _SEPARATOR.finditer(text)]
+    tails = [m.start() for m in _SEPARATOR.finditer(text)]
+    room = width - 1
+    best = None
+    for h in [0] + heads:
+        if h > room:
+            break
+        fitting = [t for t in tails if t >= h and len(text) - t <= room - h]
+        tail = min(fitting) if fitting else len(text)
+        kept = h + (len(text) - tail)
+        # both ends kept reads best: the head says what it is, the tail tells two apart
+        score = kept + (room // 3 if _words(text[:h]) and _words(text[tail:]) else 0)
+        if score > (best[0] if best else -1) and (h or tail < len(text)):
+            best = (score, h, tail)
+    if best is None or best[1] + len(text) - best[2] < room // 2:  # no boundary keeps half of the room: cut between characters, off digits
+        head = room * 2 // 3
+        while 0 < head < len(text) and text[head - 1].isdigit() and text[head].isdigit():
+            head -= 1
+        tail = len(text) - (room - head)
+        while 0 < tail < len(text) and text[tail - 1].isdigit() and text[tail].isdigit():
+            tail += 1
+        return text[:head] + "…" + text[tail:]
+    _, h, t = best
+    return text[:h] + "…" + text[t:]

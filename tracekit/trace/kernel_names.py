@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tracekit.common.format import shorten
+from tracekit.common.format import cut
 from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope
 from tracekit.trace.readable_names import readable
 
@@ -117,7 +117,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
         return text
     base, args = base_and_args(text)
     if not args or len(base) + 4 >= limit:
-        return text[: limit - 1] + "…"
+        return cut(text, limit)
     at = max((i for i, a in enumerate(args) if not _LITERAL.fullmatch(a.strip())), default=len(args) - 1)
     key, after = args[at], args[at + 1:]
     if len(", ".join(after)) > 10:  # a run of flags after it (flash's <traits, false, true, ...>): leading args first
@@ -139,8 +139,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
         key = inner
     room = limit - len(f"{base}<…, >") - len(", ".join(after)) - (2 if after else 0)
     if room >= 12:
-        head = (room - 1) * 2 // 3
-        return shown(key[:head] + "…" + key[len(key) - (room - 1 - head):]) or _leading(base, args, limit)
+        return shown(cut(key, room)) or _leading(base, args, limit)
     return _leading(base, args, limit)
 
 
@@ -204,5 +203,5 @@ def labels(names) -> dict[str, str]:
 
 
 def kernel_label(name: str, width: int = 70) -> str:
-    """A kernel's short label (`label`), cut to `width`."""
-    return shorten(label(str(name)), width)
+    """A kernel's short label (`label`), cut to `width` at a boundary."""
+    return cut(label(str(name)), width)
