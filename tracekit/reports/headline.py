@@ -1,5 +1,5 @@
-"""The headline in words: 3 to 5 plain sentences from the figures tracekit.analysis.headline
-chose, and each ranked cause (analysis.causes) as a sentence in that list's own figures."""
+"""The headline in words: at most four short lines from the figures tracekit.analysis.headline
+chose (where the time went, the bound, the first cause, the number to watch), and each ranked cause (analysis.causes) as a sentence in that list's own figures."""
 
 from __future__ import annotations
 
@@ -95,40 +95,52 @@ def _no_gpu(h: Headline) -> list[str]:
 
 
 def headline(f: Findings) -> list[str]:
-    """3 to 5 plain sentences: where the GPU time went, what bounds it, how efficient it is
-    (only where at least half the time has a cost), what is missing, and the largest win."""
+    """At most four short lines, one job each: where the GPU time went, what bounds it (and how
+    efficient it is, only where at least half the time has a cost, else what is missing), the
+    first cause of the ranked list, and the one number to watch (what every share is of)."""
     h = f.headline
     if h.kind != "gpu":
         return _no_gpu(h)
-    sentences = []
+    lines = []
     if h.blocks:
         parts = [f"{phase} / {block} {percent(share)}" for phase, block, share in h.blocks]
-        where = f"GPU time went to {', '.join(parts)} (of all GPU time, as in the blocks table)"
+        where = f"GPU time went to {', '.join(parts)}"
         if h.idle_share is not None:
             where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}"
-        sentences.append(where + ".")
+        lines.append(where + ".")
+    lines.append(_bound(h))
+    if h.causes:
+        lines.append(sentence(f.causes[h.causes[0]], f.denominator, f.causes))
+    if f.denominator_ns:
+        lines.append(f"The number to watch: the {f.denominator}, {duration(f.denominator_ns)} here; every share in "
+                     "'What to fix first' is of it.")
+    return lines[:4]
+
+
+def _bound(h: Headline) -> str:
+    """What bounds the costed kernels and how far they are from the roofline, in one line; or
+    why no efficiency can be stated, and what would give one."""
     apart = " (communication apart)" if h.comm_apart else ""
+    bound = ""
     if h.bounds:
         parts = [f"{rounded_percent(v)} {b}-bound" for b, v in h.bounds]
         of = (f"the kernel time with a cost{apart}" if h.work_covered >= MIN_COVERAGE
               else f"the {rounded_percent(h.work_covered)} of kernel time with a cost{apart}")
-        sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
-                         f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
+        bound = f"Of {of}, {parts[0].replace(' ', ' is ', 1)}{' and ' + parts[1] if len(parts) > 1 else ''}"
     if h.efficiency is not None:
         sustained, peak = h.efficiency
-        sentences.append(f"Those kernels run at {rounded_percent(sustained)} of the sustained roofline "
-                         f"({rounded_percent(peak)} of peak), over {rounded_percent(h.work_covered)} of GPU "
-                         f"kernel time{apart}.")
-    elif h.costed_without_device is not None:
-        sentences.append(f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
-                         "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
+        runs = f"{bound}; they run" if bound else "Kernels run"
+        return (f"{runs} at {rounded_percent(sustained)} of the sustained roofline ({rounded_percent(peak)} of peak), "
+                f"over {rounded_percent(h.work_covered)} of GPU kernel time{apart}.")
+    if h.costed_without_device is not None:
+        why = (f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
+               "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
     elif h.costed_without_peak is not None:
         share, dtypes = h.costed_without_peak
-        sentences.append(f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the device table "
-                         f"has no peak for its dtype ({', '.join(dtypes) or 'not recorded'}), so no roofline time and no "
-                         "efficiency can be stated.")
+        why = (f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the device table "
+               f"has no peak for its dtype ({', '.join(dtypes) or 'not recorded'}), so no roofline time and no "
+               "efficiency can be stated.")
     else:
-        sentences.append(f"Only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
-                         f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
-    sentences += [sentence(f.causes[i], f.denominator, f.causes) for i in h.causes]
-    return sentences[:5]
+        why = (f"only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
+               f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
+    return f"{bound}; {why}" if bound else why[0].upper() + why[1:]
