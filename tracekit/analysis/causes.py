@@ -119,7 +119,7 @@ def copy_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
 
 def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Communication no compute hides (its exclusive time)."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     k = a.kernels
     comm = (k["block"] == "collective").to_numpy() & (k["kind"] == "kernel").to_numpy() & _in_scope(a)
@@ -127,14 +127,14 @@ def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     if not comm.any() or not time[comm].sum() > 0:
         return None
     top, top_ns, _ = _largest_by_name(k, comm, time)
-    return _row("exposed_communication", "communication (exposed)", labels([top])[top], float(time[comm].sum()), of_ns,
+    return _row("exposed_communication", "communication (exposed)", trace_labels(k["name"].unique())[top], float(time[comm].sum()), of_ns,
                 {"kernel": top, "exposed_ns": top_ns, "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
 
 
 def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Kernel time recoverable at the sustained roofline (kernels only: copies are their own
     row), named by the op (or, without one, the kernel) that holds the most of it."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     kernel = (a.kernels["kind"] == "kernel").to_numpy()
     total = float(np.nansum(np.where(kernel, work["recoverable_ns"], 0.0)))
@@ -147,7 +147,7 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -
         evidence = {"op": str(op["what"]), "shapes": str(op["detail"]), "recoverable_ns": float(op["recoverable_ns"]),
                     "time_ns": float(op["time_ns"]), "t_min_ns": float(op["t_min_ns"])}
     elif top is not None:
-        where = labels([str(top["what"])])[str(top["what"])]
+        where = trace_labels(a.kernels["name"].unique())[str(top["what"])]
         evidence = {"kernel": str(top["what"]), "recoverable_ns": float(top["recoverable_ns"]),
                     "time_ns": float(top["time_ns"]), "t_min_ns": float(top["t_min_ns"])}
     else:
@@ -155,15 +155,15 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float) -
     return _row("recoverable", "kernel time above the roofline", where, total, of_ns, evidence)
 
 
-def launch_row(f, of_ns: float) -> dict[str, Any] | None:
+def launch_row(f, a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Host time in launch calls that took longer than the kernel they launched."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     s = f.short_kernels
     if not s.get("count"):
         return None
     top = s["top"][0]["name"] if s.get("top") else ""
-    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", s["launch_ns"], of_ns,
+    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", trace_labels(a.kernels["name"].unique())[top] if top else "", s["launch_ns"], of_ns,
                 {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"])})
 
 
@@ -221,7 +221,7 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
 def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     """Every cause, ranked by time; GPU-time rows carry the running total of their shares."""
     of = f.denominator_ns
-    rows = [*idle_rows(f, of), copy_row(a, of), comm_row(a, of), recoverable_row(f, work, a, of), launch_row(f, of), profiler_row(a, of)]
+    rows = [*idle_rows(f, of), copy_row(a, of), comm_row(a, of), recoverable_row(f, work, a, of), launch_row(f, a, of), profiler_row(a, of)]
     rows = [r for r in rows if r is not None]
     # Host time costs the GPU only through the host-wait idle it is part of: a host-time row
     # ranks by the smaller of its time and that idle (after a GPU-time row of equal time).

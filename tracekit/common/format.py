@@ -216,7 +216,7 @@ def _cut_name(text: str, width: int) -> str:
         kept = h + (len(text) - tail)
         # both ends kept reads best: the head says what it is, the tail tells two apart
         score = kept + (room // 3 if _words(text[:h]) and _words(text[tail:]) else 0)
-        if score > (best[0] if best else -1) and (h or tail < len(text)):
+        if score >= (best[0] if best else -1) and (h or tail < len(text)):  # a tie: the longer head (it says what it is)
             best = (score, h, tail)
     if best is None or best[1] + len(text) - best[2] < room // 2:  # no boundary keeps half of the room: cut between characters, off digits
         head = room * 2 // 3

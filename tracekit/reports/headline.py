@@ -22,8 +22,6 @@ _RECORD = {"tensorrt": "a TensorRT engine records its layers without tensor shap
 
 def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) -> str:
     """One cause of the ranked list as a sentence, with its share of the one denominator."""
-    from tracekit.trace.kernel_names import labels
-
     share = f"{rounded_percent(c['share'])} of {denominator}"
     e = c["evidence"]
     kind = c["cause"]
@@ -41,9 +39,9 @@ def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) 
     if kind == "exposed_communication":
         top = e["kernel"]
         return (f"Communication no compute hides takes {duration(c['time_ns'])} ({share}), most of it in "
-                f"{middle(labels([top])[top], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
+                f"{middle(c['where'], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
     if kind == "recoverable":
-        name = (f"{e['op']} {e['shapes']}".strip() if "op" in e else labels([e["kernel"]])[e["kernel"]])
+        name = c["where"]  # the op and its shapes, or the kernel's one label (trace_labels)
         return (f"Kernel time above the sustained roofline is {duration(c['time_ns'])} ({share}); the largest part is "
                 f"{middle(name, HEADLINE_NAME)}: {duration(e['recoverable_ns'])}.")
     return f"{c['what']}: {duration(c['time_ns'])} ({share})."

@@ -27,7 +27,6 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
         console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
 
-    from tracekit.trace.kernel_names import labels
     from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
@@ -44,7 +43,6 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
     timed = " with times" if lost else ""
     print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities{timed})", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
 
-    # the same short labels as `tracekit analyze` gives the same kernels
-    short = labels([row["name"] for row in inv["top_kernels"]])
-    rows = [[short[row["name"]], f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"])] for row in inv["top_kernels"]]
+    # the same labels as `tracekit analyze` gives the same kernels (trace_labels over all of them)
+    rows = [[row["label"], f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"])] for row in inv["top_kernels"]]
     print_section(Section("Top kernels by total time", ["kernel", "calls", "time", "share"], rows, [0, 1, 0, 0], flex=0), console)

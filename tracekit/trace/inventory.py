@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracekit.trace.health import lost_time_counts
+from tracekit.trace.kernel_names import trace_labels
 from tracekit.trace.tables import coded, column
 
 
@@ -96,7 +97,9 @@ def _top_kernels(k: Any, top: int) -> list[dict[str, Any]]:
     counts = np.bincount(codes, minlength=len(names.labels))[present]
     total = float(duration.sum()) or 1.0
     order = np.argsort(-sums, kind="stable")[:top]
+    label = trace_labels(str(names.labels[c]) for c in present)  # the label analyze gives each of them
     return [
-        {"name": str(names.labels[present[i]]), "time_ns": int(sums[i]), "count": int(counts[i]), "share": float(sums[i]) / total}
+        {"name": str(names.labels[present[i]]), "label": label[str(names.labels[present[i]])], "time_ns": int(sums[i]),
+         "count": int(counts[i]), "share": float(sums[i]) / total}
         for i in order
     ]

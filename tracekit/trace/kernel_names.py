@@ -4,6 +4,7 @@
                      its arguments do, at most MAX_LABEL characters
     labels(names)    {name: short label}: where two names share a label, a more detailed one,
                      then a numbered one
+    trace_labels(names)  the labels of all of one trace's kernel names: what every report shows
 
 Labels are built from the readable name (tracekit.trace.readable_names: demangled, without
 return type and parameters).
@@ -200,6 +201,18 @@ def labels(names) -> dict[str, str]:
             seen[key] = seen.get(key, 0) + 1
             out[n] = f"{key} #{seen[key]}"
     return out
+
+
+@lru_cache(maxsize=8)  # one trace asks for its map from every table, cause and the bundle
+def _trace_labels(names: tuple[str, ...]) -> dict[str, str]:
+    return labels(names)
+
+
+def trace_labels(names) -> dict[str, str]:
+    """The one label of each kernel of a trace, for every table, cause, headline, `info` and
+    the bundle's `label` column: `labels` over all of the trace's distinct kernel names, in
+    name order, so where a kernel is shown and in which order names come never change it."""
+    return _trace_labels(tuple(sorted({str(n) for n in names})))
 
 
 def kernel_label(name: str, width: int = 70) -> str:
