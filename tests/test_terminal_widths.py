@@ -110,9 +110,11 @@ def test_no_number_is_cut(analyses, width):
     assert checked > 100
 
 
-# A value cut inside: an ellipsis beside a digit (`19.861 …`, `26,…`, `[[8944, 1024…024, 2816]]`,
-# a range written `18.863 ms…18.868 ms`), or an ellipsis inside a shape list (cut with "+N more").
-_CUT_NUMBER = re.compile(r"\d[.,]?\s?…|…\s?[.,]?\d")
+# A value cut inside: an ellipsis against a number (`19.861 …`, `26,…`, `14.45…`,
+# `[[8944, 1024…024, 2816]]`, a range written `10,510.86…10,510.86`), or an ellipsis inside a
+# shape list (cut with "+N more"). A label's left-out arguments after a whole one
+# (`<float, 128, …>`) are not a cut number.
+_CUT_NUMBER = re.compile(r"\d[.,]?…|\d …|…[.,]?\d")
 _CUT_SHAPE = re.compile(r"\[[\d, \[\]]*…")
 
 
@@ -213,8 +215,10 @@ def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
 @pytest.mark.parametrize("width", (80, 120))
 def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     """`tracekit devices` cut the GPU names (`NVIDIA A10…SXM4 40GB`) and wrapped each source
-    over 6 lines: the key (what --device takes) stays whole, and the name too at 120 columns,
-    one line per device; the sources give way first (they are in devices.toml)."""
+    over 6 lines: the key (what --device takes) stays whole on one line, and the name too at
+    120 columns; the sources give way first (they are in devices.toml). At 80 columns a name
+    cut at a word boundary would print two GPUs the same (`NVIDIA A100 … 80GB`): it wraps,
+    whole, onto a second line (issue 40: a name is never cut inside a word)."""
     import io
 
     from tracekit.hardware import builtin_devices
@@ -224,12 +228,18 @@ def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     out = io.StringIO()
     render_devices(devices, Console(file=out, width=width, force_terminal=False))
     lines = out.getvalue().splitlines()
-    rows = [line for line in lines if line.startswith("| ") and "key" not in line]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ") and "key" not in line]
+    rows: list[list[str]] = []
+    for cells in table:  # a line with an empty key continues the row above (a wrapped name)
+        if cells[0]:
+            rows.append(cells)
+        else:
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
     assert len(rows) == len(devices)
     assert all(len(line) <= width for line in lines)
-    for d, line in zip(devices.values(), rows):
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == d.key and (cells[1] == d.name or width < 120)
+    for d, cells in zip(devices.values(), rows):
+        assert cells[0] == d.key and cells[1] == d.name and "…" not in cells[1]
+    assert width < 120 or len(table) == len(devices)  # at 120, one line each
 
 
 @pytest.fixture(scope="module")

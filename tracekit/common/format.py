@@ -180,19 +180,20 @@ def _cut_list(node: list, width: int) -> str:
     return f"[{first}{rest}" if first is not None else "[]"
 
 
-def cut(text: str, width: int) -> str:
+def cut(text: str, width: int, tail_first: bool = False) -> str:
     """`text` in at most `width` characters without cutting inside a value: a figure is never
     cut (returned whole: the caller gives it room); a shape list is cut at an element boundary
     with "+N more"; a name loses its middle at separators (`_`, `<`, `,`, `::`, spaces), so its
     head (what it is) and its tail (what tells two apart) stay and no word or number is split.
-    The result can be longer than `width` only where no such boundary fits."""
+    The result can be longer than `width` only where no such boundary fits. `tail_first`: of
+    the cuts that keep as much, the one with the longer tail (where heads alone collide)."""
     text = str(text)
     if len(text) <= width or looks_like_number(text):
         return text
     parsed = _parse_list(text) if text.lstrip().startswith("[") else None
     if parsed is not None:
         return _cut_list(parsed, width)
-    return _cut_name(text, width)
+    return _cut_name(text, width, tail_first)
 
 
 def _words(part: str) -> bool:
@@ -200,7 +201,7 @@ def _words(part: str) -> bool:
     return sum(ch.isalnum() for ch in part) >= 3
 
 
-def _cut_name(text: str, width: int) -> str:
+def _cut_name(text: str, width: int, tail_first: bool = False) -> str:
     if width <= 1:
         return "…"
     # cut points: just after a separator (head) / just before one (tail)
@@ -216,7 +217,8 @@ def _cut_name(text: str, width: int) -> str:
         kept = h + (len(text) - tail)
         # both ends kept reads best: the head says what it is, the tail tells two apart
         score = kept + (room // 3 if _words(text[:h]) and _words(text[tail:]) else 0)
-        if score >= (best[0] if best else -1) and (h or tail < len(text)):  # a tie: the longer head (it says what it is)
+        better = score > best[0] if best and tail_first else score >= (best[0] if best else -1)  # a tie: the longer head
+        if better and (h or tail < len(text)):
             best = (score, h, tail)
     if best is None or best[1] + len(text) - best[2] < room // 2:  # no boundary keeps half of the room: cut between characters, off digits
         head = room * 2 // 3

@@ -69,7 +69,7 @@ class Layout:
 _FRAME = re.compile(r"(?:^|/)([^/\s]+\.py\(\d+\): \S.*)$")
 
 
-def elide_middle(text: Text, width: int) -> Text:
+def elide_middle(text: Text, width: int, tail_first: bool = False) -> Text:
     """`text` cut to `width` cells at a boundary (common.format.cut): a shape list keeps whole
     elements and counts the rest (`[[8192, 2432], +1 more]`), a name loses its middle between
     separators, a Python frame its directories; a figure is never cut."""
@@ -89,7 +89,7 @@ def elide_middle(text: Text, width: int) -> Text:
             for cut in (m.end() for m in re.finditer("/", plain[:start])):  # the most directories that fit
                 if cut > head + 1 and cell_len(plain[:head]) + cell_len(plain[cut - 1:]) + 1 <= width:
                     return Text.assemble(text[:head], "…", text[cut - 1:])
-    shown = cut_value(plain, width)  # at a boundary: a shape's element, a name's separator; never inside a number
+    shown = cut_value(plain, width, tail_first)  # at a boundary: a shape's element, a name's separator; never inside a number
     return Text(shown, style=text.style)
 
 
@@ -156,6 +156,9 @@ def plan(section: Section, width: int) -> Layout:
         widths[i] += grow
         spare -= grow
     shown = [[elide_middle(row[i], widths[i]) if i in text_cols and i in widths else row[i] for i in range(len(head))] for row in cells]
+    for i in _wrap_where_equal(cells, shown, keep, text_cols):  # heads alike: try the cuts that keep more of the tail
+        for r, row in enumerate(cells):
+            shown[r][i] = elide_middle(row[i], widths[i], tail_first=True)
     wrap = _wrap_where_equal(cells, shown, keep, text_cols) | {i for i in section.wrap if i in widths}
     # no boundary fits the width (a long single word): the column wraps, rich never crops a value
     wrap |= {i for i in keep if i in text_cols and any(row[i].cell_len > widths[i] for row in shown)}
@@ -224,7 +227,10 @@ def records(section: Section, width: int) -> list[Text]:
         fields[-1] = fields[-1].rstrip(";")
         line = ""
         for field in fields:
-            for word in [field] if cell_len(field) <= width - 2 else field.split(" "):
+            words = [field] if cell_len(field) <= width - 2 else field.split(" ")
+            # a word wider than a line (a long path) is the one thing split: nothing else would show it
+            words = [w[n: n + width - 2] for w in words for n in range(0, max(len(w), 1), width - 2)]
+            for word in words:
                 if line.strip() and cell_len(line) + 1 + cell_len(word) > width:
                     lines.append(Text(line))
                     line = "  " + word
