@@ -35,7 +35,7 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-variant-numeric: tabular-nums; }
-th { background: #f3f3f3; } td.t, th.t { text-align: left; }
+th { background: #f3f3f3; } td.t, th.t { text-align: left; } td:not(.t) { white-space: nowrap; }
 .meta li { margin: 2px 0; } img { max-width: 100%; border: 1px solid #ddd; margin: 8px 0; }
 .warn { color: #a50; } .headline { font-size: 15px; max-width: 60em; } .note { color: #555; }
 </style></head><body>

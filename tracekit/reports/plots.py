@@ -119,7 +119,8 @@ def roofline_figure(analysis: Analysis, top_ops: int = 8):
             dx, dy = _OP_OFFSETS[i % len(_OP_OFFSETS)]
             ax.annotate(f"O{i + 1}", (x0, y0), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_SIZE, color="darkgreen",
                         arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "darkgreen"})
-            key.append(f"O{i + 1:<3}{_short(r['op'], 22)} {_short(r['shapes'], KEY_CHARS - 23)}")
+            op = _short(r["op"], 36)  # the op whole where it can be; its shapes take the rest, cut at an element
+            key.append(f"O{i + 1:<3}{op} {_short(r['shapes'], max(20, KEY_CHARS - 1 - len(op)))}")
     # the key: one line per numbered point, beside the axes (never over the data)
     fig.text(0.61, 0.92, "\n".join(key[:36]), fontsize=LABEL_SIZE, va="top", family="monospace", gid="roofline-key")
     ax.set_xscale("log")

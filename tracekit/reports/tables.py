@@ -199,7 +199,8 @@ def op_rows(a: Analysis, top: int) -> Section:
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"),
              mark(i, "efficiency", percent(r["efficiency"])), text(r["bound"])]
             for i, r in enumerate(a.ops.head(top).to_dict(orient="records"))]
-    title = "Top ops by GPU time" if a.device is not None and len(a.kernels) else "Top CPU ops by time (outermost op with a cost model)"
+    # a GPU trace ranks its ops by their kernels' GPU time, with or without a known device (analysis.ops)
+    title = "Top ops by GPU time" if len(a.kernels) else "Top CPU ops by time (outermost op with a cost model)"
     return Section(title, head, rows, [0, 0, 0, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 
