@@ -201,32 +201,44 @@ def _words(part: str) -> bool:
     return sum(ch.isalnum() for ch in part) >= 3
 
 
-def _cut_name(text: str, width: int, tail_first: bool = False) -> str:
-    if width <= 1:
-        return "…"
-    # cut points: just after a separator (head) / just before one (tail)
-    heads = [m.end() for m in _SEPARATOR.finditer(text)]
-    tails = [m.start() for m in _SEPARATOR.finditer(text)]
-    room = width - 1
+def _best_cut(text: str, heads: list[int], tails: list[int], room: int, tail_first: bool) -> tuple[int, int] | None:
+    """The head end and tail start that keep the most of `text` in `room` characters, both
+    ends preferred (the head says what it is, the tail tells two apart); None: none fits."""
     best = None
     for h in [0] + heads:
         if h > room:
             break
         fitting = [t for t in tails if t >= h and len(text) - t <= room - h]
         tail = min(fitting) if fitting else len(text)
-        kept = h + (len(text) - tail)
-        # both ends kept reads best: the head says what it is, the tail tells two apart
-        score = kept + (room // 3 if _words(text[:h]) and _words(text[tail:]) else 0)
+        score = h + (len(text) - tail) + (room // 3 if _words(text[:h]) and _words(text[tail:]) else 0)
         better = score > best[0] if best and tail_first else score >= (best[0] if best else -1)  # a tie: the longer head
         if better and (h or tail < len(text)):
             best = (score, h, tail)
-    if best is None or best[1] + len(text) - best[2] < room // 2:  # no boundary keeps half of the room: cut between characters, off digits
-        head = room * 2 // 3
-        while 0 < head < len(text) and text[head - 1].isdigit() and text[head].isdigit():
-            head -= 1
-        tail = len(text) - (room - head)
-        while 0 < tail < len(text) and text[tail - 1].isdigit() and text[tail].isdigit():
-            tail += 1
-        return text[:head] + "…" + text[tail:]
-    _, h, t = best
-    return text[:h] + "…" + text[t:]
+    return None if best is None else best[1:]
+
+
+# a word boundary inside an identifier: a lower-case letter, then a capital (`Paged|Kv`)
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])")
+
+
+def _cut_name(text: str, width: int, tail_first: bool = False) -> str:
+    if width <= 1:
+        return "…"
+    room = width - 1
+    # cut points: just after a separator (head) / just before one (tail); failing those (one
+    # long identifier), between the words of a CamelCase name; last, between characters
+    separators = [m for m in _SEPARATOR.finditer(text)]
+    camel = [m.start() for m in _CAMEL.finditer(text)]
+    for heads, tails in (([m.end() for m in separators], [m.start() for m in separators]),
+                         (sorted({m.end() for m in separators} | set(camel)), sorted({m.start() for m in separators} | set(camel)))):
+        found = _best_cut(text, heads, tails, room, tail_first)
+        if found is not None and found[0] + len(text) - found[1] >= room // 2:  # keeps at least half of the room
+            h, t = found
+            return text[:h] + "…" + text[t:]
+    head = room * 2 // 3
+    while 0 < head < len(text) and text[head - 1].isdigit() and text[head].isdigit():
+        head -= 1
+    tail = len(text) - (room - head)
+    while 0 < tail < len(text) and text[tail - 1].isdigit() and text[tail].isdigit():
+        tail += 1
+    return text[:head] + "…" + text[tail:]
