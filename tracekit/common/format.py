@@ -1,5 +1,7 @@
-"""The one place that prints numbers and unknowns. Unknown (None or NaN) prints as "—"
-everywhere: in the terminal, Markdown, HTML, the headline and the cross-rank report."""
+"""The one place that prints numbers and unknowns, and cuts a value to a width. Unknown (None
+or NaN) prints as "—" everywhere: in the terminal, Markdown, HTML, the headline and the
+cross-rank report. A range is written with an en dash (`span`: 18.863–18.868 ms); an ellipsis
+only ever marks a cut, and `cut` never cuts inside a figure, a number or a word."""
 
 from __future__ import annotations
 
@@ -63,10 +65,6 @@ def si(value: float | None, unit: str = "") -> str:
         if abs(value) >= scale:
             return f"{value / scale:,.2f} {prefix}{unit}"
     return f"{value:,.0f} {unit}".rstrip()
-
-
-def shorten(name: str, width: int = 90) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def middle(name: str, width: int = 60) -> str:
