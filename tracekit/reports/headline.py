@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracekit.analysis.causes import IDLE_WHAT
-from tracekit.common.format import duration, middle, percent, percent_against, rounded_percent
+from tracekit.common.format import cut, duration, middle, percent, percent_against, rounded_percent
 from tracekit.costs.unknown import MIN_COVERAGE
 
 if TYPE_CHECKING:
@@ -37,13 +37,14 @@ def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) 
         return (f"Copies and memsets no kernel hides take {duration(c['time_ns'])} ({share}), most of it "
                 f"{middle(e['copy'], HEADLINE_NAME)} ({duration(e['copy_ns'])} in {e['calls']:,} calls).")
     if kind == "exposed_communication":
-        top = e["kernel"]
         return (f"Communication no compute hides takes {duration(c['time_ns'])} ({share}), most of it in "
                 f"{middle(c['where'], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
     if kind == "recoverable":
-        name = c["where"]  # the op and its shapes, or the kernel's one label (trace_labels)
+        # the op with its shapes cut at an element boundary, or the kernel's one label (trace_labels)
+        name = (f"{middle(e['op'], HEADLINE_NAME)} {cut(e['shapes'], max(HEADLINE_NAME - len(e['op']) - 1, 20))}".strip()
+                if "op" in e else middle(c["where"], HEADLINE_NAME))
         return (f"Kernel time above the sustained roofline is {duration(c['time_ns'])} ({share}); the largest part is "
-                f"{middle(name, HEADLINE_NAME)}: {duration(e['recoverable_ns'])}.")
+                f"{name}: {duration(e['recoverable_ns'])}.")
     return f"{c['what']}: {duration(c['time_ns'])} ({share})."
 
 
