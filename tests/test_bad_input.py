@@ -67,6 +67,13 @@ def test_not_json(tmp_path):
     assert_clean_error(path, "not a torch.profiler JSON trace")
 
 
+def test_an_nsys_report_gets_the_command_that_exports_it(tmp_path):
+    """A .nsys-rep is Nsight Systems' own format: the one line names the export that makes it readable."""
+    path = tmp_path / "run 1.nsys-rep"
+    path.write_bytes(b"\x00QDSTRM binary report\x00")
+    assert_clean_error(path, "nsys export --type sqlite --output 'run 1.sqlite' 'run 1.nsys-rep'")
+
+
 def test_json_suffix_but_garbage(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text("<html>oops</html>")

@@ -48,3 +48,34 @@ def test_frame_addresses_are_dropped():
     names = a.findings.idle_host["name"].tolist()
     assert names and not any(" at 0x" in n for n in names)
     assert "<built-in method copy_ of Tensor object>" in names
+
+
+def test_one_label_per_kernel_in_every_report():
+    """Issue 40: one kernel had two labels (`elementwise_kernel<128, 4, direct_copy_kernel_cuda>`
+    in the fix list and `info`, a more detailed one in analyze's tables: each labelled a
+    different set of names). Now every place labels all of the trace's names at once
+    (trace_labels): `info`, analyze's tables, the causes and the bundle's `label` agree."""
+    import tracekit
+    from conftest import shared
+    from tracekit.api import scan
+    from tracekit.reports.bundle import kernels_with_names
+    from tracekit.reports.tables import Labels
+    from tracekit.trace.inventory import inventory
+
+    path = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
+    a = tracekit.analyze(path)
+    table = Labels(a)
+    inv = inventory(scan(path, workers=1), top=30)
+    assert len(inv["top_kernels"]) >= 20  # all 28 names the trace has
+    for row in inv["top_kernels"]:
+        assert row["label"] == str(table(row["name"])), row["name"]
+    bundle = kernels_with_names(a.kernels).drop_duplicates("name")
+    assert all(str(table(n)) == lab for n, lab in zip(bundle["name"].astype(str), bundle["label"].astype(str)))
+    for c in a.findings.causes:
+        if "kernel" in c["evidence"]:
+            assert c["where"] == str(table(c["evidence"]["kernel"]))
+    # the labels do not depend on which names are asked for, or in which order
+    from tracekit.trace.kernel_names import trace_labels
+
+    names = list(a.kernels["name"].astype(str).unique())
+    assert trace_labels(names) == trace_labels(list(reversed(names)))

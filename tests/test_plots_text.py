@@ -58,3 +58,73 @@ def test_a_dollar_in_a_trace_name_is_drawn_literally():
     from tracekit.reports.plots import _literal
 
     assert _literal(r"op$\x$") == r"op\$\x\$"
+
+
+@pytest.fixture(scope="module")
+def twin():
+    """The README's first trace: prefill and decode, 11 blocks, 8 top ops."""
+    import pathlib
+
+    return tracekit.analyze(pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "gpu" / "h100" /
+                            "h10080gbhbm3_llama3-8b_4layers_prefill1x512_decode_bs16_ncu_twin.json.gz", workers=1)
+
+
+def _drawn(fig):
+    fig.canvas.draw()
+    return fig.canvas.get_renderer()
+
+
+@pytest.mark.parametrize("name", ["bert", "twin"])
+def test_breakdown_legend_is_beside_the_bars_never_on_them(name, request):
+    """Issue 40: the legend covered the bars (ffn, memory and norm hidden). It now sits right
+    of the axes: no bar's box meets the legend's, and the legend is inside the image."""
+    from matplotlib.patches import Rectangle
+
+    from tracekit.reports.plots import breakdown_figure
+
+    fig = breakdown_figure(request.getfixturevalue(name))
+    renderer = _drawn(fig)
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    bars = [p for ax in fig.axes for p in ax.patches if isinstance(p, Rectangle) and p.get_width() > 0]
+    assert len(bars) >= 3
+    assert not any(box.overlaps(p.get_window_extent(renderer)) for p in bars)
+    assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+    assert fig.bbox.x1 >= box.x1 and fig.bbox.y0 <= box.y0 and all(t.get_fontsize() >= 8 for t in legend.get_texts())
+
+
+def test_every_roofline_marker_is_named_in_the_key_beside_the_plot(twin):
+    """Issue 40: the roofline's key was tiny text and its shapes were cut mid-number
+    (`aten::bmm [[32, 1536, 2048], [3…`). Every point carries a number (B1.. blocks, O1..
+    ops) and each number has one line in the key, at a readable size, outside the axes;
+    shapes are cut at an element boundary."""
+    from matplotlib.text import Annotation
+
+    from tracekit.reports.plots import roofline_figure
+
+    fig = roofline_figure(twin)
+    renderer = _drawn(fig)
+    (ax,) = fig.axes
+    marks = [t.get_text() for t in ax.texts if isinstance(t, Annotation)]
+    blocks = twin.blocks[(twin.blocks["flops"] > 0) & (twin.blocks["bytes"] > 0)]
+    assert sorted(marks) == sorted([f"B{i + 1}" for i in range(len(blocks))] + [f"O{i + 1}" for i in range(8)])
+    (key,) = [t for t in fig.texts if t.get_gid() == "roofline-key"]
+    lines = key.get_text().splitlines()
+    assert sorted(line.split()[0] for line in lines) == sorted(marks)
+    assert key.get_fontsize() >= 8 and all(t.get_fontsize() >= 8 for t in ax.texts if isinstance(t, Annotation))
+    assert not key.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+    assert key.get_window_extent(renderer).x1 <= fig.bbox.x1
+    assert not any(re.search(r"\d…|…\d|\[[\d, \[\]]*…", line) for line in lines)
+    # O1 is the top op: its line names it with its shapes, whole where they fit
+    top = twin.ops.iloc[0]
+    assert lines[len(blocks)] == f"O1  {top['op']} {top['shapes']}"
+
+
+def test_a_trace_with_no_costs_says_nothing_to_plot():
+    """Issue 40: nsys without shapes drew an empty log-log box: now one line says why."""
+    from tracekit.reports.plots import NOTHING_TO_PLOT, roofline_figure
+
+    a = tracekit.analyze(shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite"), device="H100", workers=1)
+    assert not (a.blocks["flops"] > 0).any()
+    fig = roofline_figure(a)
+    assert not fig.axes and NOTHING_TO_PLOT in [t.get_text() for t in fig.texts]

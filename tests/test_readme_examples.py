@@ -61,3 +61,28 @@ def test_import_from_the_checkouts_parent_directory(tmp_path):
     run = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split()[1] == str(ROOT / "tracekit" / "__init__.py")
+
+
+def test_the_first_command_shows_a_gpu_report_and_the_excerpt_is_what_it_prints():
+    """Issue 40: a new user's first report is a GPU one (phases, blocks, roofline, a step), on
+    a small trace the project recorded and bundles; the README's excerpt of it is what
+    `analyze` prints today (its headline lines, its blocks rows)."""
+    from tracekit.reports.headline import headline
+
+    first = re.findall(r"```bash\n(.*?)```", README, flags=re.S)[0]
+    trace = re.search(r"tracekit analyze (\S+)", first).group(1)
+    path = ROOT / trace
+    assert trace.startswith("fixtures/") and path.stat().st_size < 5_000_000
+    a = tracekit.analyze(path)
+    assert a.device is not None and len(a.kernels) > 0 and a.findings.headline.kind == "gpu"
+    assert {"prefill", "decode"} <= set(a.blocks["phase"]) and a.coverage["efficiency_sustained"] is not None
+    assert len(a.steps) >= 1
+    said = headline(a.findings)
+    quoted = [line.removeprefix("> ").removesuffix("<br>").strip() for line in README.splitlines() if line.startswith("> ")][:4]
+    assert len(quoted) == len(said) == 4
+    for q, s in zip(quoted, said):
+        assert s.startswith(q.removesuffix("...").rstrip()), (q, s)
+    for r in a.blocks.head(5).to_dict(orient="records"):  # the excerpt's blocks rows, as printed
+        row = f"| {r['phase']} | {r['block']} | ".replace("_", "\\_")
+        assert any(line.startswith(row) and f"| {r['gpu_time_ns'] / 1e3:,.3f} us |" in line or line.startswith(row) and
+                   f"| {r['gpu_time_ns'] / 1e6:,.3f} ms |" in line for line in README.splitlines()), row

@@ -1,4 +1,4 @@
-"""At 80, 100 and 120 columns, every table of `analyze`, `diff` and `check` on every shared trace
+"""At 60, 80, 120 and 200 columns, every table of `analyze`, `diff` and `check` on every shared trace
 keeps its answer columns (each Section declares them: priority 0), fits the width, and never
 prints two rows the same when their data differ (long text elides in the middle, or wraps
 where eliding would make two values look alike). Each trace is analysed once, in-process,
@@ -14,7 +14,7 @@ from rich.console import Console
 from conftest import SHARED
 from golden import DEVICES, fixtures
 
-WIDTHS = (80, 100, 120)
+WIDTHS = (60, 80, 120, 200)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +56,12 @@ def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
         layout = plan(section, width)
         kept = [section.head[i] for i in layout.keep]
         assert all(h in kept for h in section.answer), (where, section.title, width, section.answer, kept)
+        if layout.records:  # too narrow for the answer side by side: one record per row, every line within the width
+            from tracekit.reports.terminal import records
+
+            assert all(line.cell_len <= width for line in records(section, width)), (where, section.title, width)
+            checked += 1
+            continue
         # no two rows print the same when their data differ
         printed: dict[tuple, tuple] = {}
         for full, shown in zip(section.rows, layout.cells):
@@ -70,7 +76,7 @@ def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
     assert checked > 100
 
 
-@pytest.mark.parametrize("width", (80, 120))
+@pytest.mark.parametrize("width", WIDTHS)
 def test_no_number_is_cut(analyses, width):
     """Issue 30: numbers were cut (`456.644 …`) where a table did not fit and rich squeezed
     its columns. A table fits when its planned widths do (rich then prints each column at
@@ -86,6 +92,9 @@ def test_no_number_is_cut(analyses, width):
         if not section.rows:
             continue
         layout = plan(section, width)
+        if layout.records:  # printed as records: every cell whole (the walk below checks the printed text)
+            checked += 1
+            continue
         assert _table_width([layout.widths[i] for i in layout.keep]) <= width, (where, section.title, width)
         for i in layout.keep:
             if i in section.left or i == section.flex:
@@ -101,6 +110,85 @@ def test_no_number_is_cut(analyses, width):
     assert checked > 100
 
 
+# A value cut inside: an ellipsis against a number (`19.861 …`, `26,…`, `14.45…`,
+# `[[8944, 1024…024, 2816]]`, a range written `10,510.86…10,510.86`), or an ellipsis inside a
+# shape list (cut with "+N more"). A label's left-out arguments after a whole one
+# (`<float, 128, …>`) are not a cut number.
+_CUT_NUMBER = re.compile(r"\d[.,]?…|\d …|…[.,]?\d")
+_CUT_SHAPE = re.compile(r"\[[\d, \[\]]*…")
+
+
+def _cuts(text: str) -> list[str]:
+    return [line for line in text.splitlines() if _CUT_NUMBER.search(line) or _CUT_SHAPE.search(line)]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_no_value_is_cut_in_any_printed_report(analyses, width):
+    """Issue 40: walk what a user reads, every fixture at 60, 80, 120 and 200 columns: the whole
+    `analyze` report (headline, tables, notes), `info`, and `project` (throughput and its range):
+    no number or shape is cut inside its value, no line is wider than the terminal."""
+    import io
+
+    from tracekit.reports.analyze import render_console
+    from tracekit.reports.info import render_console as info_console
+
+    def console(out):
+        return Console(file=out, width=width, force_terminal=False, markup=False, emoji=False, highlight=False, soft_wrap=False)
+
+    for name, a in sorted(analyses.items()):
+        out = io.StringIO()
+        render_console(a, console(out), 15)
+        text = out.getvalue()
+        assert not _cuts(text), (name, width, _cuts(text)[:3])
+        assert max(len(line) for line in text.splitlines()) <= width, (name, width)
+    from tracekit.trace.inventory import inventory
+    from tracekit.api import scan
+
+    for path in [SHARED / "torch" / "h100_qwen1.5-0.5b_hf_inference.json.gz",
+                 SHARED / "torch" / "h200_llama3-8b_cudagraph_decode_bs16_execution_zero_kernel_times.json.gz"]:
+        out = io.StringIO()
+        info_console(inventory(scan(path, workers=1)), console(out))
+        assert not _cuts(out.getvalue()), (path.name, width, _cuts(out.getvalue())[:3])
+
+
+@pytest.fixture(scope="module")
+def projected(analyses):
+    from tracekit.projection.run import project
+
+    name = "b200_vllm_tp8_rank0_eager.json.gz"
+    return project(SHARED / "torch" / name, "H100", analysis=analyses[name])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_project_writes_ranges_with_a_dash_and_cuts_no_rate(projected, width):
+    """`project` printed "10,510.86 (10,510.86…" (a cut) and "18.863 ms…18.868 ms" (a range
+    that reads like a cut): ranges are "18.863–18.868 ms", rates abbreviate their unit."""
+    import io
+
+    from tracekit.reports.projection import render_console
+
+    out = io.StringIO()
+    render_console(projected, Console(file=out, width=width, force_terminal=False, markup=False, emoji=False, highlight=False))
+    text = out.getvalue()
+    assert not _cuts(text), (width, _cuts(text)[:3])
+    assert "–" in text and "tokens/s" in text
+
+
+def test_cut_keeps_values_whole():
+    """common.format.cut: a shape at an element boundary with the count left out, a name
+    between separators, a figure never."""
+    from tracekit.common.format import cut, span
+
+    shape = "[[16, 559, 16, 64], [16, 559, 16, 64], [16, 559, 16, 64], [], [], []]"
+    assert cut(shape, 40) == "[[16, 559, 16, 64], +5 more]"
+    assert cut(shape, 26) == "[[16, +3 more], +5 more]"
+    assert cut("[[8944, 1024], [1024, 2816]]", 25) == "[[8944, 1024], +1 more]"
+    assert cut("256,330.74 tokens/s", 8) == "256,330.74 tokens/s"
+    name = cut("elementwise_kernel<128, 4, direct_copy_kernel_cuda>", 24)
+    assert len(name) <= 24 and name.startswith("elementwise_") and name.endswith("_cuda>")
+    assert span(18_863_000, 18_868_000) == "18.863–18.868 ms"
+
+
 def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
     """Eliding `[[8192, 2432], ...]` at its end made two aten::mm rows look identical."""
     from tracekit.reports.section import Section
@@ -109,21 +197,28 @@ def test_two_shapes_that_differ_in_the_middle_never_print_the_same():
     a, b = "[[8192, 2432], [2432, 7296], [7296]]", "[[8192, 2432], [2432, 9728], [7296]]"
     s = Section("ops", ["op", "input shapes", "time"], [["aten::mm", a, "1.000 ms"], ["aten::mm", b, "2.000 ms"]], [0, 0, 0],
                 flex=1, left=(0, 1))
-    layout = plan(s, 30)
+    layout = plan(s, 40)
     shown = [row[1].plain for row in layout.cells]
     assert shown[0] != shown[1] and 1 in layout.wrap  # they differ only in the middle: the column wraps
     c = Section("ops", ["op", "input shapes", "time"], [["aten::mm", a, "1.000 ms"], ["aten::mm", a[:-1] + ", [1]]", "2.000 ms"]],
                 [0, 0, 0], flex=1, left=(0, 1))
-    layout = plan(c, 30)
-    assert not layout.wrap and layout.cells[0][1].plain != layout.cells[1][1].plain  # the ends tell them apart
-    assert "…" in layout.cells[0][1].plain
+    layout = plan(c, 40)
+    assert 1 in layout.wrap  # cut at an element boundary ("+N more") they read the same: the column wraps
+    from rich.text import Text
+    from tracekit.reports.terminal import elide_middle
+
+    # a shape is cut at an element boundary, with the count of what is left out
+    assert elide_middle(Text(a), 30).plain == "[[8192, 2432], +2 more]"
+    assert elide_middle(Text("[[8192, 2432, 7296, 9728], [1]]"), 28).plain == "[[8192, +3 more], +1 more]"
 
 
 @pytest.mark.parametrize("width", (80, 120))
 def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     """`tracekit devices` cut the GPU names (`NVIDIA A10…SXM4 40GB`) and wrapped each source
-    over 6 lines: the key (what --device takes) stays whole, and the name too at 120 columns,
-    one line per device; the sources give way first (they are in devices.toml)."""
+    over 6 lines: the key (what --device takes) stays whole on one line, and the name too at
+    120 columns; the sources give way first (they are in devices.toml). At 80 columns a name
+    cut at a word boundary would print two GPUs the same (`NVIDIA A100 … 80GB`): it wraps,
+    whole, onto a second line (issue 40: a name is never cut inside a word)."""
     import io
 
     from tracekit.hardware import builtin_devices
@@ -133,12 +228,18 @@ def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     out = io.StringIO()
     render_devices(devices, Console(file=out, width=width, force_terminal=False))
     lines = out.getvalue().splitlines()
-    rows = [line for line in lines if line.startswith("| ") and "key" not in line]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ") and "key" not in line]
+    rows: list[list[str]] = []
+    for cells in table:  # a line with an empty key continues the row above (a wrapped name)
+        if cells[0]:
+            rows.append(cells)
+        else:
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
     assert len(rows) == len(devices)
     assert all(len(line) <= width for line in lines)
-    for d, line in zip(devices.values(), rows):
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[0] == d.key and (cells[1] == d.name or width < 120)
+    for d, cells in zip(devices.values(), rows):
+        assert cells[0] == d.key and cells[1] == d.name and "…" not in cells[1]
+    assert width < 120 or len(table) == len(devices)  # at 120, one line each
 
 
 @pytest.fixture(scope="module")

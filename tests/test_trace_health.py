@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -156,6 +157,24 @@ def test_zero_kernel_times_are_named_first_with_counts(zero_doc):
     assert {k: found[k] for k in expected} == expected
     assert trace.warnings[0].startswith("trace health: 21,487 of 21,487 kernels, 25 of 25 memcpys, 269 of 269 memsets have ts 0")
     assert len(trace.kernels) == 0  # no figure can be computed from the lost times
+
+
+def test_info_and_summary_count_the_kernels_whose_times_were_lost(zero_doc):
+    """The count is known, only the times are not: `info` and summary.json keep 21,487 kernels."""
+    lost = {"kernel": 0, "gpu_memcpy": 0, "gpu_memset": 0}
+    for e in zero_doc["traceEvents"]:
+        if e.get("cat") in lost and e["ts"] == 0 and e["dur"] == 0:
+            lost[e["cat"]] += 1
+    run = subprocess.run([sys.executable, "-m", "tracekit", "info", "--format", "json", str(ZERO)], capture_output=True, text=True, check=True)
+    inv = json.loads(run.stdout)
+    assert (inv["counts"]["kernels"], inv["counts"]["memcpys"], inv["counts"]["memsets"]) == (21_487, 25, 269) \
+        == (lost["kernel"], lost["gpu_memcpy"], lost["gpu_memset"])
+    assert inv["times_unknown"]["kernels"] == 21_487
+    text = subprocess.run([sys.executable, "-m", "tracekit", "info", str(ZERO)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "120"}).stdout
+    assert "21,487" in text and "times unknown" in text and "21,487 kernels" in text
+    d = json.loads(tracekit.summary_json(tracekit.analyze(ZERO)))
+    assert d["coverage"]["kernels"] == 21_487 and d["coverage"]["kernel_time_ns"] is None
 
 
 def test_zero_kernel_times_span_and_steps_come_from_what_kept_its_times(zero_doc):

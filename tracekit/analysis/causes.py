@@ -119,7 +119,7 @@ def copy_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
 
 def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     """Communication no compute hides (its exclusive time)."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     k = a.kernels
     comm = (k["block"] == "collective").to_numpy() & (k["kind"] == "kernel").to_numpy() & _in_scope(a)
@@ -127,7 +127,7 @@ def comm_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     if not comm.any() or not time[comm].sum() > 0:
         return None
     top, top_ns, _ = _largest_by_name(k, comm, time)
-    return _row("exposed_communication", "communication (exposed)", labels([top])[top], float(time[comm].sum()), of_ns,
+    return _row("exposed_communication", "communication (exposed)", trace_labels(k["name"].unique())[top], float(time[comm].sum()), of_ns,
                 {"kernel": top, "exposed_ns": top_ns, "comm_kernel_time_ns": float(k["duration_ns"].to_numpy()[comm].sum())})
 
 
@@ -136,7 +136,7 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float,
     """Kernel time recoverable at the sustained roofline (kernels only: copies are their own
     row; kernels a waste row claimed are in that row), named by the op (or, without one, the
     kernel) that holds the most of it."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     kernel = (a.kernels["kind"] == "kernel").to_numpy()
     if claimed is not None:
@@ -149,7 +149,7 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float,
     if claimed is not None and claimed.any():  # the tables rank every kernel: name the largest unclaimed one
         rest = np.nan_to_num(np.where(kernel, work["recoverable_ns"], 0.0))
         name, held, _ = _largest_by_name(a.kernels, kernel, rest)
-        return _row("recoverable", "kernel time above the roofline", labels([name])[name], total, of_ns,
+        return _row("recoverable", "kernel time above the roofline", trace_labels(a.kernels["name"].unique())[name], total, of_ns,
                     {"kernel": name, "recoverable_ns": held, "time_ns": float(np.nansum(np.where(kernel, work["time_ns"], 0.0))),
                      "t_min_ns": float(np.nansum(np.where(kernel, work["t_min_ns"], 0.0)))})
     if op is not None and (top is None or op["recoverable_ns"] >= top["recoverable_ns"]):
@@ -157,7 +157,7 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float,
         evidence = {"op": str(op["what"]), "shapes": str(op["detail"]), "recoverable_ns": float(op["recoverable_ns"]),
                     "time_ns": float(op["time_ns"]), "t_min_ns": float(op["t_min_ns"])}
     elif top is not None:
-        where = labels([str(top["what"])])[str(top["what"])]
+        where = trace_labels(a.kernels["name"].unique())[str(top["what"])]
         evidence = {"kernel": str(top["what"]), "recoverable_ns": float(top["recoverable_ns"]),
                     "time_ns": float(top["time_ns"]), "t_min_ns": float(top["t_min_ns"])}
     else:
@@ -165,12 +165,12 @@ def recoverable_row(f, work: dict[str, np.ndarray], a: Measured, of_ns: float,
     return _row("recoverable", "kernel time above the roofline", where, total, of_ns, evidence)
 
 
-def launch_row(f, of_ns: float, host_wait_ns: float) -> dict[str, Any] | None:
+def launch_row(f, a: Measured, of_ns: float, host_wait_ns: float) -> dict[str, Any] | None:
     """Host time in launch calls that took longer than the kernel they launched, counted only
     as far as it explains GPU idle: while the GPU is busy a long launch call is the launch
     queue pushing back (the GPU is the limit), not a cost. Its time is the smaller of the
     launch calls' time and the GPU's idle waiting for the host to launch work."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
 
     s = f.short_kernels
     if not s.get("count"):
@@ -179,7 +179,8 @@ def launch_row(f, of_ns: float, host_wait_ns: float) -> dict[str, Any] | None:
     if not explained > 0:
         return None
     top = s["top"][0]["name"] if s.get("top") else ""
-    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)", labels([top])[top] if top else "", explained, of_ns,
+    return _row("launch_overhead", f"launch calls longer than their kernels ({s['count']:,}; host)",
+                trace_labels(a.kernels["name"].unique())[top] if top else "", explained, of_ns,
                 {"kernels": int(s["count"]), "kernel_time_ns": float(s["time_ns"]), "launch_ns": float(s["launch_ns"]),
                  "host_wait_idle_ns": host_wait_ns})
 
@@ -247,7 +248,7 @@ def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     for r in waste:
         claimed |= r.pop("kernel_rows")
     rows = [*idle, copy_row(a, of), comm_row(a, of), *waste, recoverable_row(f, work, a, of, claimed),
-            launch_row(f, of, host_wait), profiler_row(a, of)]
+            launch_row(f, a, of, host_wait), profiler_row(a, of)]
     rows = [r for r in rows if r is not None]
     # Host time costs the GPU only through the host-wait idle it is part of: a host-time row
     # ranks by the smaller of its time and that idle (after a GPU-time row of equal time).

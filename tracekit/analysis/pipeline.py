@@ -27,7 +27,7 @@ from tracekit.analysis.roofline import roofline
 from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
-from tracekit.trace.health import kernel_times_unknown
+from tracekit.trace.health import kernel_times_unknown, lost_time_counts
 from tracekit.trace.inferred_steps import with_inferred_steps
 from tracekit.trace.step_ownership import kernel_steps
 from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
@@ -115,7 +115,9 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
 
 
 def _lost_times_unknown(cov: dict, meta: dict) -> dict:
-    """Kernel and copy time are unknown, not zero, where the profiler lost every GPU time."""
+    """Kernel and copy time are unknown, not zero, where the profiler lost every GPU time; the
+    kernels it recorded are still counted (their count is known, only their times are not)."""
     if not kernel_times_unknown(meta):
         return cov
-    return {**cov, "kernel_time_ns": None, "modeled_time_ns": None, "copies_time_ns": None}
+    kernels = cov["kernels"] + lost_time_counts(meta).get("kernel", 0)
+    return {**cov, "kernels": kernels, "kernel_time_ns": None, "modeled_time_ns": None, "copies_time_ns": None}

@@ -240,7 +240,7 @@ def _regression_verdict(name: str, limit: float, change: dict[str, Any]) -> Verd
     text = f"<= {limit:g}"
     if measured is None:
         return Verdict(name, text, None, "share", False, change["reason"] or "unknown")
-    shown = f" (95% interval {interval[0]:+.1%} … {interval[1]:+.1%})" if interval else ""
+    shown = f" (95% interval {interval[0]:+.1%} – {interval[1]:+.1%})" if interval else ""
     if measured <= limit:
         reason = "" if noise_verdict != SLOWER else f"slower beyond noise, within the limit{shown}"
         return Verdict(name, text, measured, "share", True, reason, interval, noise_verdict)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 
 from tracekit.errors import TraceError
 from tracekit.parsers.source import GZIP_MAGIC, SQLITE_MAGIC, check_readable, read_head
@@ -19,7 +20,22 @@ def sniff(path: str) -> str:
         return "kineto"
     if path.endswith((".json", ".json.gz")):
         return "kineto"  # let the JSON decoder say what is wrong with it
-    raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)")
+    raise TraceError(path, "not a torch.profiler JSON trace (.json, .json.gz) or an Nsight Systems SQLite export (.sqlite)" + how_to_read(path))
+
+
+# Nsight Systems' own report formats (current and before 2021.1): only its CLI reads them.
+_NSYS_REPORTS = (".nsys-rep", ".qdrep")
+
+
+def how_to_read(path: str) -> str:
+    """The command that turns a file tracekit cannot read into one it can, where one is known."""
+    lower = path.lower()
+    for ext in _NSYS_REPORTS:
+        if lower.endswith(ext):
+            name = os.path.basename(path)
+            return (f"; an Nsight Systems report: export it with `nsys export --type sqlite --output "
+                    f"{shlex.quote(name[: -len(ext)] + '.sqlite')} {shlex.quote(name)}` and analyse the .sqlite")
+    return ""
 
 
 def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None) -> Trace | ColumnTrace:

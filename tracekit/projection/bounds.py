@@ -100,7 +100,7 @@ def kernel_rules(kernels: pd.DataFrame, source: Device, target: Device, sustaine
                           np.where(bound == "compute", "compute", "memory")))
     rule = np.where(~costed, np.where(compute_class, "uncosted: compute class", "uncosted: range"),
                     np.where(share >= 0.5, roof_label, "latency (kept)"))
-    roof = np.where(~costed, np.where(compute_class, "matrix peak (class)", np.char.add("no cost: 1x…", roof_label.astype(str))),
+    roof = np.where(~costed, np.where(compute_class, "matrix peak (class)", np.char.add("no cost: 1x–", roof_label.astype(str))),
                     np.where(roof_label == "compute", np.char.add(np.where(kind == "matrix", "matrix ", "vector ").astype(str), dtype),
                              roof_label.astype(str)))
     return pd.DataFrame({"ratio": point, "low": low, "high": high, "roof": roof, "rule": rule, "roof_share": share,

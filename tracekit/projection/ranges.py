@@ -47,5 +47,5 @@ def banded(r: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def assumption() -> str:
     return (f"ranges are the method's own error on the shared pairs of one workload recorded on two GPUs (H100 ↔ MI300X, both "
-            f"ways): roof-set time ×{ROOF[0]:.2f}…×{ROOF[1]:.2f}, kept (latency) time ×{LATENCY[0]:.2f}…×{LATENCY[1]:.2f}, host "
-            f"timeline ×{HOST[0]:.2f}…×{HOST[1]:.2f} (another machine's CPU and launch path); uncosted kernels add their own range")
+            f"ways): roof-set time ×{ROOF[0]:.2f}–×{ROOF[1]:.2f}, kept (latency) time ×{LATENCY[0]:.2f}–×{LATENCY[1]:.2f}, host "
+            f"timeline ×{HOST[0]:.2f}–×{HOST[1]:.2f} (another machine's CPU and launch path); uncosted kernels add their own range")

@@ -186,14 +186,14 @@ def _install_entries(tmp: str, target: str) -> None:
     os.rmdir(tmp)
 
 
-def _with_names(k):
+def kernels_with_names(k):
     """The kernels table with, beside the raw name, its demangled name and its report label."""
-    from tracekit.trace.kernel_names import labels
+    from tracekit.trace.kernel_names import trace_labels
     from tracekit.trace.readable_names import readable
 
     k = k.copy()
     names = k["name"].astype(str)
-    label = labels(names.unique())
+    label = trace_labels(names.unique())
     k["demangled"] = names.map({n: readable(n) for n in label}).astype("category")
     k["label"] = names.map(label).astype("category")
     return k
@@ -239,7 +239,7 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     save("report.html", html.render(a, options))
     save("roofline.png", images["roofline"])
     save("breakdown.png", images["breakdown"])
-    kernels = _with_names(a.kernels)
+    kernels = kernels_with_names(a.kernels)
     # Measurements the trace did not record are -1 in the Trace tables; in a file a reader
     # sums, unknown is null (a memcpy without a recorded size has no -1 bytes).
     for col in MEASURED_INT_COLUMNS:

@@ -1,12 +1,12 @@
-"""The headline in words: 3 to 5 plain sentences from the figures tracekit.analysis.headline
-chose, and each ranked cause (analysis.causes) as a sentence in that list's own figures."""
+"""The headline in words: at most four short lines from the figures tracekit.analysis.headline
+chose (where the time went, the bound, the first cause, the number to watch), and each ranked cause (analysis.causes) as a sentence in that list's own figures."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from tracekit.analysis.causes import IDLE_WHAT
-from tracekit.common.format import duration, middle, percent, percent_against, rounded_percent
+from tracekit.common.format import cut, duration, middle, percent, percent_against, rounded_percent
 from tracekit.costs.unknown import MIN_COVERAGE
 
 if TYPE_CHECKING:
@@ -22,8 +22,6 @@ _RECORD = {"tensorrt": "a TensorRT engine records its layers without tensor shap
 
 def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) -> str:
     """One cause of the ranked list as a sentence, with its share of the one denominator."""
-    from tracekit.trace.kernel_names import labels
-
     share = f"{rounded_percent(c['share'])} of {denominator}"
     e = c["evidence"]
     kind = c["cause"]
@@ -39,13 +37,14 @@ def sentence(c: dict[str, Any], denominator: str, causes: list[dict[str, Any]]) 
         return (f"Copies and memsets no kernel hides take {duration(c['time_ns'])} ({share}), most of it "
                 f"{middle(e['copy'], HEADLINE_NAME)} ({duration(e['copy_ns'])} in {e['calls']:,} calls).")
     if kind == "exposed_communication":
-        top = e["kernel"]
         return (f"Communication no compute hides takes {duration(c['time_ns'])} ({share}), most of it in "
-                f"{middle(labels([top])[top], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
+                f"{middle(c['where'], HEADLINE_NAME)} ({duration(e['exposed_ns'])}).")
     if kind == "recoverable":
-        name = (f"{e['op']} {e['shapes']}".strip() if "op" in e else labels([e["kernel"]])[e["kernel"]])
+        # the op with its shapes cut at an element boundary, or the kernel's one label (trace_labels)
+        name = (f"{middle(e['op'], HEADLINE_NAME)} {cut(e['shapes'], max(HEADLINE_NAME - len(e['op']) - 1, 20))}".strip()
+                if "op" in e else middle(c["where"], HEADLINE_NAME))
         return (f"Kernel time above the sustained roofline is {duration(c['time_ns'])} ({share}); the largest part is "
-                f"{middle(name, HEADLINE_NAME)}: {duration(e['recoverable_ns'])}.")
+                f"{name}: {duration(e['recoverable_ns'])}.")
     fix = f" Fix: {c['fix']}." if c.get("fix") else ""
     return f"{c['what']}: {duration(c['time_ns'])} ({share}), most of it in {middle(c['where'], HEADLINE_NAME)}.{fix}"
 
@@ -90,44 +89,58 @@ def _no_gpu(h: Headline) -> list[str]:
     if h.kind == "cut_short":
         return ["The part of the trace that could be read (it is cut short) holds no GPU activity: "
                 "its ops are costed against CPU time, with no roofline."]
-    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline."]
+    return ["The trace holds no GPU activity (a CPU-only profile): its ops are costed against CPU time, with no roofline. "
+            "To record GPU kernels: torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], "
+            "record_shapes=True), or nsys profile --trace=cuda,nvtx."]
 
 
 def headline(f: Findings) -> list[str]:
-    """3 to 5 plain sentences: where the GPU time went, what bounds it, how efficient it is
-    (only where at least half the time has a cost), what is missing, and the largest win."""
+    """At most four short lines, one job each: where the GPU time went, what bounds it (and how
+    efficient it is, only where at least half the time has a cost, else what is missing), the
+    first cause of the ranked list, and the one number to watch (what every share is of)."""
     h = f.headline
     if h.kind != "gpu":
         return _no_gpu(h)
-    sentences = []
+    lines = []
     if h.blocks:
         parts = [f"{phase} / {block} {percent(share)}" for phase, block, share in h.blocks]
-        where = f"GPU time went to {', '.join(parts)} (of all GPU time, as in the blocks table)"
+        where = f"GPU time went to {', '.join(parts)}"
         if h.idle_share is not None:
             where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}"
-        sentences.append(where + ".")
+        lines.append(where + ".")
+    lines.append(_bound(h))
+    if h.causes:
+        lines.append(sentence(f.causes[h.causes[0]], f.denominator, f.causes))
+    if f.denominator_ns:
+        lines.append(f"The number to watch: the {f.denominator}, {duration(f.denominator_ns)} here; every share in "
+                     "'What to fix first' is of it.")
+    return lines[:4]
+
+
+def _bound(h: Headline) -> str:
+    """What bounds the costed kernels and how far they are from the roofline, in one line; or
+    why no efficiency can be stated, and what would give one."""
     apart = " (communication apart)" if h.comm_apart else ""
+    bound = ""
     if h.bounds:
         parts = [f"{rounded_percent(v)} {b}-bound" for b, v in h.bounds]
         of = (f"the kernel time with a cost{apart}" if h.work_covered >= MIN_COVERAGE
               else f"the {rounded_percent(h.work_covered)} of kernel time with a cost{apart}")
-        sentences.append(f"Of {of}, {parts[0].replace(' ', ' is ', 1)}"
-                         f"{' and ' + parts[1] if len(parts) > 1 else ''}.")
+        bound = f"Of {of}, {parts[0].replace(' ', ' is ', 1)}{' and ' + parts[1] if len(parts) > 1 else ''}"
     if h.efficiency is not None:
         sustained, peak = h.efficiency
-        sentences.append(f"Those kernels run at {rounded_percent(sustained)} of the sustained roofline "
-                         f"({rounded_percent(peak)} of peak), over {rounded_percent(h.work_covered)} of GPU "
-                         f"kernel time{apart}.")
-    elif h.costed_without_device is not None:
-        sentences.append(f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
-                         "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
+        runs = f"{bound}; they run" if bound else "Kernels run"
+        return (f"{runs} at {rounded_percent(sustained)} of the sustained roofline ({rounded_percent(peak)} of peak), "
+                f"over {rounded_percent(h.work_covered)} of GPU kernel time{apart}.")
+    if h.costed_without_device is not None:
+        why = (f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
+               "device table: pass --device NAME (see `tracekit devices`) to state an efficiency.")
     elif h.costed_without_peak is not None:
         share, dtypes = h.costed_without_peak
-        sentences.append(f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the device table "
-                         f"has no peak for its dtype ({', '.join(dtypes) or 'not recorded'}), so no roofline time and no "
-                         "efficiency can be stated.")
+        why = (f"{rounded_percent(share)} of GPU kernel time has a cost (FLOPs and bytes), but the device table "
+               f"has no peak for its dtype ({', '.join(dtypes) or 'not recorded'}), so no roofline time and no "
+               "efficiency can be stated.")
     else:
-        sentences.append(f"Only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
-                         f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
-    sentences += [sentence(f.causes[i], f.denominator, f.causes) for i in h.causes]
-    return sentences[:5]
+        why = (f"only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
+               f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
+    return f"{bound}; {why}" if bound else why[0].upper() + why[1:]

@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 _TEMPLATE = """{% macro table(s) %}
 <h2>{{ s.title }}</h2>
-{% if s.rows %}<table><thead><tr>{% for h in s.head %}<th>{{ h }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in s.rows %}<tr>{% for text, full in row %}<td{% if full %} title="{{ full }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
+{% if s.rows %}<table><thead><tr>{% for h in s.head %}<th{% if loop.index0 in s.left %} class="t"{% endif %}>{{ h }}</th>{% endfor %}</tr></thead>
+<tbody>{% for row in s.rows %}<tr>{% for text, full in row %}<td{% if loop.index0 in s.left %} class="t"{% endif %}{% if full %} title="{{ full }}"{% endif %}>{{ text }}</td>{% endfor %}</tr>{% endfor %}</tbody></table>
 {% if s.note %}<p class="note">{{ s.note }}</p>{% endif %}
 {% else %}<p>{{ s.empty }}</p>{% endif %}
 {% endmacro %}<!doctype html>
@@ -35,12 +35,12 @@ body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; }
 h1 { font-size: 20px; } h2 { font-size: 16px; margin-top: 28px; }
 table { border-collapse: collapse; margin: 8px 0; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; font-variant-numeric: tabular-nums; }
-th { background: #f3f3f3; } td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) { text-align: left; }
+th { background: #f3f3f3; } td.t, th.t { text-align: left; } td:not(.t) { white-space: nowrap; }
 .meta li { margin: 2px 0; } img { max-width: 100%; border: 1px solid #ddd; margin: 8px 0; }
 .warn { color: #a50; } .headline { font-size: 15px; max-width: 60em; } .note { color: #555; }
 </style></head><body>
 <h1>tracekit report</h1>
-<p class="headline">{% for s in headline %}{{ s }} {% endfor %}</p>
+<p class="headline">{% for s in headline %}{{ s }}{% if not loop.last %}<br>{% endif %}{% endfor %}</p>
 {% for s in lead %}{{ table(s) }}{% endfor %}
 <ul class="meta">
 <li>trace: <code>{{ path }}</code> ({{ fmt }}, span {{ span }})</li>
@@ -60,7 +60,9 @@ _ENV = Environment(autoescape=select_autoescape(default=True, default_for_string
 
 def _section(s) -> dict:
     rows = [[(h(c), h(getattr(c, "full", "")) or None) for c in row] for row in s.rows]
-    return {"title": h(s.title), "head": [h(x) for x in s.head], "rows": rows, "note": h(s.note), "empty": h(s.empty)}
+    # text columns (names, shapes, where) left-aligned, figures right-aligned: the Section says which
+    left = {*s.left, s.flex} - {-1}
+    return {"title": h(s.title), "head": [h(x) for x in s.head], "rows": rows, "note": h(s.note), "empty": h(s.empty), "left": left}
 
 
 def render(a: Analysis, options: RenderOptions) -> str:

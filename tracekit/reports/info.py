@@ -27,19 +27,22 @@ def render_console(inv: dict[str, Any], console: Console) -> None:
         console.print(terminal(f"rank        {inv['rank']} of {inv['world_size']}"))
     console.print(f"span        {duration(inv['span_ns'])}")
 
-    from tracekit.trace.kernel_names import labels
     from tracekit.reports.section import Section
     from tracekit.reports.terminal import print_section
 
     head = [key.replace("_", " ") for key in inv["counts"]]
-    print_section(Section("Events", head, [[f"{v:,}" for v in inv["counts"].values()]], [0] * len(head), flex=-1, left=()), console)
+    lost = inv.get("times_unknown") or {}
+    note = ""
+    if lost:  # counted, but the profiler lost their times: say so beside the counts
+        note = "times unknown (the profiler recorded them with ts 0 and dur 0): " + ", ".join(f"{n:,} {kind}" for kind, n in lost.items())
+    print_section(Section("Events", head, [[f"{v:,}" for v in inv["counts"].values()]], [0] * len(head), flex=-1, left=(), note=note), console)
 
     links = inv["links"]
     rows = [[key.replace("_", " "), f"{links[key]['count']:,}", percent(links[key]["share"])] for key in ("to_launch", "to_op", "to_op_with_shapes")]
     rows += [["launched by a graph", f"{links['graph_launched']:,}", ""], ["launched before capture", f"{links['launched_before_capture']:,}", ""]]
-    print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities)", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
+    timed = " with times" if lost else ""
+    print_section(Section(f"Links ({links['gpu_activities']:,} GPU activities{timed})", ["linked to", "count", "share"], rows, [0, 0, 0]), console)
 
-    # the same short labels as `tracekit analyze` gives the same kernels
-    short = labels([row["name"] for row in inv["top_kernels"]])
-    rows = [[short[row["name"]], f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"])] for row in inv["top_kernels"]]
+    # the same labels as `tracekit analyze` gives the same kernels (trace_labels over all of them)
+    rows = [[row["label"], f"{row['count']:,}", duration(row["time_ns"]), percent(row["share"])] for row in inv["top_kernels"]]
     print_section(Section("Top kernels by total time", ["kernel", "calls", "time", "share"], rows, [0, 1, 0, 0], flex=0), console)

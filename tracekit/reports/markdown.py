@@ -20,7 +20,7 @@ def render(a: Analysis, options: RenderOptions) -> str:
     """report.md; the images in options.images are linked as NAME.png (the bundle writes them beside it)."""
     meta = a.meta
     lines = [f"# tracekit report: {md(meta.get('path'))}", ""]
-    lines += [" ".join(md(s) for s in headline(a))]
+    lines += [f"**{md(s)}**  " for s in headline(a)]  # one line each (a hard break: two trailing spaces)
     for s in lead(a):
         lines += section_markdown(s)
     lines.append("")

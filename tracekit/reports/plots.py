@@ -10,6 +10,7 @@ import numpy as np
 
 from tracekit.analysis import Analysis
 from tracekit.analysis.roofline import roof_flops
+from tracekit.common.format import cut
 
 
 def _pyplot():
@@ -21,10 +22,12 @@ def _pyplot():
     return plt
 
 
-LABELLED = 3  # the largest block points are labelled by name
 # label offsets (points) that alternate around a point, so neighbouring labels do not stack
-_OFFSETS = [(8, 8), (8, -12), (-60, 10), (-60, -14), (10, 18), (10, -22)]
+_OFFSETS = [(8, 8), (8, -12), (-22, 10), (-22, -14), (10, 18), (10, -22)]
 _OP_OFFSETS = [(6, -12), (14, 4), (-22, -14), (-24, 6), (4, -24), (18, -20), (-10, 16), (22, 14)]
+LABEL_SIZE = 8  # points: the markers' numbers and the key, readable at the bundle's size
+KEY_CHARS = 60  # a key line: the number, the phase / block or the op and its shapes, cut at a boundary
+NOTHING_TO_PLOT = "no costed kernels: nothing to plot"
 
 
 def _literal_text(render):
@@ -51,16 +54,34 @@ def _literal(text) -> str:
 
 
 def _short(text: str, width: int = 28) -> str:
-    text = str(text)
-    return _literal(text if len(text) <= width else text[: width - 1] + "…")
+    """At most `width` characters, cut at a boundary (a shape's element, a name's separator)."""
+    return _literal(cut(str(text), width))
 
 
-@_literal_text
-def roofline_png(analysis: Analysis, top_ops: int = 8, fmt: str = "png") -> bytes:
-    """Log-log roofline: bandwidth and matrix / vector ceilings; a point per block and per
-    top op at (intensity, achieved FLOP/s), sized by time."""
+def _nothing(plt, why: str):
+    """A small figure that says there is nothing to plot, and why (no empty log-log box)."""
+    fig = plt.figure(figsize=(9, 1.6), dpi=110)
+    fig.text(0.5, 0.62, NOTHING_TO_PLOT, ha="center", va="center", fontsize=12)
+    fig.text(0.5, 0.3, why, ha="center", va="center", fontsize=9, color="dimgray")
+    return fig
+
+
+def roofline_figure(analysis: Analysis, top_ops: int = 8):
+    """The roofline figure (see roofline_png): every point numbered on the plot (B1.. blocks,
+    O1.. ops) and named in the key beside the axes; without a costed block or op, the figure
+    that says so."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(12, 6), dpi=110)
+    blocks = analysis.blocks
+    # Collectives are bound by the interconnect, not by this roofline: they are left out.
+    pts = blocks[(blocks["flops"] > 0) & (blocks["bytes"] > 0) & (blocks["block"] != "collective")] if len(blocks) else blocks
+    ops = analysis.ops.head(top_ops)
+    ops = ops[(ops["flops"] > 0) & (ops["bytes"] > 0) & (ops["time_ns"] > 0)] if len(ops) else ops
+    if not len(pts) and not len(ops):  # say why there is no plot rather than show empty axes
+        cov = analysis.coverage.get("modeled_share")
+        return _nothing(plt, f"{'no' if not cov else f'only {cov:.1%} of'} GPU kernel time has a FLOP and byte count "
+                             "(record with record_shapes=True / emit_nvtx(record_shapes=True), or pass --model)")
+    fig = plt.figure(figsize=(13, 6), dpi=110)
+    ax = fig.add_axes((0.07, 0.1, 0.52, 0.82))
     dev = analysis.device
     x = np.logspace(-2, 4, 200)
     if dev is not None:
@@ -80,63 +101,54 @@ def roofline_png(analysis: Analysis, top_ops: int = 8, fmt: str = "png") -> byte
         if fp32:
             ax.axhline(fp32 * 1e12, color="tab:blue", lw=1, alpha=0.7)
             ax.text(x[0], fp32 * 1e12 * 1.08, f"vector fp32 {fp32:,.0f} TFLOP/s", color="tab:blue", fontsize=8)
-    blocks = analysis.blocks
-    # Collectives are bound by the interconnect, not by this roofline: they are left out.
-    pts = blocks[(blocks["flops"] > 0) & (blocks["bytes"] > 0) & (blocks["block"] != "collective")] if len(blocks) else blocks
     key: list[str] = []
     if len(pts):
         pts = pts.sort_values("kernel_time_ns", ascending=False)
         total = max(float(pts["kernel_time_ns"].sum()), 1.0)
         x_b, y_b = pts["flops"] / pts["bytes"], pts["achieved_tflops"] * 1e12
         ax.scatter(x_b, y_b, s=40 + 1500 * pts["kernel_time_ns"] / total, alpha=0.55, color="tab:orange", edgecolor="black",
-                   label="phase x block")
+                   label="phase x block (B1 = most time)")
         for i, (x0, y0, r) in enumerate(zip(x_b, y_b, pts.to_dict(orient="records"))):
-            name = _literal(f"{r['phase']}/{r['block']}")
-            # the largest points by name, the rest by number (see the key): labels never pile up
-            text = name if i < LABELLED else f"B{i + 1}"
-            if i >= LABELLED:
-                key.append(f"B{i + 1} {name}")
-            ax.annotate(text, (x0, y0), xytext=_OFFSETS[i % len(_OFFSETS)], textcoords="offset points", fontsize=7,
+            ax.annotate(f"B{i + 1}", (x0, y0), xytext=_OFFSETS[i % len(_OFFSETS)], textcoords="offset points", fontsize=LABEL_SIZE,
                         arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.4"})
-    ops = analysis.ops.head(top_ops)
-    ops = ops[(ops["flops"] > 0) & (ops["bytes"] > 0) & (ops["time_ns"] > 0)] if len(ops) else ops
+            key.append(f"B{i + 1:<3}{_short(r['phase'] + ' / ' + r['block'], KEY_CHARS)}  {r['share']:.1%}")
     if len(ops):
         x_o, y_o = ops["flops"] / ops["bytes"], ops["flops"] / ops["time_ns"] * 1e9
         ax.scatter(x_o, y_o, marker="x", color="tab:green", label="top ops (O1 = most time)")
         for i, (x0, y0, r) in enumerate(zip(x_o, y_o, ops.to_dict(orient="records"))):
             dx, dy = _OP_OFFSETS[i % len(_OP_OFFSETS)]
-            ax.annotate(f"O{i + 1}", (x0, y0), xytext=(dx, dy), textcoords="offset points", fontsize=7, color="darkgreen",
+            ax.annotate(f"O{i + 1}", (x0, y0), xytext=(dx, dy), textcoords="offset points", fontsize=LABEL_SIZE, color="darkgreen",
                         arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "darkgreen"})
-            key.append(f"O{i + 1} {_short(r['op'], 24)} {_short(r['shapes'], 22)}")
-    if not len(pts) and not len(ops):  # say why the plot is empty rather than show empty axes
-        cov = analysis.coverage.get("modeled_share")
-        ax.text(0.5, 0.5, "nothing to place on the roofline:\n"
-                f"{'no' if not cov else f'only {cov:.1%} of'} GPU kernel time has a FLOP and byte count\n"
-                "(record with record_shapes=True / emit_nvtx(record_shapes=True), or pass --model)",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="dimgray",
-                bbox={"facecolor": "white", "alpha": 0.9, "edgecolor": "none"})
-    if key:  # the key sits right of the axes, one line per numbered point
-        fig.text(0.735, 0.95, "\n".join(_short(line, 50) for line in key[:30]), fontsize=6.5, va="top", family="monospace")
-        fig.subplots_adjust(left=0.09, right=0.72)
+            op = _short(r["op"], 36)  # the op whole where it can be; its shapes take the rest, cut at an element
+            key.append(f"O{i + 1:<3}{op} {_short(r['shapes'], max(20, KEY_CHARS - 1 - len(op)))}")
+    # the key: one line per numbered point, beside the axes (never over the data)
+    fig.text(0.61, 0.92, "\n".join(key[:36]), fontsize=LABEL_SIZE, va="top", family="monospace", gid="roofline-key")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(f"Roofline on {_literal(dev.name)}" if dev else
-                 "Roofline: GPU unknown, no roof (pass --device)" if len(analysis.kernels) else "Roofline (no GPU)")
+    ax.set_title(f"Roofline on {_literal(dev.name)}" if dev else "Roofline: GPU unknown, no roof (pass --device)")
     ax.grid(True, which="both", alpha=0.2)
-    if ax.get_legend_handles_labels()[0]:  # nothing labelled (no device, nothing costed): no empty legend
-        ax.legend(loc="lower right", fontsize=8)
-    return _png(fig, plt, fmt)
+    ax.legend(loc="lower right", fontsize=8)
+    return fig
 
 
 @_literal_text
-def breakdown_png(analysis: Analysis, fmt: str = "png") -> bytes:
-    """GPU time by phase (bars) split by block (stacked), and GPU idle as a bar of its own
-    split by cause, in the ranked list's own figures (analysis.causes)."""
+def roofline_png(analysis: Analysis, top_ops: int = 8, fmt: str = "png") -> bytes:
+    """Log-log roofline: bandwidth and matrix / vector ceilings; a point per block and per
+    top op at (intensity, achieved FLOP/s), blocks sized by time."""
+    return _png(roofline_figure(analysis, top_ops), _pyplot(), fmt)
+
+
+def breakdown_figure(analysis: Analysis):
+    """The breakdown figure (see breakdown_png), its legend beside the axes, never on the bars;
+    without GPU time, the figure that says there is nothing to plot."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
     b = analysis.blocks
+    idle = _idle_by_cause(analysis)
+    if not len(b) and not idle:
+        return _nothing(plt, "the trace holds no GPU time by phase and block")
+    fig, ax = plt.subplots(figsize=(11, 4.5), dpi=110)
     if len(b):
         table = b.pivot_table(index="phase", columns="block", values="gpu_time_ns", aggfunc="sum", fill_value=0) / 1e6
         table = table.loc[table.sum(axis=1).sort_values().index]
@@ -145,7 +157,6 @@ def breakdown_png(analysis: Analysis, fmt: str = "png") -> bytes:
         for block in table.columns:
             ax.barh(phases, table[block], left=left, label=_literal(block))
             left += table[block].to_numpy()
-    idle = _idle_by_cause(analysis)
     if idle:
         grays = ["0.35", "0.5", "0.65", "0.8", "0.9"]
         left = 0.0
@@ -154,9 +165,16 @@ def breakdown_png(analysis: Analysis, fmt: str = "png") -> bytes:
             left += ms
     ax.set_xlabel("GPU time (ms): busy by phase and block; idle by cause")
     ax.set_title("GPU time by phase and block, and GPU idle")
-    if ax.get_legend_handles_labels()[0]:  # no blocks (no GPU work): no empty legend, no matplotlib warning
-        ax.legend(fontsize=8, loc="lower right")
-    return _png(fig, plt, fmt)
+    fig.tight_layout(rect=(0, 0, 0.68, 1))  # the right third holds the legend
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper left", bbox_to_anchor=(0.69, 0.93), fontsize=LABEL_SIZE, frameon=False)
+    return fig
+
+
+@_literal_text
+def breakdown_png(analysis: Analysis, fmt: str = "png") -> bytes:
+    """GPU time by phase (bars) split by block (stacked), and GPU idle as a bar of its own
+    split by cause, in the ranked list's own figures (analysis.causes)."""
+    return _png(breakdown_figure(analysis), _pyplot(), fmt)
 
 
 def _idle_by_cause(analysis: Analysis) -> dict[str, float]:
@@ -172,8 +190,6 @@ def _idle_by_cause(analysis: Analysis) -> dict[str, float]:
 
 def _png(fig, plt, fmt: str = "png") -> bytes:
     buf = io.BytesIO()
-    if fig.subplotpars.right > 0.9:  # a figure with a key beside it keeps its layout
-        fig.tight_layout()
-    fig.savefig(buf, format=fmt)
+    fig.savefig(buf, format=fmt)  # each figure laid out its axes, key and legend itself
     plt.close(fig)
     return buf.getvalue()

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tracekit.common.format import UNKNOWN, duration, number, percent
+from tracekit.common.format import UNKNOWN, duration, number, percent, span
+from tracekit.common.format import rate as short_rate
 from tracekit.reports.section import Section, section_markdown
 from tracekit.reports.text import markdown as md
 
@@ -30,11 +31,11 @@ def _throughput_line(t: dict) -> str | None:
         return None
     unit = rate["unit"]
     return (f"throughput: {number(rate['measured'], '{:,.2f}')} {unit}/s measured → {number(rate['projected'], '{:,.2f}')} "
-            f"({number(rate['low'], '{:,.2f}')}…{number(rate['high'], '{:,.2f}')}) {unit}/s")
+            f"({span(rate['low'], rate['high'], number)}) {unit}/s")
 
 
 def _range(lo, hi) -> str:
-    return f"{duration(lo)}…{duration(hi)}"
+    return span(lo, hi)
 
 
 def summary_lines(p) -> list[str]:
@@ -58,9 +59,8 @@ def sections(p) -> list[Section]:
     rows = [[r["step"], duration(r["measured_ns"]), duration(r["projected_ns"]), _range(r["low_ns"], r["high_ns"]),
              number(r["ratio"], "{:.3f}"), duration(r["host_ns"]),
              f"{duration(r['busy_ns'])} → {duration(r['busy_projected_ns'])}",
-             "yes" if r["host_bound"] else "no", f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s",
-             f"{number(r['throughput_projected'], '{:,.2f}')} ({number(r['throughput_low'], '{:,.2f}')}…"
-             f"{number(r['throughput_high'], '{:,.2f}')}) {r['unit']}/s"]
+             "yes" if r["host_bound"] else "no", short_rate(r["throughput"], f"{r['unit']}/s"),
+             f"{short_rate(r['throughput_projected'], r['unit'] + '/s')} ({span(r['throughput_low'], r['throughput_high'], lambda v: short_rate(v, r['unit'] + '/s'))})"]
             for r in p.steps.to_dict(orient="records")]
     out = [Section("Steps projected (GPU window: the step's GPU-side annotation or its kernels' span, moved with its kernels "
                    "replayed per stream behind their measured launches: the host timeline apart)", head, rows,

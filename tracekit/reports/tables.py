@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracekit.reports.section import Named, Section
-from tracekit.trace.kernel_names import labels
+from tracekit.trace.kernel_names import labels, trace_labels
 from tracekit.trace.readable_names import demangle
 from tracekit.common.format import duration, number, percent, si, text
 from tracekit.strict_json import records
@@ -20,18 +20,11 @@ if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and p
 
 
 class Labels:
-    """Short, unique labels for the kernel names of one analysis."""
+    """The one label of each kernel name of an analysis (trace_labels: the same in every table,
+    cause, `info` and the bundle)."""
 
     def __init__(self, a: Analysis):
-        import pandas as pd
-
-        from tracekit.trace.grouping import key_of
-
-        names = []
-        if len(a.kernels):  # distinct names in order of appearance (labels number equal ones in that order)
-            codes, text = key_of(a.kernels["name"], missing="nan")
-            names = text[pd.unique(codes)]
-        self.map = labels(names)
+        self.map = trace_labels(a.kernels["name"].unique() if len(a.kernels) else [])
 
     def __call__(self, name: str) -> Named:
         name = str(name)
@@ -210,7 +203,8 @@ def op_rows(a: Analysis, top: int) -> Section:
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"),
              mark(i, "efficiency", percent(r["efficiency"])), text(r["bound"])]
             for i, r in enumerate(a.ops.head(top).to_dict(orient="records"))]
-    title = "Top ops by GPU time" if a.device is not None and len(a.kernels) else "Top CPU ops by time (outermost op with a cost model)"
+    # a GPU trace ranks its ops by their kernels' GPU time, with or without a known device (analysis.ops)
+    title = "Top ops by GPU time" if len(a.kernels) else "Top CPU ops by time (outermost op with a cost model)"
     return Section(title, head, rows, [0, 0, 0, 0, 2, 2, 1, 3], flex=1, left=(0, 1))
 
 

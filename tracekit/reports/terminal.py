@@ -1,7 +1,8 @@
 """The terminal: a console as wide as the terminal (or `COLUMNS`), plain when piped, and
 tables that fit it: each Section's answer columns (priority 0) always stay, the least useful
 other columns go first, numbers are never cut, and long text (names, shapes, reasons) is
-elided in the middle, or wraps where eliding would print two different rows the same.
+cut at a boundary (a shape's element, a name's separator), or wraps where cutting would print
+two different rows the same; a table too narrow for its answer columns prints one record per row.
 
 Every cell goes through text.terminal: rich never parses a trace string as markup."""
 
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from tracekit.common.format import cut as cut_value, looks_like_number
 from tracekit.reports.section import Section
 from tracekit.reports.text import terminal
 
@@ -60,15 +62,17 @@ class Layout:
     widths: dict[int, int]
     wrap: set[int]
     cells: list[list[Text]]  # display cells of every column (text cells elided to their width)
+    records: bool = False  # too narrow for the answer columns side by side: each row printed as a record
 
 
 # a Python frame as Kineto names it: `path/to/file.py(218): forward` (group 1: file onwards)
 _FRAME = re.compile(r"(?:^|/)([^/\s]+\.py\(\d+\): \S.*)$")
 
 
-def elide_middle(text: Text, width: int) -> Text:
-    """`text` cut to `width` cells by taking out its middle: both ends of a name or a shape
-    list carry what tells it apart (`[[8192, 2432], …, [2432]]`)."""
+def elide_middle(text: Text, width: int, tail_first: bool = False) -> Text:
+    """`text` cut to `width` cells at a boundary (common.format.cut): a shape list keeps whole
+    elements and counts the rest (`[[8192, 2432], +1 more]`), a name loses its middle between
+    separators, a Python frame its directories; a figure is never cut."""
     if text.cell_len <= width:
         return text
     if width <= 1:
@@ -85,16 +89,15 @@ def elide_middle(text: Text, width: int) -> Text:
             for cut in (m.end() for m in re.finditer("/", plain[:start])):  # the most directories that fit
                 if cut > head + 1 and cell_len(plain[:head]) + cell_len(plain[cut - 1:]) + 1 <= width:
                     return Text.assemble(text[:head], "…", text[cut - 1:])
-    head = (width - 1 + 1) // 2
-    tail = width - 1 - head
-    # characters, not cells: a wide character can leave the cut a cell wider; rich then
-    # crops that column's cell (the wrap check below still sees the full texts)
-    return Text.assemble(text[:head], "…", text[len(plain) - tail:] if tail else "")
+    shown = cut_value(plain, width, tail_first)  # at a boundary: a shape's element, a name's separator; never inside a number
+    return Text(shown, style=text.style)
 
 
-def _min_width(head: str, natural: int) -> int:
+def _min_width(head: str, natural: int, whole: int = 0) -> int:
+    """A text column's narrowest readable width: its head's longest word, MIN_FLEX, and any
+    figure it holds (`whole`: a figure is shown whole, never cut)."""
     word = max((cell_len(w) for w in head.split()), default=0)
-    return min(natural, max(MIN_FLEX, word))
+    return min(natural, max(MIN_FLEX, word, whole))
 
 
 def plan(section: Section, width: int) -> Layout:
@@ -109,6 +112,11 @@ def plan(section: Section, width: int) -> Layout:
     flex = section.flex if 0 <= section.flex < len(head) else None
     text_cols = [i for i in range(len(head)) if i in section.left or i == flex]
     keep = list(range(len(head)))
+    # a figure in a text column (a throughput, a count with its unit) is shown whole: its width is the column's least
+    whole = [max([row[i].cell_len for row in cells if looks_like_number(row[i].plain)], default=0) for i in range(len(head))]
+
+    def least(i: int) -> int:
+        return _min_width(head[i], natural[i], whole[i])
 
     def readable(i: int, keep: list[int]) -> int:
         """A text column's width before anything is dropped for it: its part of half the
@@ -121,14 +129,14 @@ def plan(section: Section, width: int) -> Layout:
             share = budget // (len(cols) - n)
             if j != flex and flex in cols:  # the other text columns share all but the flex column's minimum
                 share = (budget - MIN_FLEX) // (len(others) - others.index(j))
-            given = min(natural[j], max(_min_width(head[j], natural[j]), share))
+            given = min(natural[j], max(least(j), share))
             if j == i:
                 return given
             budget -= given
         return natural[i]
 
     def needed(keep: list[int], squeeze: bool) -> int:
-        return _table_width([(_min_width(head[i], natural[i]) if squeeze else readable(i, keep)) if i in text_cols else natural[i]
+        return _table_width([(least(i) if squeeze else readable(i, keep)) if i in text_cols else natural[i]
                              for i in keep])
 
     while needed(keep, False) > width:
@@ -137,7 +145,9 @@ def plan(section: Section, width: int) -> Layout:
             break
         keep.remove(max(droppable, key=lambda i: (section.priority[i], i)))
     squeeze = needed(keep, False) > width
-    widths = {i: (_min_width(head[i], natural[i]) if squeeze else readable(i, keep)) if i in text_cols else natural[i] for i in keep}
+    if squeeze and needed(keep, True) > width:  # the answer columns cannot fit whole: one record per row instead
+        return Layout(keep, {}, set(), [], records=True)
+    widths = {i: (least(i) if squeeze else readable(i, keep)) if i in text_cols else natural[i] for i in keep}
     spare = width - _table_width(list(widths.values()))
     for i in ([flex] if flex in widths else []) + [i for i in keep if i in text_cols and i != flex]:  # room left: names first
         if spare <= 0:
@@ -146,7 +156,12 @@ def plan(section: Section, width: int) -> Layout:
         widths[i] += grow
         spare -= grow
     shown = [[elide_middle(row[i], widths[i]) if i in text_cols and i in widths else row[i] for i in range(len(head))] for row in cells]
+    for i in _wrap_where_equal(cells, shown, keep, text_cols):  # heads alike: try the cuts that keep more of the tail
+        for r, row in enumerate(cells):
+            shown[r][i] = elide_middle(row[i], widths[i], tail_first=True)
     wrap = _wrap_where_equal(cells, shown, keep, text_cols) | {i for i in section.wrap if i in widths}
+    # no boundary fits the width (a long single word): the column wraps, rich never crops a value
+    wrap |= {i for i in keep if i in text_cols and any(row[i].cell_len > widths[i] for row in shown)}
     for i in wrap:
         for r, row in enumerate(cells):
             shown[r][i] = row[i]
@@ -168,6 +183,18 @@ def _wrap_where_equal(cells: list[list[Text]], shown: list[list[Text]], keep: li
     return wrap
 
 
+def _header(head: str, width: int) -> Text:
+    """A column head broken between its words to fit the column (rich would crop it)."""
+    lines, line = [], ""
+    for word in head.split(" "):
+        if line and cell_len(line) + 1 + cell_len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return Text("\n").join(terminal(x) for x in lines + [line])
+
+
 def fit(section: Section, width: int, plain: bool) -> Table:
     """A rich Table of the section no wider than `width` (see `plan`)."""
     layout = plan(section, width)
@@ -178,7 +205,7 @@ def fit(section: Section, width: int, plain: bool) -> Table:
     # (what it renders is the same; measuring is most of its time).
     for i in layout.keep:
         wraps = i in layout.wrap
-        table.add_column(terminal(head[i]), justify="left" if i in section.left or i == section.flex else "right",
+        table.add_column(_header(head[i], layout.widths[i]), justify="left" if i in section.left or i == section.flex else "right",
                          no_wrap=not wraps, overflow="fold" if wraps else "ellipsis", min_width=layout.widths[i],
                          max_width=layout.widths[i], width=layout.widths[i])
     for row in layout.cells:
@@ -186,11 +213,43 @@ def fit(section: Section, width: int, plain: bool) -> Table:
     return table
 
 
+def records(section: Section, width: int) -> list[Text]:
+    """The section as one record per row, for a terminal too narrow for its answer columns side
+    by side: the row's leading text columns, then "head value" for each other answer column,
+    lines broken between fields (a field wider than a line, between its words): a value is
+    never cut."""
+    keep = [i for i in range(len(section.head)) if section.priority[i] == 0] or list(range(len(section.head)))
+    label = [i for i in keep[: next((n for n, i in enumerate(keep) if i not in section.left), len(keep))]] or keep[:1]
+    lines: list[Text] = []
+    for row in section.rows:
+        fields = [terminal(" / ".join(str(row[i]) for i in label)).plain + ":"]
+        fields += [terminal(f"{section.head[i]} {row[i]}").plain + ";" for i in keep if i not in label]
+        fields[-1] = fields[-1].rstrip(";")
+        line = ""
+        for field in fields:
+            words = [field] if cell_len(field) <= width - 2 else field.split(" ")
+            # a word wider than a line (a long path) is the one thing split: nothing else would show it
+            words = [w[n: n + width - 2] for w in words for n in range(0, max(len(w), 1), width - 2)]
+            for word in words:
+                if line.strip() and cell_len(line) + 1 + cell_len(word) > width:
+                    lines.append(Text(line))
+                    line = "  " + word
+                else:
+                    line = f"{line} {word}" if line else word
+        lines.append(Text(line))
+    return lines
+
+
 def print_section(section: Section, con: Console) -> None:
     plain = not con.is_terminal
     if not section.rows:
         con.print(terminal(f"{section.title}: {section.empty}"))
         return
-    con.print(fit(section, con.width, plain))
+    if plan(section, con.width).records:
+        con.print(terminal(section.title))
+        for line in records(section, con.width):
+            con.print(line, overflow="fold")  # a single word wider than the terminal folds (rich would crop it)
+    else:
+        con.print(fit(section, con.width, plain))
     if section.note:
         con.print(terminal(section.note))

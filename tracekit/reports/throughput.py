@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tracekit.common.format import duration, number, percent
+from tracekit.common.format import duration, number, percent, rate
 from tracekit.reports.section import Section
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ def sections(a: Analysis) -> list[Section]:
         return []
     head = ["step", "wall", "work", "throughput", "stages (share of the step)", "from"]
     rows = [[r["step"], duration(r["duration_ns"]), f"{number(r['items'], '{:,.0f}')} {r['unit']}",
-             f"{number(r['throughput'], '{:,.2f}')} {r['unit']}/s", _stage_shares(r.get("per_stage")), r["source"]]
+             rate(r["throughput"], f"{r['unit']}/s"), _stage_shares(r.get("per_stage")), r["source"]]
             for r in t.steps.to_dict(orient="records")]
     total = t.total
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "

@@ -35,6 +35,8 @@ CLOCK_OFFSET_SHARE = 0.5
 # CPU and GPU clocks disagree by microseconds (CUPTI's clock conversion): an activity at most this
 # far before its launch call is read as that offset, not as a corrupted time.
 CLOCK_SKEW_NS = 20_000
+# The problem a GPU activity whose ts and dur are both 0 is recorded with (lost_time_counts reads it back).
+LOST_TIMES = "have ts 0 and dur 0, outside the capture (the profiler lost their times)"
 # Kineto's marker of one profiler step (torch.profiler's schedule).
 _PROFILER_STEP = "ProfilerStep#"
 
@@ -73,7 +75,7 @@ def zero_time_problems(kinds: np.ndarray, dropped: np.ndarray, labels: tuple[str
         n = int((dropped & mine).sum())
         if n:
             gpu = kind in ("kernel", "memcpy", "memset")
-            out.append(Problem(kind, "have ts 0 and dur 0, outside the capture (the profiler lost their times)", n,
+            out.append(Problem(kind, LOST_TIMES, n,
                                int(mine.sum()), "dropped, so kernel-level times, shares and rates are unknown" if gpu
                                else "dropped"))
     return out
@@ -82,6 +84,17 @@ def zero_time_problems(kinds: np.ndarray, dropped: np.ndarray, labels: tuple[str
 def kernel_times_unknown(meta: dict[str, Any]) -> bool:
     """The parser dropped every GPU activity's time: only GPU annotations kept GPU times."""
     return bool(meta.get("kernel_times_unknown"))
+
+
+
+def lost_time_counts(meta: dict[str, Any]) -> dict[str, int]:
+    """Per kind (kernel, memcpy, memset, runtime call), how many the trace recorded whose times
+    the profiler lost (dropped by the parser): the count is known, only the times are not."""
+    out: dict[str, int] = {}
+    for p in meta.get("health") or []:
+        if p.get("problem") == LOST_TIMES and p.get("kind") in ("kernel", "memcpy", "memset", "runtime call"):
+            out[p["kind"]] = out.get(p["kind"], 0) + int(p["count"])
+    return out
 
 
 def check(trace: Any) -> Any:

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from tracekit.trace.health import lost_time_counts
+from tracekit.trace.kernel_names import trace_labels
 from tracekit.trace.tables import coded, column
 
 
@@ -27,6 +29,9 @@ def inventory(trace: Any, top: int = 10) -> dict[str, Any]:
     with_shapes[with_op] = op_has_shapes[op[with_op]]
     python = coded(trace.ranges, "domain").equals("python")
     meta = trace.meta
+    # activities the profiler recorded without their times (the parser dropped them from the
+    # tables): counted all the same, their times unknown
+    lost = lost_time_counts(meta)
     return {
         "path": meta.get("path"),
         "format": meta.get("format"),
@@ -39,15 +44,16 @@ def inventory(trace: Any, top: int = 10) -> dict[str, Any]:
         "span_ns": meta.get("span_ns"),
         "origin_abs_ns": meta.get("origin_abs_ns"),
         "counts": {
-            "kernels": int(is_kernel.sum()),
-            "memcpys": int(kind.equals("memcpy").sum()),
-            "memsets": int(kind.equals("memset").sum()),
-            "launches": len(trace.launches),
+            "kernels": int(is_kernel.sum()) + lost.get("kernel", 0),
+            "memcpys": int(kind.equals("memcpy").sum()) + lost.get("memcpy", 0),
+            "memsets": int(kind.equals("memset").sum()) + lost.get("memset", 0),
+            "launches": len(trace.launches) + lost.get("runtime call", 0),
             "ops": len(trace.ops),
             "ops_with_shapes": int(op_has_shapes.sum()),
             "ranges": int((~python).sum()),
             "python_frames": int(python.sum()),
         },
+        "times_unknown": {f"{kind}s": n for kind, n in lost.items()},
         "links": {
             "gpu_activities": gpu_rows,
             "to_launch": _share(column(k, "launch") >= 0),
@@ -91,7 +97,9 @@ def _top_kernels(k: Any, top: int) -> list[dict[str, Any]]:
     counts = np.bincount(codes, minlength=len(names.labels))[present]
     total = float(duration.sum()) or 1.0
     order = np.argsort(-sums, kind="stable")[:top]
+    label = trace_labels(str(names.labels[c]) for c in present)  # the label analyze gives each of them
     return [
-        {"name": str(names.labels[present[i]]), "time_ns": int(sums[i]), "count": int(counts[i]), "share": float(sums[i]) / total}
+        {"name": str(names.labels[present[i]]), "label": label[str(names.labels[present[i]])], "time_ns": int(sums[i]),
+         "count": int(counts[i]), "share": float(sums[i]) / total}
         for i in order
     ]

@@ -4,6 +4,7 @@
                      its arguments do, at most MAX_LABEL characters
     labels(names)    {name: short label}: where two names share a label, a more detailed one,
                      then a numbered one
+    trace_labels(names)  the labels of all of one trace's kernel names: what every report shows
 
 Labels are built from the readable name (tracekit.trace.readable_names: demangled, without
 return type and parameters).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from tracekit.common.format import shorten
+from tracekit.common.format import cut
 from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope
 from tracekit.trace.readable_names import readable
 
@@ -122,7 +123,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
         return text
     base, args = base_and_args(text)
     if not args or len(base) + 4 >= limit:
-        return text[: limit - 1] + "…"
+        return cut(text, limit)
     at = max((i for i, a in enumerate(args) if not _LITERAL.fullmatch(a.strip())), default=len(args) - 1)
     key, after = args[at], args[at + 1:]
     if len(", ".join(after)) > 10:  # a run of flags after it (flash's <traits, false, true, ...>): leading args first
@@ -144,8 +145,7 @@ def _fit(text: str, limit: int = MAX_LABEL) -> str:
         key = inner
     room = limit - len(f"{base}<…, >") - len(", ".join(after)) - (2 if after else 0)
     if room >= 12:
-        head = (room - 1) * 2 // 3
-        return shown(key[:head] + "…" + key[len(key) - (room - 1 - head):]) or _leading(base, args, limit)
+        return shown(cut(key, room)) or _leading(base, args, limit)
     return _leading(base, args, limit)
 
 
@@ -208,6 +208,18 @@ def labels(names) -> dict[str, str]:
     return out
 
 
+@lru_cache(maxsize=8)  # one trace asks for its map from every table, cause and the bundle
+def _trace_labels(names: tuple[str, ...]) -> dict[str, str]:
+    return labels(names)
+
+
+def trace_labels(names) -> dict[str, str]:
+    """The one label of each kernel of a trace, for every table, cause, headline, `info` and
+    the bundle's `label` column: `labels` over all of the trace's distinct kernel names, in
+    name order, so where a kernel is shown and in which order names come never change it."""
+    return _trace_labels(tuple(sorted({str(n) for n in names})))
+
+
 def kernel_label(name: str, width: int = 70) -> str:
-    """A kernel's short label (`label`), cut to `width`."""
-    return shorten(label(str(name)), width)
+    """A kernel's short label (`label`), cut to `width` at a boundary."""
+    return cut(label(str(name)), width)
