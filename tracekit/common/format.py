@@ -225,7 +225,10 @@ def _cut_name(text: str, width: int, tail_first: bool = False) -> str:
     room = width - 1
     # cut points: just after a separator (head) / just before one (tail); failing those (one
     # long identifier), between the words of a CamelCase name; last, between characters
-    separators = [m for m in _SEPARATOR.finditer(text)]
+    # a comma or point beside a digit may sit inside a number (10,510.86): never cut there
+    separators = [m for m in _SEPARATOR.finditer(text)
+                  if not (m.group() in ",." and ((m.start() > 0 and text[m.start() - 1].isdigit())
+                                                 or text[m.end():m.end() + 1].isdigit()))]
     camel = [m.start() for m in _CAMEL.finditer(text)]
     for heads, tails in (([m.end() for m in separators], [m.start() for m in separators]),
                          (sorted({m.end() for m in separators} | set(camel)), sorted({m.start() for m in separators} | set(camel)))):
