@@ -113,3 +113,15 @@ def test_without_parameters_equals_the_character_walk_on_random_bracket_strings(
         for _ in range(1500):
             text = "".join(rng.choice(alphabet, size=length, p=[0.2, 0.15, 0.2, 0.1, 0.25, 0.1]))
             assert without_parameters(text) == _walk_without_parameters(text), text
+
+
+def test_raw_bytes_are_each_values_bytes_and_a_nul_falls_back_to_one_copy_each():
+    import msgspec
+
+    from tracekit.parsers.kineto_decode import raw_bytes
+
+    values = [b"[[1, 4096], [4096]]", b"null", b'["float", ""]', b"[]", b"[[1, 4096], [4096]]"]
+    assert raw_bytes([msgspec.Raw(v) for v in values]) == values
+    assert raw_bytes([]) == []
+    odd = [b'"a\x00b"', b"[1]"]  # not JSON a decoder hands out, but never split at the NUL
+    assert raw_bytes([msgspec.Raw(v) for v in odd]) == odd

@@ -23,6 +23,8 @@ _CATEGORY_KIND = {
     "trace": "window",
 }
 GPU_KINDS = ("kernel", "memcpy", "memset")
+_KIND_LABELS = np.array(["", *dict.fromkeys(_CATEGORY_KIND.values())], dtype=object)  # "" first: not read
+_KIND_CODE = {label: code for code, label in enumerate(_KIND_LABELS)}
 RANGE_DOMAINS = ("user", "gpu", "python")
 
 # In the 2021 schema record_function ranges are `Operator` events too.
@@ -41,23 +43,25 @@ def bucket(events: list[Event]) -> dict[str, Any]:
     interner = Interner()
     codes = interner.codes(list(map(_CAT, events)))
     categories = interner.values
-    kinds = np.array([_CATEGORY_KIND.get(str(c).lower(), "") for c in categories], dtype=object)[codes]
+    # Kinds as small integer codes (comparisons in C), made object labels only for the
+    # GPU and range buckets that keep them.
+    kind_codes = np.array([_KIND_CODE[_CATEGORY_KIND.get(str(c).lower(), "")] for c in categories] + [0], dtype=np.int8)[codes]
     legacy = np.array([c == "Operator" for c in categories] + [False])[codes]
     if legacy.any():
         # The 2021 schema: record_function ranges are `Operator` events too, told by name.
         buckets["legacy"] = []  # a marker: this is the 2021 schema
         for i in np.flatnonzero(legacy):
             if _LEGACY_USER_RANGE.search(events[i].name):
-                kinds[i] = "range:user"
+                kind_codes[i] = _KIND_CODE["range:user"]
     # Each bucket: (its events, their rows in the chunk, their kinds).
     for kind in ("launch", "op", "window"):
-        rows = np.flatnonzero(kinds == kind)
+        rows = np.flatnonzero(kind_codes == _KIND_CODE[kind])
         if len(rows):
             buckets[kind] = (_take(events, rows), rows, None)
     for group, members in (("gpu", GPU_KINDS), ("range", tuple(f"range:{d}" for d in RANGE_DOMAINS))):
-        rows = np.flatnonzero(np.isin(kinds, members))
+        rows = np.flatnonzero(np.isin(kind_codes, [_KIND_CODE[m] for m in members]))
         if len(rows):
-            buckets[group] = (_take(events, rows), rows, kinds[rows])
+            buckets[group] = (_take(events, rows), rows, _KIND_LABELS[kind_codes[rows]])
     return buckets
 
 

@@ -215,6 +215,17 @@ def json_array(items: list[Any]) -> bytes:
     return b",".join([b"[" + bytes(items[0]), *middle, bytes(items[-1]) + b"]"])
 
 
+def raw_bytes(raws: list[msgspec.Raw]) -> list[bytes]:
+    """Raw JSON values -> their bytes, in two C calls instead of one `bytes()` per value
+    (~1 µs each through the buffer protocol: 4 input fields of every CPU op). NUL cannot
+    appear in JSON text, so it separates the values; should one hold a NUL anyway, the
+    pieces do not add up and each value is copied on its own."""
+    if not raws:
+        return []
+    pieces = b"\x00".join(raws).split(b"\x00")
+    return pieces if len(pieces) == len(raws) else list(map(bytes, raws))
+
+
 def _replace_invalid_utf8(data: bytes, warnings: list[str]) -> bytes:
     text = data.decode("utf-8", errors="replace")
     warnings.append(f"{text.count(chr(0xFFFD)):,} byte sequences that are not UTF-8 were replaced with U+FFFD")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from itertools import chain, compress
 from operator import attrgetter
 from typing import Any
 
@@ -21,7 +22,7 @@ from tracekit.parsers.columns import Checks
 from tracekit.parsers.kineto_args import ARG_LABEL, KernelArgs, LaunchArgs, OpArgs, decode_json, metadata_costs
 from tracekit.parsers.kineto_categories import GPU_KINDS, RANGE_DOMAINS, bucket, label_codes, range_domains
 from tracekit.parsers.kineto_columns import Clock, Columns, isin, renumber_thread_names, thread_ids, thread_name_code
-from tracekit.parsers.kineto_decode import Document, Event, json_array
+from tracekit.parsers.kineto_decode import Document, Event, json_array, raw_bytes
 from tracekit.parsers.kineto_header import checked_header, kineto_meta
 from tracekit.trace.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.source import Source
@@ -168,7 +169,7 @@ class KinetoTables:
             **self._common("op", events, times),
             external_id=self._column(args, "external_id"),
             sequence=self._column(args, "sequence"),
-            **{f: self.inputs[f].codes([bytes(r) for r in map(attrgetter(f), args)]) for f in self.inputs},
+            **{f: self.inputs[f].codes(raw_bytes(list(map(attrgetter(f), args)))) for f in self.inputs},
             **metadata_costs(args),
         )
 
@@ -179,9 +180,11 @@ class KinetoTables:
         """grid / block lists -> an (n, 3) int32 array, -1 where a trace gives fewer dimensions."""
         lists = list(map(attrgetter(field), args))
         out = np.full((len(lists), 3), -1, dtype=np.int32)
-        full = [i for i, v in enumerate(lists) if len(v) == 3]
-        if full:
-            out[full] = self.checks.ints([x for i in full for x in lists[i]], field, np.int32).reshape(-1, 3)
+        # The lists' lengths and their flattening in C: no Python loop per kernel.
+        full = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists)) == 3
+        if full.any():
+            three = lists if full.all() else list(compress(lists, full))
+            out[full] = self.checks.ints(list(chain.from_iterable(three)), field, np.int32).reshape(-1, 3)
         return out
 
     def _add_ranges(self, events: list[Event], times, domains: np.ndarray) -> None:
