@@ -58,10 +58,33 @@ class HostStages:
         while level:
             distinct = {function[i] for i in level}
             if len(distinct) >= 2:
-                return [(function[i], max(float(start[i]), lo), min(float(end[i]), hi)) for i in sorted(level, key=lambda i: start[i])]
+                named = _through_wrappers(level, mine, function, up)
+                return [(named[i], max(float(start[i]), lo), min(float(end[i]), hi)) for i in sorted(level, key=lambda i: start[i])]
             held = set(level)
             level = [i for i in mine if up[i] in held]
         return []
+
+
+def _through_wrappers(level: list[int], mine: set[int], function: dict[int, str], up: dict[int, int]) -> dict[int, str]:
+    """Each frame of the level by its function, except a wrapper's: a function the level calls
+    several times, each time around one other function of the user's, and around different
+    ones (a timer or a decorator around `denoise`, `refresh_cache`, `decode_frames`) is named
+    after what it wraps there."""
+    count: dict[str, int] = {}
+    for i in level:
+        count[function[i]] = count.get(function[i], 0) + 1
+    inner: dict[int, set[str]] = {}
+    for j in mine:
+        if up.get(j, -1) in level:
+            inner.setdefault(up[j], set()).add(function[j])
+    named = {i: function[i] for i in level}
+    for name in [n for n, c in count.items() if c >= 2]:
+        calls = [i for i in level if function[i] == name]
+        wrapped = [inner.get(i, set()) for i in calls]
+        if all(len(w) == 1 for w in wrapped) and len(set().union(*wrapped)) >= 2:
+            for i, w in zip(calls, wrapped):
+                named[i] = next(iter(w))
+    return named
 
 
 def host_segments(trace, lo: float, hi: float) -> list[tuple[str, float, float]]:

@@ -349,6 +349,22 @@ def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
     return out
 
 
+def forwards_of_one_clip(trace, steps: pd.DataFrame) -> bool:
+    """Steps found by repetition that are the forwards inside one clip: the denoise steps of a
+    text-to-video pipeline, with its decoder run after them, outside every step. The clip, not
+    the step, is then what made the frames: its stages and its rate cover the whole trace."""
+    if trace is None or (trace.meta or {}).get("step_source") != "repeated forward" or "host_start_ns" not in steps:
+        return False
+    from tracekit.analysis.tensor_items import decoder_outputs, frames_between
+
+    decoders = decoder_outputs(trace)
+    if not decoders:
+        return False
+    lo = steps["host_start_ns"].to_numpy(dtype=np.float64)
+    hi = lo + steps["host_duration_ns"].to_numpy(dtype=np.float64)
+    return all(frames_between(decoders, a, b) is None for a, b in zip(lo, hi))
+
+
 @dataclass(frozen=True)
 class Throughput:
     """What build measures of throughput; reports.throughput shows it, Analysis.to_dict writes it."""
@@ -368,22 +384,25 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     `rules`: the attribution rules (a user's --rules), whose phase rules name the host stages."""
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
+    clip = not samples_per_step and not frames_per_step and (not len(steps) or forwards_of_one_clip(trace, steps))
+    # the stages of a clip cover the whole trace (text encoder, denoise loop, decoder); else the steps
+    stage_windows = np.zeros((0, 2)) if clip else windows
     if len(kernels):
         from tracekit.analysis.stage_names import kernel_stages
 
-        kernels = kernels.assign(stage=kernel_stages(trace, kernels, _host_windows(steps)))
-        stages = stage_table(kernels, "stage", windows=windows)
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels, None if clip else _host_windows(steps)))
+        stages = stage_table(kernels, "stage", windows=stage_windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
-        stages = host_stage_table(trace, windows if len(windows) else np.array([[0.0, span]]), rules)
+        stages = host_stage_table(trace, stage_windows if len(stage_windows) else np.array([[0.0, span]]), rules)
     total = None
-    if not len(steps) and not samples_per_step and not frames_per_step:  # the whole trace is one clip
+    if clip:  # the whole trace is one clip
         from tracekit.analysis.tensor_items import clip_total
 
         total = clip_total(trace, kernels)
-    if len(per_step):
+    if len(per_step) and total is None:
         wall = float(per_step["duration_ns"].sum())
         units = per_step["unit"].unique()
         outside = kernels["step"].to_numpy() < 0 if "step" in kernels else np.zeros(len(kernels), dtype=bool)
