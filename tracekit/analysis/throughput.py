@@ -331,6 +331,33 @@ def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows:
     return out
 
 
+def _step_range_rows(trace, steps: pd.DataFrame) -> list[int | None]:
+    """Each step-table row's range row (the kernels' `step` column), by name and host start."""
+    r = trace.ranges if trace is not None else None
+    rows = step_rows(trace) if r is not None and len(r) else np.zeros(0, dtype=np.int64)
+    names = as_text(r["name"]) if len(rows) else []
+    row_of = {(names[i], int(r["start"].iat[i])): int(i) for i in rows}
+    return [row_of.get((str(s["step"]), int(s["host_start_ns"]))) if "host_start_ns" in s else None
+            for s in steps.to_dict(orient="records")]
+
+
+def _tokens_from_gemms(trace, kernels: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
+    """A token model's steps whose work is otherwise unknown (no embedding recorded: a compiled
+    model) count the tokens their GEMMs took (tracekit.analysis.gemm_tokens)."""
+    unknown = (per_step["unit"] == "steps").to_numpy()
+    if not unknown.any():
+        return
+    from tracekit.analysis.gemm_tokens import gemm_tokens
+
+    found = gemm_tokens(trace, kernels, _step_range_rows(trace, steps))
+    for i in np.flatnonzero(unknown):
+        if found[i] is not None:
+            items, source = found[i]
+            duration = float(per_step.at[i, "duration_ns"])
+            per_step.loc[i, ["items", "unit", "source"]] = [items, "tokens", source]
+            per_step.at[i, "throughput"] = items / duration * 1e9 if duration > 0 else None
+
+
 def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
     """Steps grouped by the stage that holds most of each one's window (a generation's one
     prefill and its decode steps): per group, steps, items, wall and items per second, so a
@@ -394,6 +421,7 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         stages = stage_table(kernels, "stage", windows=stage_windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
+            _tokens_from_gemms(trace, kernels, steps, per_step)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, stage_windows if len(stage_windows) else np.array([[0.0, span]]), rules)

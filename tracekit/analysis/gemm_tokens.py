@@ -1,0 +1,55 @@
+"""Tokens of a token model's step read from its GEMMs, where no token embedding is in the trace.
+
+A compiled or fused model launches its embedding inside a generated kernel (Inductor fuses the
+lookup with the first norm), so the embedding's [B, T] indices are not recorded; its GEMMs
+still are (Inductor calls cuBLAS through `aten::mm`). A step is a token model's when it runs
+the LM head (attribution's `lm_head` block: a GEMM onto the vocabulary width, found from the
+weights' shapes): each LM head call ends one forward, and the forward's tokens are the rows
+of its first GEMM (the QKV projection over B x T rows at prefill, B at decode; an LM head
+applied to the last position only has B rows, so it is not the count).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
+
+
+def gemm_tokens(trace, kernels: pd.DataFrame, owner_rows: list[int | None]) -> list[tuple[float, str] | None]:
+    """Per step (its range row in `owner_rows`): (tokens, source), or None where the step runs
+    no LM head or its GEMMs have no recorded shapes."""
+    out: list[tuple[float, str] | None] = [None] * len(owner_rows)
+    if trace is None or not len(kernels) or "block" not in kernels or "step" not in kernels or not len(trace.ops):
+        return out
+    from tracekit.trace.column_text import as_text
+
+    op_names = np.array(as_text(trace.ops["name"]), dtype=object)
+    dims, op_start = trace.ops["input_dims"].to_numpy(), trace.ops["start"].to_numpy()
+    owner, op = kernels["step"].to_numpy(), kernels["op"].to_numpy()
+    head = (kernels["block"].astype(str) == "lm_head").to_numpy()
+    for i, row in enumerate(owner_rows):
+        if row is None:
+            continue
+        mine = owner == row
+        gemms = np.unique(op[mine & (op >= 0)])
+        gemms = gemms[np.isin(op_names[gemms], MATMUL_OPS)]
+        heads = np.intersect1d(gemms, op[mine & head])  # the LM head's GEMM calls, one per forward
+        if not len(heads):
+            continue
+        first = gemms[np.argmin(op_start[gemms])]
+        rows = _rows(dims[first])
+        if rows:
+            out[i] = (float(rows * len(heads)), f"rows of the first GEMM of each of {len(heads)} forward pass(es) "
+                                                 "(one LM head call each; no token embedding recorded)")
+    return out
+
+
+def _rows(d) -> int | None:
+    x = d[0] if isinstance(d, (list, tuple)) and d else None
+    if not isinstance(x, (list, tuple)) or len(x) < 2 or not all(isinstance(v, int) and v > 0 for v in x):
+        return None
+    return math.prod(x[:-1])
