@@ -195,3 +195,13 @@ def test_a_convolution_network_has_no_unfused_attention_nor_crash():
     alone, and they are backward: no attention row."""
     a = tracekit.analyze(shared("torch", "v100_resnet50_train_legacy2021.json.gz"), workers=1)
     assert "waste_unfused_attention" not in _rows(a)
+
+
+def test_an_inference_pipelines_kv_refresh_is_not_checkpointing():
+    # the streaming DiT's `kv_recompute` range names a phase "recompute", but no op of it runs
+    # inside a backward node (no autograd op at all): refreshing a KV cache is not the cost of
+    # activation checkpointing, so no recompute row, whatever the phase is called
+    a = tracekit.analyze(shared("torch/h200_streaming_video_dit1.3b_480p_chunk3_steps2.json.gz"))
+    assert (a.kernels["phase"] == "recompute").any()
+    causes = [c["cause"] for c in a.findings.causes]
+    assert "waste_recompute" not in causes
