@@ -1,0 +1,138 @@
+"""Blocks by role: the last attribution pass, keyed on the op that launched each kernel.
+
+The structure pass (attribution.structure, step 4) places a small kernel by its position
+between kernels of certain block, so a residual add, an adaLN modulation or a gate that sits
+beside a normalisation became `norm`, and such kernels with no anchor around them stayed
+`other`. Position says where a kernel ran, not what it does. This pass reads what it does
+from its launching aten op (its name, its tensors' shapes, the autograd node above it) and
+keeps block `norm` for normalisation work only:
+
+- certain normalisation: a block rule placed it in `norm` (an op named *_norm in its op tree,
+  a Norm module's frame, a fused norm kernel by class: Inductor's fused rsqrt + mean);
+- a normalisation written out in Python (HF's RMSNorm: pow, mean, add eps, rsqrt, mul, mul
+  by the weight, casts to float32 and back), recognised by its ops and shapes: a statistic
+  op (rsqrt, var, std, var_mean; or the autograd node of one in the backward), a reduction
+  over the hidden width, the hidden state squared (pow), an elementwise op on per-row
+  statistics (a tensor [..., 1]: adding eps, `x * rstd`, `x - mean`), the affine weight
+  (a [..., H] tensor times a 1-D [H] one), and a dtype cast next to such a kernel.
+
+Every other kernel this pass looks at (in `norm` by position only, or in `other`) that an op
+launched and that does elementwise or copy work gets block `elementwise`: residual adds,
+modulations and gates, activations and copies outside any layer part. Kernels the earlier
+passes put in attention / ffn / lm_head (an activation between the FFN's GEMMs, rotary on
+[B, heads, T, D] tensors) are left there: the op tree or the tensors already said so.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from tracekit.attribution.rules import DEFAULT_BLOCK
+from tracekit.attribution.structure import hidden_reductions
+
+ELEMENTWISE = "elementwise"
+# ops that compute a normalisation's statistics, and the autograd nodes of their backward
+STATISTIC_OPS = re.compile(r"^aten::(rsqrt|var|var_mean|std|std_mean|linalg_vector_norm|norm)_?$")
+STATISTIC_NODES = re.compile(r"^(Rsqrt|Var|VarMean|Std|StdMean|LinalgVectorNorm|Norm)Backward\d*$")
+POW = re.compile(r"^aten::pow_?$")
+CASTS = re.compile(r"^aten::(_to_copy|to|copy_|type_as)$")
+# kernel classes that are never elementwise work: a GEMM or convolution, an attention kernel,
+# a collective or MoE routing keeps its block (an unplaced GEMM stays `other`)
+NOT_ROLE_CLASSES = ("gemm", "attention", "collective", "routing")
+MAX_DEPTH = 64
+
+
+def _shapes(inputs) -> list[list[int]]:
+    """The shapes of an op's tensor inputs (scalars and lists of tensors left out)."""
+    out = []
+    for value in (inputs if isinstance(inputs, (list, tuple)) else [])[:8]:
+        if isinstance(value, (list, tuple)) and value and all(isinstance(d, (int, np.integer)) for d in value):
+            out.append([int(d) for d in value])
+    return out
+
+
+def normalisation_form(name: str, node: str, inputs, hidden: int | None) -> bool:
+    """Is an op (its name, the autograd node above it, its input shapes) a step of a
+    normalisation written out in Python? See the module docstring."""
+    if STATISTIC_OPS.match(name) or STATISTIC_NODES.match(node):
+        return True
+    shapes = _shapes(inputs)
+    if not shapes:
+        return False
+    if hidden and POW.match(name) and shapes[0][-1] == hidden:
+        return True  # the hidden state squared, for its mean
+    stats = [s for s in shapes if len(s) >= 2 and s[-1] == 1 and any(d > 1 for d in s[:-1])]
+    rows = [s for s in shapes if len(s) >= 2 and s[-1] > 1]
+    if stats and all(len(r) == len(stats[0]) and r[:-1] == stats[0][:-1] for r in rows):
+        return True  # per-row statistics: mean + eps, rsqrt, x * rstd, x - mean
+    if hidden and len(shapes) == 2 and name.startswith("aten::mul"):
+        a, b = shapes
+        weight = [hidden]
+        return (a == weight and len(b) >= 2 and b[-1] == hidden) or (b == weight and len(a) >= 2 and a[-1] == hidden)
+    return False
+
+
+def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none)."""
+    is_node = np.array([bool(re.search(r"Backward\d*$", n[:256])) for n in names], dtype=bool)
+    out = np.full(len(names), "", dtype=object)
+    out[is_node] = names[is_node]
+    cur = np.where(is_node, -1, parent)
+    todo = np.flatnonzero(~is_node)
+    for _ in range(MAX_DEPTH):
+        live = cur[todo] >= 0
+        todo, up = todo[live], cur[todo][live]
+        if not len(todo):
+            break
+        hit = is_node[up]
+        out[todo[hit]] = names[up[hit]]
+        cur[todo[hit]] = -1
+        cur[todo[~hit]] = parent[up[~hit]]
+        todo = todo[~hit]
+    return out
+
+
+def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray, hidden: int | None) -> np.ndarray:
+    """`block` with `norm` kept for normalisation work and the elementwise / copy kernels that
+    position alone placed (in `norm`) or nobody placed (`other`) given their role."""
+    k = trace.kernels
+    op = k["op"].to_numpy()
+    looked = np.isin(block, ["norm", DEFAULT_BLOCK]) & (rule_block != "norm") & (op >= 0) \
+        & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
+    if not looked.any():
+        return block
+    ops = trace.ops
+    cats = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
+    names = np.array([str(c) for c in cats.cat.categories] + [""], dtype=object)[cats.cat.codes.to_numpy()]
+    parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
+    nodes = _autograd_nodes(names, parent)
+    dims = ops["input_dims"].to_numpy()
+    by_op = np.zeros(len(ops), dtype=bool)
+    for row in np.unique(op[looked]):
+        by_op[row] = normalisation_form(names[row], nodes[row], dims[row], hidden)
+    normal = looked & (by_op[np.maximum(op, 0)] | (kernel_class == "norm"))
+    if hidden:
+        normal |= looked & hidden_reductions(op, kernel_class, dims, ops["concrete_inputs"].to_numpy(), hidden)
+    # a dtype cast right before or after a normalisation kernel on its stream is the
+    # normalisation's own (RMSNorm computes in float32 and casts back)
+    certain = (rule_block == "norm") | normal
+    order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
+    lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    c = certain[order]
+    same_prev = np.r_[False, lane[1:] == lane[:-1]]
+    same_next = np.r_[lane[1:] == lane[:-1], False]
+    beside = np.zeros(len(order), dtype=bool)
+    beside |= same_prev & np.r_[False, c[:-1]]
+    beside |= same_next & np.r_[c[1:], False]
+    cast = np.array([bool(CASTS.match(n)) for n in names], dtype=bool) if len(names) else np.zeros(0, bool)
+    is_cast = looked & cast[np.maximum(op, 0)] if len(cast) else np.zeros(len(k), bool)
+    near = np.zeros(len(k), dtype=bool)
+    near[order] = beside
+    normal |= is_cast & near
+    out = block.copy()
+    out[normal] = "norm"
+    out[looked & ~normal] = ELEMENTWISE
+    return out
