@@ -16,6 +16,13 @@ keeps block `norm` for normalisation work only:
   statistics (a tensor [..., 1]: adding eps, `x * rstd`, `x - mean`), the affine weight
   (a [..., H] tensor times a 1-D [H] one), and a dtype cast next to such a kernel.
 
+A residual add (two tensors of one shape [..., H]), an adaLN modulation or a gate (a [..., T, H]
+tensor with a broadcast [..., 1, H] one: `x * (1 + scale) + shift`, `x + y * gate`) is
+elementwise wherever position put it (beside a norm, or between two GEMMs of one attention
+or FFN), when its op is a module-level op (no aten op above it: a bias add inside
+aten::linear is its GEMM's) and no block rule placed it (a module frame, a range, an op
+name in its tree: those are the op tree saying whose it is).
+
 Every other kernel this pass looks at (in `norm` by position only, or in `other`) that an op
 launched and that does elementwise or copy work gets block `elementwise`: residual adds,
 modulations and gates, activations and copies outside any layer part. Kernels the earlier
@@ -75,6 +82,41 @@ def normalisation_form(name: str, node: str, inputs, hidden: int | None) -> bool
     return False
 
 
+ROLE_OPS = re.compile(r"^aten::(add|sub|mul|addcmul|div)_?$")
+
+
+def hidden_role_form(name: str, inputs, hidden: int | None) -> bool:
+    """Is an op a residual add, a modulation or a gate on the hidden state? See the module docstring."""
+    if not hidden or not ROLE_OPS.match(name):
+        return False
+    shapes = [s for s in _shapes(inputs) if len(s) >= 2 and s[-1] == hidden]
+    if len(shapes) < 2 or any(len(s) != len(shapes[0]) for s in shapes):
+        return False
+    full = max(shapes, key=lambda s: int(np.prod(s)))
+    # equal shapes (residual), or broadcast along the rows only (modulation, gate)
+    return all(all(d == f or d == 1 for d, f in zip(s[:-1], full[:-1])) for s in shapes) and int(np.prod(full[:-1])) > 1
+
+
+def _module_level(names: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per op row: no aten op encloses it below the nearest autograd node (or the top)."""
+    out = np.ones(len(names), dtype=bool)
+    cur = parent.copy()
+    todo = np.arange(len(names))
+    aten = np.array([n.startswith("aten::") for n in names], dtype=bool)
+    for _ in range(MAX_DEPTH):
+        live = cur[todo] >= 0
+        todo = todo[live]
+        if not len(todo):
+            break
+        up = cur[todo]
+        stop = node[up]
+        out[todo[~stop & aten[up]]] = False
+        cont = ~stop & ~aten[up]
+        todo = todo[cont]
+        cur[todo] = parent[up[cont]]
+    return out
+
+
 def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none)."""
     is_node = np.array([bool(re.search(r"Backward\d*$", n[:256])) for n in names], dtype=bool)
@@ -102,7 +144,9 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     op = k["op"].to_numpy()
     looked = np.isin(block, ["norm", DEFAULT_BLOCK]) & (rule_block != "norm") & (op >= 0) \
         & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
-    if not looked.any():
+    placed = np.isin(block, ["attention", "ffn"]) & (rule_block == DEFAULT_BLOCK) & (op >= 0) \
+        & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
+    if not looked.any() and not (placed.any() and hidden):
         return block
     ops = trace.ops
     cats = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
@@ -135,4 +179,12 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     out = block.copy()
     out[normal] = "norm"
     out[looked & ~normal] = ELEMENTWISE
+    # residual adds, modulations, gates that position alone put in attention / ffn
+    if placed.any() and hidden:
+        node = np.array([bool(n) for n in nodes], dtype=bool) & (nodes == names)
+        top = _module_level(names, parent, node)
+        role = np.zeros(len(ops), dtype=bool)
+        for row in np.unique(op[placed]):
+            role[row] = top[row] and hidden_role_form(names[row], dims[row], hidden)
+        out[placed & role[np.maximum(op, 0)]] = ELEMENTWISE
     return out
