@@ -37,13 +37,20 @@ import re
 import numpy as np
 import pandas as pd
 
+from tracekit.attribution.inference import from_identical_kernels, identical_signatures
 from tracekit.attribution.rules import DEFAULT_BLOCK
-from tracekit.attribution.structure import hidden_reductions
+from tracekit.attribution.structure import AUTOGRAD_NODE, hidden_reductions, reduced_dims
 
 ELEMENTWISE = "elementwise"
 # ops that compute a normalisation's statistics, and the autograd nodes of their backward
 STATISTIC_OPS = re.compile(r"^aten::(rsqrt|var|var_mean|std|std_mean|linalg_vector_norm|norm)_?$")
 STATISTIC_NODES = re.compile(r"^(Rsqrt|Var|VarMean|Std|StdMean|LinalgVectorNorm|Norm)Backward\d*$")
+# elementwise arithmetic that can combine a row with its statistics (a random fill of a
+# [..., 1] tensor is no normalisation)
+ARITHMETIC = re.compile(r"^aten::(add|sub|mul|div|rsqrt|sqrt|reciprocal|pow|addcmul|addcdiv)_?$")
+# GEMMs and convolutions: the kernels they launch (a bias add, a cast of the weight) are theirs
+GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|\w*conv\w*)$")
+CONV_OPS = re.compile(r"^aten::\w*conv\w*$")
 POW = re.compile(r"^aten::pow_?$")
 CASTS = re.compile(r"^aten::(_to_copy|to|copy_|type_as)$")
 # kernel classes that are never elementwise work: a GEMM or convolution, an attention kernel,
@@ -71,6 +78,8 @@ def normalisation_form(name: str, node: str, inputs, hidden: int | None) -> bool
         return False
     if hidden and POW.match(name) and shapes[0][-1] == hidden:
         return True  # the hidden state squared, for its mean
+    if not ARITHMETIC.match(name):
+        return False
     stats = [s for s in shapes if len(s) >= 2 and s[-1] == 1 and any(d > 1 for d in s[:-1])]
     rows = [s for s in shapes if len(s) >= 2 and s[-1] > 1]
     if stats and all(len(r) == len(stats[0]) and r[:-1] == stats[0][:-1] for r in rows):
@@ -117,6 +126,17 @@ def _module_level(names: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np
     return out
 
 
+def hidden_mean(name: str, inputs, concrete, hidden: int) -> bool:
+    """A mean over the hidden width (an RMSNorm's or LayerNorm's statistics written out)."""
+    if not name.startswith("aten::mean"):
+        return False
+    shapes = _shapes(inputs)
+    if not shapes or len(shapes[0]) < 2 or shapes[0][-1] != hidden:
+        return False
+    reduced = reduced_dims(concrete)
+    return reduced is None or -1 in reduced or len(shapes[0]) - 1 in reduced
+
+
 def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none)."""
     is_node = np.array([bool(re.search(r"Backward\d*$", n[:256])) for n in names], dtype=bool)
@@ -137,54 +157,109 @@ def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return out
 
 
+def _enclosing(flag: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per op row: `flag` on the op itself or on an op enclosing it, below the nearest autograd
+    node (which encloses a whole recomputed layer, not one module's work)."""
+    out = flag.copy()
+    cur = np.where(node, -1, parent)
+    todo = np.flatnonzero(~out & (cur >= 0))
+    for _ in range(MAX_DEPTH):
+        if not len(todo):
+            break
+        up = cur[todo]
+        stop = node[up]
+        out[todo[~stop & flag[up]]] = True
+        go = ~stop & ~flag[up] & (parent[up] >= 0)
+        todo = todo[go]
+        cur[todo] = parent[up[go]]
+    return out
+
+
 def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray, hidden: int | None) -> np.ndarray:
-    """`block` with `norm` kept for normalisation work and the elementwise / copy kernels that
-    position alone placed (in `norm`) or nobody placed (`other`) given their role."""
+    """`block` with `norm` kept for normalisation work, and the elementwise / copy kernels that
+    position alone placed, or nobody placed, given the block of their role (module docstring)."""
     k = trace.kernels
     op = k["op"].to_numpy()
-    looked = np.isin(block, ["norm", DEFAULT_BLOCK]) & (rule_block != "norm") & (op >= 0) \
-        & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
-    placed = np.isin(block, ["attention", "ffn"]) & (rule_block == DEFAULT_BLOCK) & (op >= 0) \
-        & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
-    if not looked.any() and not (placed.any() and hidden):
+    candidate = (op >= 0) & (k["kind"].astype(str).to_numpy() == "kernel") & ~np.isin(kernel_class, NOT_ROLE_CLASSES)
+    looked = candidate & np.isin(block, ["norm", DEFAULT_BLOCK]) & (rule_block != "norm")
+    # in attention / ffn by position or shape only: no rule (frame, range, op name) placed it
+    placed = candidate & np.isin(block, ["attention", "ffn"]) & (rule_block == DEFAULT_BLOCK)
+    if not (looked | placed).any():
         return block
     ops = trace.ops
     cats = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
-    names = np.array([str(c) for c in cats.cat.categories] + [""], dtype=object)[cats.cat.codes.to_numpy()]
+    text = [str(c)[:256] for c in cats.cat.categories] + [""]
+    codes = cats.cat.codes.to_numpy()
+    names = np.array(text, dtype=object)[codes]
+    node = np.array([bool(AUTOGRAD_NODE.search(t)) for t in text], dtype=bool)[codes]
     parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
     nodes = _autograd_nodes(names, parent)
-    dims = ops["input_dims"].to_numpy()
-    by_op = np.zeros(len(ops), dtype=bool)
-    for row in np.unique(op[looked]):
-        by_op[row] = normalisation_form(names[row], nodes[row], dims[row], hidden)
-    normal = looked & (by_op[np.maximum(op, 0)] | (kernel_class == "norm"))
+    dims, concrete = ops["input_dims"].to_numpy(), ops["concrete_inputs"].to_numpy()
+    gemm = np.array([bool(GEMM_OPS.match(t)) for t in text], dtype=bool)[codes]
+    cast = np.array([bool(CASTS.match(t)) for t in text], dtype=bool)[codes]
+    # the ops of the candidates and every op above them up to their autograd node
+    wanted = np.zeros(len(ops), dtype=bool)
+    cur = np.unique(op[looked | placed])
+    for _ in range(MAX_DEPTH):
+        cur = cur[(cur >= 0) & ~wanted[np.maximum(cur, 0)]]
+        if not len(cur):
+            break
+        wanted[cur] = True
+        cur = np.unique(np.where(node[cur], -1, parent[cur]))
+    form = np.zeros(len(ops), dtype=bool)
+    for row in np.flatnonzero(wanted):
+        form[row] = normalisation_form(names[row], nodes[row], dims[row], hidden) \
+            or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden))
+    norm_op = _enclosing(form, parent, node)[np.maximum(op, 0)]
+    under_gemm = _enclosing(gemm, parent, node)[np.maximum(op, 0)]
+    conv = np.array([bool(CONV_OPS.search(t)) for t in text], dtype=bool)[codes]
+    under_conv = looked & _enclosing(conv, parent, node)[np.maximum(op, 0)]  # a convolution's own work
+    looked &= ~under_gemm
+    placed &= ~under_gemm
+    normal = (looked | placed) & (norm_op | (kernel_class == "norm"))
     if hidden:
-        normal |= looked & hidden_reductions(op, kernel_class, dims, ops["concrete_inputs"].to_numpy(), hidden)
+        normal |= looked & hidden_reductions(op, kernel_class, dims, concrete, hidden)
     # a dtype cast right before or after a normalisation kernel on its stream is the
     # normalisation's own (RMSNorm computes in float32 and casts back)
-    certain = (rule_block == "norm") | normal
+    certain = (rule_block == "norm") | (block == "norm") & ~looked | normal
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     c = certain[order]
-    same_prev = np.r_[False, lane[1:] == lane[:-1]]
-    same_next = np.r_[lane[1:] == lane[:-1], False]
-    beside = np.zeros(len(order), dtype=bool)
-    beside |= same_prev & np.r_[False, c[:-1]]
-    beside |= same_next & np.r_[c[1:], False]
-    cast = np.array([bool(CASTS.match(n)) for n in names], dtype=bool) if len(names) else np.zeros(0, bool)
-    is_cast = looked & cast[np.maximum(op, 0)] if len(cast) else np.zeros(len(k), bool)
+    beside = (np.r_[False, lane[1:] == lane[:-1]] & np.r_[False, c[:-1]]) | (np.r_[lane[1:] == lane[:-1], False] & np.r_[c[1:], False])
     near = np.zeros(len(k), dtype=bool)
     near[order] = beside
-    normal |= is_cast & near
+    # only a module-level cast of the hidden state: a scalar wrapped into a tensor for an add
+    # is that add's, and its form decides
+    top = _module_level(names, parent, node)
+    hidden_cast = np.zeros(len(ops), dtype=bool)
+    for row in np.flatnonzero(wanted & cast & top):
+        shapes = _shapes(dims[row])
+        hidden_cast[row] = bool(hidden) and bool(shapes) and len(shapes[0]) >= 2 and shapes[0][-1] == hidden
+    normal |= (looked | placed) & hidden_cast[np.maximum(op, 0)] & near
     out = block.copy()
     out[normal] = "norm"
     out[looked & ~normal] = ELEMENTWISE
-    # residual adds, modulations, gates that position alone put in attention / ffn
-    if placed.any() and hidden:
-        node = np.array([bool(n) for n in nodes], dtype=bool) & (nodes == names)
-        top = _module_level(names, parent, node)
+    out[under_conv] = "conv"
+    # residual adds, modulations and gates that position put in attention / ffn
+    if hidden and (placed & ~normal).any():
         role = np.zeros(len(ops), dtype=bool)
-        for row in np.unique(op[placed]):
+        for row in np.unique(op[placed & ~normal]):
             role[row] = top[row] and hidden_role_form(names[row], dims[row], hidden)
-        out[placed & role[np.maximum(op, 0)]] = ELEMENTWISE
+        out[placed & ~normal & role[np.maximum(op, 0)]] = ELEMENTWISE
+    return _blind_again(k, kernel_class, out, rule_block)
+
+
+def _blind_again(k, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray) -> np.ndarray:
+    """Kernels with no launch (before the capture) in `norm` took it from identical kernels
+    (attribution.inference) before this pass corrected those: they take their identical
+    kernels' block again, where those now agree, else keep `norm`."""
+    redo = (k["launch"].to_numpy() < 0) & (block == "norm") & (rule_block != "norm") & (kernel_class != "norm")
+    if not redo.any():
+        return block
+    labels = block.copy()
+    labels[redo] = DEFAULT_BLOCK
+    blind = k["launch"].to_numpy() < 0
+    again = from_identical_kernels(labels, blind, identical_signatures(k), (k["grid_x"] >= 0).to_numpy(), DEFAULT_BLOCK)
+    out = block.copy()
+    out[redo] = np.where(again[redo] != DEFAULT_BLOCK, again[redo], "norm")
     return out
