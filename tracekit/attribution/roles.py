@@ -106,12 +106,15 @@ def hidden_role_form(name: str, inputs, hidden: int | None) -> bool:
     return all(all(d == f or d == 1 for d, f in zip(s[:-1], full[:-1])) for s in shapes) and int(np.prod(full[:-1])) > 1
 
 
-def _module_level(names: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """Per op row: no aten op encloses it below the nearest autograd node (or the top)."""
+def _module_level(names: np.ndarray, parent: np.ndarray, node: np.ndarray, transparent: np.ndarray | None = None) -> np.ndarray:
+    """Per op row: no aten op encloses it below the nearest autograd node (or the top);
+    `transparent` ops (per row) do not count as enclosing ones."""
     out = np.ones(len(names), dtype=bool)
     cur = parent.copy()
     todo = np.arange(len(names))
     aten = np.array([n.startswith("aten::") for n in names], dtype=bool)
+    if transparent is not None:
+        aten &= ~transparent
     for _ in range(MAX_DEPTH):
         live = cur[todo] >= 0
         todo = todo[live]
@@ -232,10 +235,11 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     # is that add's, and its form decides
     top = _module_level(names, parent, node)
     hidden_cast = np.zeros(len(ops), dtype=bool)
-    for row in np.flatnonzero(wanted & cast & top):
+    for row in np.flatnonzero(wanted & cast & _module_level(names, parent, node, cast)):
         shapes = _shapes(dims[row])
         hidden_cast[row] = bool(hidden) and bool(shapes) and len(shapes[0]) >= 2 and shapes[0][-1] == hidden
     normal |= (looked | placed) & hidden_cast[np.maximum(op, 0)] & near
+    normal |= (looked | placed) & _backward_of(ops, op, normal | (rule_block == "norm") & (op >= 0), parent, node)
     out = block.copy()
     out[normal] = "norm"
     out[looked & ~normal] = ELEMENTWISE
@@ -247,6 +251,49 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
             role[row] = top[row] and hidden_role_form(names[row], dims[row], hidden)
         out[placed & ~normal & role[np.maximum(op, 0)]] = ELEMENTWISE
     return _blind_again(k, kernel_class, out, rule_block)
+
+
+def _backward_of(ops: pd.DataFrame, op: np.ndarray, forward: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per kernel: launched inside the autograd node of a forward op whose kernels are
+    `forward` (per kernel). The autograd engine gives a node the sequence number of the
+    forward op that made it (Kineto's `Sequence number`), so the gradient of an RMSNorm's
+    pow, of its x * rstd, of its casts is the norm's backward whatever the ops' shapes."""
+    if "sequence" not in ops or not forward.any():
+        return np.zeros(len(op), dtype=bool)
+    seq, pid = ops["sequence"].to_numpy(), ops["pid"].to_numpy().astype(np.int64)
+    # the forward ops, and the ops enclosing them below module level (the sequence number is
+    # the outermost dispatched op's: aten::to for a cast's aten::copy_)
+    marked = np.zeros(len(ops), dtype=bool)
+    cur = np.unique(op[forward])
+    for _ in range(MAX_DEPTH):
+        cur = cur[(cur >= 0) & ~node[np.maximum(cur, 0)]]
+        cur = cur[~marked[cur]]
+        if not len(cur):
+            break
+        marked[cur] = True
+        cur = np.unique(parent[cur])
+    keys = {(int(p), int(q)) for p, q in zip(pid[marked], seq[marked]) if q >= 0}
+    if not keys:
+        return np.zeros(len(op), dtype=bool)
+    is_norm_node = node & np.array([(int(p), int(q)) in keys for p, q in zip(pid, seq)], dtype=bool)
+    # the nearest enclosing autograd node of each op, then whether it is such a node
+    nearest = np.where(node, np.arange(len(ops)), -1)
+    cur = parent.copy()
+    todo = np.flatnonzero(~node)
+    for _ in range(MAX_DEPTH):
+        todo = todo[cur[todo] >= 0]
+        if not len(todo):
+            break
+        up = cur[todo]
+        hit = node[up]
+        nearest[todo[hit]] = up[hit]
+        todo = todo[~hit]
+        cur[todo] = parent[up[~hit]]
+    by_op = np.where(nearest >= 0, is_norm_node[np.maximum(nearest, 0)], False)
+    # a node of the inner kind (PowBackward0) sits inside evaluate_function's: either counts
+    outer = np.where(nearest >= 0, parent[np.maximum(nearest, 0)], -1)
+    by_op |= np.where(outer >= 0, is_norm_node[np.maximum(outer, 0)] & node[np.maximum(outer, 0)], False)
+    return np.where(op >= 0, by_op[np.maximum(op, 0)], False)
 
 
 def _blind_again(k, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray) -> np.ndarray:
