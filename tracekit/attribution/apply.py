@@ -178,5 +178,5 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None,
     phase, block = infer_missing(trace, kernel_class, phase, rule_block, widths)
     # last: what position placed, the launching op's role corrects (norm is normalisation work)
     hidden = widths.hidden if widths is not None else None
-    block = role_blocks(trace, np.asarray(kernel_class, dtype=object), block, rule_block, hidden)
+    block = role_blocks(trace, np.asarray(kernel_class, dtype=object), block, rule_block, hidden, phase)
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

@@ -178,7 +178,8 @@ def _enclosing(flag: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.nda
     return out
 
 
-def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray, hidden: int | None) -> np.ndarray:
+def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray, hidden: int | None,
+                phase: np.ndarray | None = None) -> np.ndarray:
     """`block` with `norm` kept for normalisation work, and the elementwise / copy kernels that
     position alone placed, or nobody placed, given the block of their role (module docstring)."""
     k = trace.kernels
@@ -239,44 +240,65 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
         shapes = _shapes(dims[row])
         hidden_cast[row] = bool(hidden) and bool(shapes) and len(shapes[0]) >= 2 and shapes[0][-1] == hidden
     normal |= (looked | placed) & hidden_cast[np.maximum(op, 0)] & near
-    normal |= (looked | placed) & _backward_of(ops, op, normal | (rule_block == "norm") & (op >= 0), parent, node)
     out = block.copy()
     out[normal] = "norm"
     out[looked & ~normal] = ELEMENTWISE
+    # the backward of a forward op is that op's block (its autograd node's sequence number)
+    backward = backward_blocks(ops, op, out, parent, node)
+    # (backward kernels only: a checkpointed layer's recomputed forward runs inside the
+    # autograd node that unpacked its saved tensor, and is not that node's gradient)
+    in_backward = np.ones(len(k), dtype=bool) if phase is None else np.asarray(phase) == "backward"
+    take = (looked | placed) & ~normal & in_backward & (backward != None)  # noqa: E711 (elementwise on an object array)
+    out[take] = backward[take]
+    normal |= take & (backward == "norm")
     out[under_conv] = "conv"
     # residual adds, modulations and gates that position put in attention / ffn
-    if hidden and (placed & ~normal).any():
+    if hidden and (placed & ~normal & ~take).any():
         role = np.zeros(len(ops), dtype=bool)
-        for row in np.unique(op[placed & ~normal]):
+        for row in np.unique(op[placed & ~normal & ~take]):
             role[row] = top[row] and hidden_role_form(names[row], dims[row], hidden)
-        out[placed & ~normal & role[np.maximum(op, 0)]] = ELEMENTWISE
+        out[placed & ~normal & ~take & role[np.maximum(op, 0)]] = ELEMENTWISE
     return _blind_again(k, kernel_class, out, rule_block)
 
 
-def _backward_of(ops: pd.DataFrame, op: np.ndarray, forward: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
-    """Per kernel: launched inside the autograd node of a forward op whose kernels are
-    `forward` (per kernel). The autograd engine gives a node the sequence number of the
-    forward op that made it (Kineto's `Sequence number`), so the gradient of an RMSNorm's
-    pow, of its x * rstd, of its casts is the norm's backward whatever the ops' shapes."""
-    if "sequence" not in ops or not forward.any():
-        return np.zeros(len(op), dtype=bool)
+FORWARD_BLOCKS = ("norm", "attention", "ffn", "lm_head", "embedding")
+
+
+def backward_blocks(ops: pd.DataFrame, op: np.ndarray, block: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:
+    """Per kernel: the block of the forward op whose autograd node launched it (None where
+    none, or where that op's kernels are of several blocks). The autograd engine gives a node
+    the sequence number of the forward op that made it (Kineto's `Sequence number`), so the
+    gradient of an RMSNorm's pow or of its casts is the norm's backward, the gradient
+    accumulation of the q / k / v projections' inputs the attention's, whatever their shapes."""
+    none = np.full(len(op), None, dtype=object)
+    if "sequence" not in ops or not len(ops):
+        return none
     seq, pid = ops["sequence"].to_numpy(), ops["pid"].to_numpy().astype(np.int64)
-    # the forward ops, and the ops enclosing them below module level (the sequence number is
-    # the outermost dispatched op's: aten::to for a cast's aten::copy_)
-    marked = np.zeros(len(ops), dtype=bool)
-    cur = np.unique(op[forward])
-    for _ in range(MAX_DEPTH):
-        cur = cur[(cur >= 0) & ~node[np.maximum(cur, 0)]]
-        cur = cur[~marked[cur]]
-        if not len(cur):
-            break
-        marked[cur] = True
-        cur = np.unique(parent[cur])
-    keys = {(int(p), int(q)) for p, q in zip(pid[marked], seq[marked]) if q >= 0}
-    if not keys:
-        return np.zeros(len(op), dtype=bool)
-    is_norm_node = node & np.array([(int(p), int(q)) in keys for p, q in zip(pid, seq)], dtype=bool)
-    # the nearest enclosing autograd node of each op, then whether it is such a node
+    # forward ops' blocks: a kernel's block goes to its op and the ops enclosing it below
+    # module level (the sequence number is the outermost dispatched op's: aten::to for a
+    # cast's aten::copy_, aten::linear for its mm)
+    codes = {name: i for i, name in enumerate(FORWARD_BLOCKS)}
+    seen = np.zeros((len(ops), len(FORWARD_BLOCKS)), dtype=bool)
+    for name, code in codes.items():
+        cur = np.unique(op[(block == name) & (op >= 0)])
+        for _ in range(MAX_DEPTH):
+            cur = cur[(cur >= 0)]
+            cur = cur[~node[cur] & ~seen[cur, code]]
+            if not len(cur):
+                break
+            seen[cur, code] = True
+            cur = np.unique(parent[cur])
+    one = seen.sum(axis=1) == 1
+    forward = {}
+    for row in np.flatnonzero(one & (seq >= 0) & ~node):
+        forward[(int(pid[row]), int(seq[row]))] = FORWARD_BLOCKS[int(np.argmax(seen[row]))]
+    if not forward:
+        return none
+    node_block = np.full(len(ops), None, dtype=object)
+    for row in np.flatnonzero(node & (seq >= 0)):
+        node_block[row] = forward.get((int(pid[row]), int(seq[row])))
+    # the nearest enclosing autograd node of each op (PowBackward0 inside evaluate_function's:
+    # both carry the sequence number)
     nearest = np.where(node, np.arange(len(ops)), -1)
     cur = parent.copy()
     todo = np.flatnonzero(~node)
@@ -289,11 +311,8 @@ def _backward_of(ops: pd.DataFrame, op: np.ndarray, forward: np.ndarray, parent:
         nearest[todo[hit]] = up[hit]
         todo = todo[~hit]
         cur[todo] = parent[up[~hit]]
-    by_op = np.where(nearest >= 0, is_norm_node[np.maximum(nearest, 0)], False)
-    # a node of the inner kind (PowBackward0) sits inside evaluate_function's: either counts
-    outer = np.where(nearest >= 0, parent[np.maximum(nearest, 0)], -1)
-    by_op |= np.where(outer >= 0, is_norm_node[np.maximum(outer, 0)] & node[np.maximum(outer, 0)], False)
-    return np.where(op >= 0, by_op[np.maximum(op, 0)], False)
+    by_op = np.where(nearest >= 0, node_block[np.maximum(nearest, 0)], None)
+    return np.where(op >= 0, by_op[np.maximum(op, 0)], None)
 
 
 def _blind_again(k, kernel_class: np.ndarray, block: np.ndarray, rule_block: np.ndarray) -> np.ndarray:
