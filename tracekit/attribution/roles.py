@@ -23,6 +23,10 @@ or FFN), when its op is a module-level op (no aten op above it: a bias add insid
 aten::linear is its GEMM's) and no block rule placed it (a module frame, a range, an op
 name in its tree: those are the op tree saying whose it is).
 
+A backward kernel takes the block of the forward op whose autograd node launched it (the
+node carries that op's sequence number): the gradient of the RMSNorm's pow is norm, the
+accumulated input gradient of the q / k / v projections attention.
+
 Every other kernel this pass looks at (in `norm` by position only, or in `other`) that an op
 launched and that does elementwise or copy work gets block `elementwise`: residual adds,
 modulations and gates, activations and copies outside any layer part. Kernels the earlier
