@@ -220,6 +220,7 @@ def _hand_built_decoder(tmp_path, layers: int = 2) -> str:
         op("aten::mean", [[4, 16, 256], [], [], []], REDUCE)
         op("aten::rsqrt", [[4, 16, 1]])
         op("aten::mul", [[4, 16, 256], [4, 16, 1]])
+        op("aten::mul", [[256], [4, 16, 256]])  # the weight
 
     op("aten::embedding", [[32000, 256], [4, 16]], "indexSelectLargeIndex")
     for _ in range(layers):
@@ -258,7 +259,15 @@ def test_hand_built_decoder_blocks_from_shapes_and_order(tmp_path):
     assert blocks_of("aten::mul", "[[4, 16, 688], [4, 16, 688]]") == {"ffn"}
     assert blocks_of("aten::mean", "[[4, 16, 256], [], [], []]") == {"norm"}  # a mean over the hidden width
     assert blocks_of("aten::rsqrt", "[[4, 16, 1]]") == {"norm"}  # between that mean and the next projection
-    assert blocks_of("aten::add", "[[4, 16, 256], [4, 16, 256], []]") == {"norm"}  # residual add before a norm
+    # blocks by role (attribution.roles): norm is the normalisation's own steps, the residual
+    # add beside it is elementwise
+    assert blocks_of("aten::pow", "[[4, 16, 256], []]") == {"norm"}
+    assert blocks_of("aten::mul", "[[4, 16, 256], [4, 16, 1]]") == {"norm"}  # x * rstd
+    assert blocks_of("aten::mul", "[[256], [4, 16, 256]]") == {"norm"}  # the weight
+    assert blocks_of("aten::add", "[[4, 16, 256], [4, 16, 256], []]") == {"elementwise"}  # residual add before a norm
+    # every kernel runs 5 us: 5 norm kernels per RMSNorm x 5 RMSNorms, 2 residual adds x 2 layers
+    time = a.blocks.groupby("block")["gpu_time_ns"].sum()
+    assert time["norm"] == 25 * 5_000 and time["elementwise"] == 4 * 5_000
     assert blocks_of("aten::_softmax", "[[4, 32000], [], []]") == {"lm_head"}  # the logits
     assert blocks_of("aten::argmax", "[[4, 32000], [], []]") == {"lm_head"}
     assert "other" not in set(a.kernels["block"].astype(str))

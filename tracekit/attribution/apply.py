@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.inference import infer_missing
+from tracekit.attribution.roles import role_blocks
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
 from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
@@ -16,7 +17,7 @@ from tracekit.trace.grouping import combine
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, kernel_steps, step_rows
 from tracekit.trace.intervals import NO_ROW
 from tracekit.trace import Trace
-from tracekit.attribution.widths import Widths
+from tracekit.attribution.widths import Widths, infer_widths
 
 
 class _Matcher:
@@ -172,6 +173,10 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None,
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     phase = _backward_threads(trace, phase, matched, states)
     phase = _generation_phases(trace, phase, matched)
-    block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
-    phase, block = infer_missing(trace, kernel_class, phase, block, widths)
+    rule_block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
+    widths = widths if widths is not None else (infer_widths(trace) if len(k) else None)
+    phase, block = infer_missing(trace, kernel_class, phase, rule_block, widths)
+    # last: what position placed, the launching op's role corrects (norm is normalisation work)
+    hidden = widths.hidden if widths is not None else None
+    block = role_blocks(trace, np.asarray(kernel_class, dtype=object), block, rule_block, hidden, phase)
     return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)

@@ -142,7 +142,7 @@ def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.n
     return _per_kernel(by_op, op)
 
 
-def _reduced_dims(concrete) -> list[int] | None:
+def reduced_dims(concrete) -> list[int] | None:
     """The `dim` list of a reduction as its concrete inputs record it ('[-1]', '[0, 1]'), None if absent."""
     for value in (concrete if isinstance(concrete, (list, tuple)) else [])[1:3]:
         text = str(value)[:64].strip()
@@ -165,7 +165,7 @@ def hidden_reductions(op: np.ndarray, kernel_class: np.ndarray, dims: np.ndarray
         first = inputs[0] if inputs and isinstance(inputs[0], (list, tuple)) and inputs[0] else None
         if first is None or first[-1] != hidden:
             continue
-        reduced = _reduced_dims(concrete[row])
+        reduced = reduced_dims(concrete[row])
         over_hidden[row] = reduced is None or -1 in reduced or len(first) - 1 in reduced
     return (kernel_class == "norm") | (reduction & over_hidden[np.maximum(op, 0)]) if len(dims) else kernel_class == "norm"
 
