@@ -92,8 +92,12 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
     operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
                      for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
+    seen: dict[tuple, tuple | None] = {}  # the parser shares one object per distinct inputs list
     for o in np.unique(op[candidate]):
-        cache[int(o)] = copy_kind(dims[o], types[o], strides[o])
+        key = (id(dims[o]), id(types[o]), id(strides[o]))
+        if key not in seen:
+            seen[key] = copy_kind(dims[o], types[o], strides[o])
+        cache[int(o)] = seen[key]
     for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None])):
         c = cache[int(op[i])]
         if c is None or c[2] < MIN_BYTES:

@@ -215,9 +215,15 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
         wanted[cur] = True
         cur = np.unique(np.where(node[cur], -1, parent[cur]))
     form = np.zeros(len(ops), dtype=bool)
+    # an op's form depends only on its name, node and recorded inputs; the parser shares one
+    # object per distinct inputs list, so layers repeating the same op are judged once
+    seen: dict[tuple, bool] = {}
     for row in np.flatnonzero(wanted):
-        form[row] = normalisation_form(names[row], nodes[row], dims[row], hidden) \
-            or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden))
+        key = (names[row], nodes[row], id(dims[row]), id(concrete[row]))
+        if key not in seen:
+            seen[key] = normalisation_form(names[row], nodes[row], dims[row], hidden) \
+                or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden))
+        form[row] = seen[key]
     norm_op = _enclosing(form, parent, node)[np.maximum(op, 0)]
     under_gemm = _enclosing(gemm, parent, node)[np.maximum(op, 0)]
     conv = np.array([bool(CONV_OPS.search(t)) for t in text], dtype=bool)[codes]
