@@ -71,7 +71,7 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
     run has not ended INTERRUPT_GRACE_S after the first signal, removes this run's staging
     and ends the process with the abort line and 128 + signal. Main thread only; the
     watchdog's own thread blocks the signals, so they still reach the main thread."""
-    import shutil
+    import shutil  # noqa: F401 -- loaded now, so remove_staging never imports from the watchdog thread
     import signal
     import threading
     import time
@@ -101,12 +101,7 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
         if signum not in INTERRUPTS:
             INTERRUPTS.append(signum)  # nothing is installed from here on (raise_if_interrupted), handler or not
         time.sleep(INTERRUPT_GRACE_S)
-        for path in list(STAGING):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
+        remove_staging()
         with contextlib.suppress(OSError):
             os.write(2, aborted_line)
         os._exit(128 + INTERRUPTS[0])
@@ -130,11 +125,8 @@ def start_interrupt_watchdog(aborted_line: bytes = b"tracekit: aborted\n") -> No
                 threading.stack_size(before)
 
 
-def cpu_time_ran_out() -> None:
-    """SIGXCPU: the soft CPU-time limit (`ulimit -St`, prlimit --cpu) is spent; the kernel kills
-    the process at the hard one. One line and exit 2 now, this run's staging removed, rather
-    than "CPU time limit exceeded" from the shell. (`ulimit -t N` sets both limits: the
-    kernel's SIGKILL then comes first, and nothing can be said.)"""
+def remove_staging() -> None:
+    """Remove this run's staged outputs (a directory tree, or a file or link), whatever is left."""
     import shutil
 
     for path in list(STAGING):
@@ -143,6 +135,14 @@ def cpu_time_ran_out() -> None:
         else:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+
+
+def cpu_time_ran_out() -> None:
+    """SIGXCPU: the soft CPU-time limit (`ulimit -St`, prlimit --cpu) is spent; the kernel kills
+    the process at the hard one. One line and exit 2 now, this run's staging removed, rather
+    than "CPU time limit exceeded" from the shell. (`ulimit -t N` sets both limits: the
+    kernel's SIGKILL then comes first, and nothing can be said.)"""
+    remove_staging()
     with contextlib.suppress(OSError):
         os.write(2, b"tracekit: error: the CPU time limit (ulimit -t) ran out before the run ended: raise it\n")
     os._exit(2)
