@@ -20,7 +20,7 @@ def _kernels(rows):
 def _out(costs):
     n = len(costs)
     out = {f: np.array([c if c is None else float(c) for c in costs], dtype=np.float64) for f in ("flops", "bytes_read", "bytes_written")}
-    out.update({c: np.full(n, None, dtype=object) for c in ("cost_kind", "dtype", "cost_source", "unknown_reason")})
+    out.update({c: np.full(n, None, dtype=object) for c in ("cost_kind", "dtype", "cost_source", "unknown_reason", "cost_estimate")})
     return out
 
 
