@@ -126,3 +126,17 @@ def clip_total(trace, kernels: pd.DataFrame) -> dict | None:
     return {"items": float(frames), "unit": "frames", "wall_ns": wall, "throughput": frames / wall * 1e9,
             "source": f"{decoders[-1][3]}, over {where} (no steps: the whole trace is one clip)",
             "outside_steps_kernels": 0, "outside_steps_busy_ns": 0.0}
+
+
+def forwards_of_one_clip(trace, steps: pd.DataFrame) -> bool:
+    """Steps found by repetition that are the forwards inside one clip: the denoise steps of a
+    text-to-video pipeline, with its decoder run after them, outside every step. The clip, not
+    the step, is then what made the frames: its stages and its rate cover the whole trace."""
+    if trace is None or (trace.meta or {}).get("step_source") != "repeated forward" or "host_start_ns" not in steps:
+        return False
+    decoders = decoder_outputs(trace)
+    if not decoders:
+        return False
+    lo = steps["host_start_ns"].to_numpy(dtype=np.float64)
+    hi = lo + steps["host_duration_ns"].to_numpy(dtype=np.float64)
+    return all(frames_between(decoders, a, b) is None for a, b in zip(lo, hi))

@@ -61,11 +61,9 @@ STAGE_COLUMNS = ["stage", "kernels", "busy_ns", "wall_ns", "wall_share", "runs",
 
 def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, frames_per_step: int | None = None) -> pd.DataFrame:
     """Per step: items, unit and where the count came from (see the module docstring)."""
-    from tracekit.model.batch_annotations import from_annotation
-
-    from tracekit.trace.forwards import token_forwards, tokens_between
-
     from tracekit.analysis.tensor_items import TensorItems, frames_between
+    from tracekit.model.batch_annotations import from_annotation
+    from tracekit.trace.forwards import token_forwards, tokens_between
 
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
@@ -331,33 +329,6 @@ def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows:
     return out
 
 
-def _step_range_rows(trace, steps: pd.DataFrame) -> list[int | None]:
-    """Each step-table row's range row (the kernels' `step` column), by name and host start."""
-    r = trace.ranges if trace is not None else None
-    rows = step_rows(trace) if r is not None and len(r) else np.zeros(0, dtype=np.int64)
-    names = as_text(r["name"]) if len(rows) else []
-    row_of = {(names[i], int(r["start"].iat[i])): int(i) for i in rows}
-    return [row_of.get((str(s["step"]), int(s["host_start_ns"]))) if "host_start_ns" in s else None
-            for s in steps.to_dict(orient="records")]
-
-
-def _tokens_from_gemms(trace, kernels: pd.DataFrame, steps: pd.DataFrame, per_step: pd.DataFrame) -> None:
-    """A token model's steps whose work is otherwise unknown (no embedding recorded: a compiled
-    model) count the tokens their GEMMs took (tracekit.analysis.gemm_tokens)."""
-    unknown = (per_step["unit"] == "steps").to_numpy()
-    if not unknown.any():
-        return
-    from tracekit.analysis.gemm_tokens import gemm_tokens
-
-    found = gemm_tokens(trace, kernels, _step_range_rows(trace, steps))
-    for i in np.flatnonzero(unknown):
-        if found[i] is not None:
-            items, source = found[i]
-            duration = float(per_step.at[i, "duration_ns"])
-            per_step.loc[i, ["items", "unit", "source"]] = [items, "tokens", source]
-            per_step.at[i, "throughput"] = items / duration * 1e9 if duration > 0 else None
-
-
 def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
     """Steps grouped by the stage that holds most of each one's window (a generation's one
     prefill and its decode steps): per group, steps, items, wall and items per second, so a
@@ -374,22 +345,6 @@ def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
         wall, items = float(mine["duration_ns"].sum()), float(mine["items"].sum())
         out[stage] = {"steps": int(len(mine)), "items": items, "wall_ns": wall, "throughput": items / wall * 1e9 if wall > 0 else None}
     return out
-
-
-def forwards_of_one_clip(trace, steps: pd.DataFrame) -> bool:
-    """Steps found by repetition that are the forwards inside one clip: the denoise steps of a
-    text-to-video pipeline, with its decoder run after them, outside every step. The clip, not
-    the step, is then what made the frames: its stages and its rate cover the whole trace."""
-    if trace is None or (trace.meta or {}).get("step_source") != "repeated forward" or "host_start_ns" not in steps:
-        return False
-    from tracekit.analysis.tensor_items import decoder_outputs, frames_between
-
-    decoders = decoder_outputs(trace)
-    if not decoders:
-        return False
-    lo = steps["host_start_ns"].to_numpy(dtype=np.float64)
-    hi = lo + steps["host_duration_ns"].to_numpy(dtype=np.float64)
-    return all(frames_between(decoders, a, b) is None for a, b in zip(lo, hi))
 
 
 @dataclass(frozen=True)
@@ -409,26 +364,27 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     """Per step items and throughput, the stage table, the items / time of all steps (and the
     kernels outside every step) and the denoising steps (tracekit.analysis.denoise).
     `rules`: the attribution rules (a user's --rules), whose phase rules name the host stages."""
+    from tracekit.analysis.denoise import denoise_steps
+    from tracekit.analysis.gemm_tokens import tokens_from_gemms
+    from tracekit.analysis.stage_names import kernel_stages
+    from tracekit.analysis.tensor_items import clip_total, forwards_of_one_clip
+
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
     clip = not samples_per_step and not frames_per_step and (not len(steps) or forwards_of_one_clip(trace, steps))
     # the stages of a clip cover the whole trace (text encoder, denoise loop, decoder); else the steps
     stage_windows = np.zeros((0, 2)) if clip else windows
     if len(kernels):
-        from tracekit.analysis.stage_names import kernel_stages
-
         kernels = kernels.assign(stage=kernel_stages(trace, kernels, None if clip else _host_windows(steps)))
         stages = stage_table(kernels, "stage", windows=stage_windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)
-            _tokens_from_gemms(trace, kernels, steps, per_step)
+            tokens_from_gemms(trace, kernels, steps, per_step)
     else:  # no GPU work: the host's time, inside the steps or over the capture
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, stage_windows if len(stage_windows) else np.array([[0.0, span]]), rules)
     total = None
     if clip:  # the whole trace is one clip
-        from tracekit.analysis.tensor_items import clip_total
-
         total = clip_total(trace, kernels)
     if len(per_step) and total is None:
         wall = float(per_step["duration_ns"].sum())
@@ -441,6 +397,4 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         by_stage = _by_main_stage(per_step)
         if by_stage:
             total["by_main_stage"] = by_stage
-    from tracekit.analysis.denoise import denoise_steps
-
     return Throughput(steps=per_step, stages=stages, total=total, denoise_steps=denoise_steps(trace, kernels))
