@@ -72,7 +72,9 @@ def test_one_label_per_kernel_in_every_report():
     bundle = kernels_with_names(a.kernels).drop_duplicates("name")
     assert all(str(table(n)) == lab for n, lab in zip(bundle["name"].astype(str), bundle["label"].astype(str)))
     for c in a.findings.causes:
-        if "kernel" in c["evidence"]:
+        if c["cause"].startswith("waste_"):  # a waste row names its op chain and host code, not a kernel
+            assert " at 0x" not in c["where"]  # frames without CPython's object addresses
+        elif "kernel" in c["evidence"]:
             assert c["where"] == str(table(c["evidence"]["kernel"]))
     # the labels do not depend on which names are asked for, or in which order
     from tracekit.trace.kernel_names import trace_labels

@@ -15,22 +15,18 @@ are markers, not code: they are not charged. HTA gives categories; this names th
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from tracekit.trace.column_text import as_text, rows_where
+from tracekit.trace.column_text import as_text, rows_where, without_address
 from tracekit.trace.step_ownership import SERVING_STEP, STEP
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
 
-# "<built-in method copy_ of Tensor object at 0x7ed6e00c44a0>": the address tells the reader
-# nothing and splits one method into one name per object
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 MAX_GAPS = 20_000  # the longest gaps are charged (all of them in every trace we have); see charges
 HOST_COLUMNS = ["kind", "name", "gaps", "idle_ns", "share_of_idle"]
 CAUSE_COLUMNS = ["category", "kind", "name", "gaps", "idle_ns"]
@@ -86,7 +82,7 @@ def host_records(trace) -> list[HostRecords]:
         names = table["name"] if isinstance(table["name"].dtype, pd.CategoricalDtype) else table["name"].astype("category")
         # One label per distinct text (names differing only in an address, or past 200
         # characters, are one name), so charges can group records by their codes.
-        text = np.array([_ADDRESS.sub("", str(c)[:200]) for c in names.cat.categories] + [""], dtype=object)
+        text = np.array([without_address(str(c)[:200]) for c in names.cat.categories] + [""], dtype=object)
         labels, code_of = np.unique(text, return_inverse=True)
         codes = names.cat.codes.to_numpy()[rows].astype(np.int64)
         out.append(HostRecords(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracekit.trace.column_text import without_address
 from tracekit.trace.grouping import key_of
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def host_code(a: Measured, rows: np.ndarray, time: np.ndarray) -> str:
             continue
         codes, first = np.unique(where[sel], return_inverse=True)
         held = np.bincount(first, weights=time[sel])
-        return str(t.ranges["name"].iloc[int(codes[int(np.argmax(held))])])
+        return without_address(str(t.ranges["name"].iloc[int(codes[int(np.argmax(held))])]))
     return ""
 
 

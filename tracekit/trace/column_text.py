@@ -8,6 +8,8 @@ category and picked by code.
 
 from __future__ import annotations
 
+import re
+
 import weakref
 from typing import TYPE_CHECKING
 
@@ -61,3 +63,13 @@ def rows_in(column: pd.Series, values) -> np.ndarray:
     object array (isin on Python strings sorts them all: ~0.1 s on a trace's million ranges)."""
     wanted = frozenset(values)
     return rows_where(column, wanted.__contains__)
+
+
+# "<built-in method copy_ of Tensor object at 0x7ed6e00c44a0>": the address tells the reader
+# nothing and splits one method into one name per object (and per run)
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def without_address(text: str) -> str:
+    """A Python frame's or op's name without the object address CPython prints in it."""
+    return ADDRESS.sub("", text)
