@@ -202,6 +202,25 @@ def test_a_rank_directory_under_few_open_files_ends_in_one_line_and_no_orphan(tm
     assert not _alive_with(tag)
 
 
+def test_a_local_dask_cluster_that_cannot_start_is_one_line(tmp_path):
+    """Found by the edge fuzz (seed 80116, as a normal user): `--scheduler local` under
+    `ulimit -n 9` found no usable temporary directory; the cluster's RuntimeError was an
+    internal error, and the error line itself could not import its escaping."""
+    pytest.importorskip("distributed")
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for r in range(2):
+        (ranks / f"rank{r}.json.gz").symlink_to(TINY)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(ranks), "--scheduler", "local", "--format", "json"],
+                          env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (9, 9)))
+    assert proc.returncode in (0, 2), proc.stderr
+    if proc.returncode == 2:
+        line = one_line(proc.stderr)
+        assert line.startswith("tracekit: error: ") and "Traceback" not in proc.stderr, proc.stderr
+
+
 # --- 4. a file that changes while read -----------------------------------------------------
 
 def test_a_plain_file_is_copied_and_one_that_changes_during_the_copy_is_refused(tmp_path, monkeypatch):

@@ -212,6 +212,19 @@ def _say_out_of_memory(argv: list[str] | None) -> None:
         os.write(2, line.encode("utf-8", "backslashreplace"))
 
 
+def _say_error(path, reason: str) -> None:
+    """The one line of a TraceError. Escaping imports its module on first use: where that
+    cannot happen (no file descriptor or memory left: `ulimit -n`), the line is escaped by
+    hand and written with one system call."""
+    try:
+        click.echo(f"tracekit: error: {safe(path)}: {safe(reason)}", err=True)
+    except (OSError, ImportError, MemoryError):
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        with contextlib.suppress(OSError):
+            os.write(2, f"tracekit: error: {printable(path)}: {printable(reason)}\n".encode("utf-8", "backslashreplace"))
+
+
 def main(argv: list[str] | None = None) -> None:
     debug = bool(os.environ.get("TRACEKIT_DEBUG"))
     # A path with bytes that are not UTF-8 reaches Python as surrogates: print them escaped
@@ -225,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
             raise KeyboardInterrupt
     except TraceError as exc:
         _aborted_if_interrupted()
-        click.echo(f"tracekit: error: {safe(exc.path)}: {safe(exc.reason)}", err=True)
+        _say_error(exc.path, exc.reason)
         sys.exit(2)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

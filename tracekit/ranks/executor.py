@@ -10,6 +10,7 @@ see. The per-rank work is the same function either way, so the results are ident
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -152,8 +153,14 @@ def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list[RankResult]:
     except ImportError:
         raise TraceError(scheduler, "running on a Dask cluster needs dask[distributed]: pip install 'tracekit[dask]'") from None
     if scheduler == "local":
-        with LocalCluster(n_workers=min(len(paths), os.cpu_count() or 1), threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as cluster, Client(cluster) as client:
+        try:  # a cluster that cannot start (no file descriptors, processes or temporary directory left)
+            # its own log lines stay unprinted: a failure is told in tracekit's one line
+            cluster = LocalCluster(n_workers=min(len(paths), os.cpu_count() or 1), threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", silence_logs=logging.CRITICAL)
+        except (RuntimeError, OSError) as exc:
+            raise TraceError(scheduler, f"a local Dask cluster could not start ({exc}): raise the process's limits "
+                                        "(ulimit -n / -u) or leave out --scheduler") from None
+        with cluster, Client(cluster) as client:
             return client.gather(client.map(analyze_one, paths, *([a] * len(paths) for a in args), pure=False))
     try:
         with Client(scheduler, timeout="20s") as client:
