@@ -232,14 +232,27 @@ def _cut_name(text: str, width: int, tail_first: bool = False) -> str:
     camel = [m.start() for m in _CAMEL.finditer(text)]
     for heads, tails in (([m.end() for m in separators], [m.start() for m in separators]),
                          (sorted({m.end() for m in separators} | set(camel)), sorted({m.start() for m in separators} | set(camel)))):
+        # the ellipsis never stands beside a digit or just inside a bracket (`step#0 …`,
+        # `[[512], [… 512]]` read as a cut figure or shape)
+        heads = [h for h in heads if _clean_head(text[:h])]
+        tails = [t for t in tails if _clean_tail(text[t:])]
         found = _best_cut(text, heads, tails, room, tail_first)
         if found is not None and found[0] + len(text) - found[1] >= room // 2:  # keeps at least half of the room
             h, t = found
             return text[:h] + "…" + text[t:]
     head = room * 2 // 3
-    while 0 < head < len(text) and text[head - 1].isdigit() and text[head].isdigit():
+    while 0 < head < len(text) and not _clean_head(text[:head]):
         head -= 1
     tail = len(text) - (room - head)
-    while 0 < tail < len(text) and text[tail - 1].isdigit() and text[tail].isdigit():
+    while 0 < tail < len(text) and not _clean_tail(text[tail:]):
         tail += 1
     return text[:head] + "…" + text[tail:]
+
+
+def _clean_head(head: str) -> bool:
+    head = head.rstrip()
+    return not head.endswith(("[", "(")) and not head[-1:].isdigit()
+
+
+def _clean_tail(tail: str) -> bool:
+    return not tail.lstrip()[:1].isdigit()
