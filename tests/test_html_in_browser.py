@@ -63,7 +63,7 @@ def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
     first = body[body.index("<table>"):body.index("</table>")]
     assert body.index("What to fix first: every cause") < body.index("<table>") < body.index("coverage: ")
     # BERT: the GPU idles 3.598 ms of the step's 4.426 ms wall time waiting for the host
-    assert "<td>1</td><td>GPU idle: host late to launch</td>" in first and "3.598 ms" in first
+    assert "<td>1</td><td class=\"t\">GPU idle: host late to launch</td>" in first and "3.598 ms" in first
     assert "GPU time went to" in body and "Recoverable kernel time by op" in body
     assert "Collectives" in body and "Compute / communication overlap" in body
     assert "Overhead no roofline shows" in body
