@@ -339,3 +339,20 @@ def test_a_few_fuzzed_edges_end_in_one_line_without_a_hang_or_orphan(tmp_path):
         if result["problems"]:
             failing.append(f"seed {seed} {result['labels']}: {result['problems']}: {result['stderr'][-300:]}")
     assert not failing, "\n".join(failing)
+
+
+def test_a_memory_error_wrapped_by_a_class_definition_is_running_out_of_memory():
+    """Seen in the memory-limit sweep (bert, `analyze --out` at 325 MB): a MemoryError raised
+    in a descriptor's __set_name__ while matplotlib defines its axes reaches the CLI as
+    `RuntimeError: Error calling __set_name__ ...` (its cause the MemoryError): the
+    out-of-memory line, exit 2, not an internal error."""
+    from tracekit.errors import memory_ran_out
+
+    class Hungry:
+        def __set_name__(self, owner, name):
+            raise MemoryError()
+
+    with pytest.raises(BaseException) as caught:
+        type("Axes", (), {"wrapper": Hungry()})
+    assert memory_ran_out(caught.value)
+    assert not memory_ran_out(RuntimeError("Error calling __set_name__"))  # no cause: not memory

@@ -180,6 +180,10 @@ def memory_ran_out(exc: BaseException) -> bool:
     MemoryError, a shared library that cannot be mapped, numpy's allocation failures."""
     if isinstance(exc, MemoryError) or type(exc).__name__ == "_ArrayMemoryError":
         return True
+    # Python wraps what a class body's __set_name__ raised (a MemoryError while matplotlib's
+    # axes are defined, under a limit) in a RuntimeError whose cause it is
+    if isinstance(exc, RuntimeError) and exc.__cause__ is not None and exc.__cause__ is not exc:
+        return memory_ran_out(exc.__cause__)
     text = str(exc)
     if isinstance(exc, RuntimeError) and "can't start new thread" in text:  # its stack could not be mapped
         return True
