@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis import waste_attention, waste_copies, waste_gathers, waste_recompute, waste_strided
+from tracekit.analysis import waste_attention, waste_copies, waste_fusion, waste_gathers, waste_recompute, waste_strided
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
@@ -31,7 +31,10 @@ def detect(a: Measured, time: np.ndarray, of_ns: float, recoverable: np.ndarray)
         return []
     free = (a.kernels["kind"] == "kernel").to_numpy() & (a.kernels["block"] != "collective").to_numpy()
     out = []
-    for detector in (waste_recompute.rows, waste_copies.rows, waste_gathers.rows, waste_attention.rows):
+    # elementwise chains after the copies, gathers and attention (whose kernels they would
+    # otherwise swallow: a softmax between two matmuls is a link too), before strided layouts
+    for detector in (waste_recompute.rows, waste_copies.rows, waste_gathers.rows, waste_attention.rows,
+                     waste_fusion.rows):
         for r in detector(a, free, time, of_ns):
             if r is not None:
                 free &= ~r["kernel_rows"]

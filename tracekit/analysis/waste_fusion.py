@@ -1,0 +1,190 @@
+"""Chains of small elementwise kernels a fusion would remove: eager PyTorch runs a written-out
+activation (GPT-2's NewGELU: 8 kernels), a written-out RMSNorm (cast, pow, mean, add, rsqrt,
+mul, mul), an adaLN modulate `x * (1 + scale) + shift` with its gate and residual add, as one
+kernel per op, each reading its inputs from memory and writing its output back. A fused kernel
+(torch.compile, or a hand-written one) reads the chain's external inputs once and writes its
+final output once.
+
+Found from structure, not kernel names (Triton's are generated):
+- a link is the only kernel of its op, costed from the op's shapes as vector or memory work
+  (no matmul: a GEMM with its activation in the epilogue is matrix work, and breaks a chain),
+  whose tensor inputs broadcast to one shape and which writes that shape (pointwise) or that
+  shape less its last axis (a row reduction: RMSNorm's mean(-1), which a fused kernel does
+  in the same pass). A compiler's kernel (costed from its Inductor arguments) is already fused;
+  an op on a transposed layout is waste_strided's (its fix is the layout), and ends a chain;
+- a chain is links that follow each other on one stream, launched from one thread in one
+  step, each taking as an input a tensor of the bytes its predecessor wrote (Kineto records
+  no tensor ids: the sizes are the evidence that it consumes what the previous produced);
+- a chain counts from MIN_LINKS kernels, and only when the same op sequence on the same
+  shapes recurs (per layer or per step): structure, not a one-off.
+
+Bytes moved: what the separate kernels' costs say they moved. Bytes needed: the first
+kernel's reads, then each later kernel's reads less the tensor its predecessor handed it,
+and the last kernel's writes. A tensor two kernels of the chain read (NewGELU reads x three
+times) counts each time, as without tensor ids we cannot tell it from another of its shape:
+the needed bytes are an upper bound and the waste a lower bound. These kernels are bound by
+memory (one FLOP per element), so their time scales with their bytes: the time a fusion
+saves is the chain's time x (1 - needed / moved), and that is the row's time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracekit.analysis.waste_row import row
+from tracekit.analysis.waste_strided import strided_input
+from tracekit.costs.cost import CostError
+from tracekit.costs.inputs import OpInputs
+
+if TYPE_CHECKING:
+    from tracekit.analysis.measured import Measured
+
+# Three kernels, two hand-offs: fusing saves at least two writes and two reads of an
+# intermediate (half the traffic of three unary ops). A pair (bias + activation, add + cast)
+# is everywhere in eager code and saves one round trip: too small to name as a cause.
+MIN_LINKS = 3
+REPEATS = 2  # the same chain (ops and shapes) at least twice: per layer or per step
+ELEMENT_SIZES = (1, 2, 4, 8)  # bytes per element an output may have (bool .. fp64)
+FIX = "fuse the chain with torch.compile (or a fused kernel: one read of its inputs, one write of its output)"
+
+
+def link_inputs(x: OpInputs, written: float) -> list[tuple[float, float]] | None:
+    """(dense bytes, bytes read) of each tensor input when the op is pointwise or a row
+    reduction writing `written` bytes; None otherwise."""
+    tensors = []
+    for i in x.tensor_indices():
+        shape = x.shape(i)
+        if len(shape) > 0:
+            tensors.append((i, shape))
+    if not tensors:
+        return None
+    try:
+        out = np.broadcast_shapes(*(tuple(s) for _, s in tensors))
+    except ValueError:  # shapes that do not broadcast: not elementwise (a batch norm's [C] against [N, C, H, W])
+        return None
+    n = math.prod(out)
+    sizes = {n * e for e in ELEMENT_SIZES}
+    if len(out) and out[-1] > 1:
+        sizes |= {n // out[-1] * e for e in ELEMENT_SIZES}
+    if written not in sizes:
+        return None
+    return [(x.dense_nbytes(i), x.nbytes(i)) for i, _ in tensors]
+
+
+def candidates(a: Measured, free: np.ndarray) -> np.ndarray:
+    """Kernels that may be links, before their op's shapes are read."""
+    k = a.kernels
+    op = k["op"].to_numpy()
+    read, written = k["bytes_read"].to_numpy(np.float64), k["bytes_written"].to_numpy(np.float64)
+    ok = free & (op >= 0) & k["cost_kind"].isin(["vector", "memory"]).to_numpy()
+    ok &= ~k["kernel_class"].isin(["gemm", "attention"]).to_numpy()
+    ok &= (k["cost_source"] != "Inductor kernel arguments").to_numpy()  # a compiler's kernel is fused already
+    ok &= (read > 0) & (written > 0)
+    kernels = (k["kind"] == "kernel").to_numpy() & (op >= 0)
+    per_op = np.bincount(op[kernels], minlength=int(op.max()) + 1 if len(op) else 0)
+    return ok & (per_op[np.maximum(op, 0)] == 1)  # one kernel per op: eager's pattern
+
+
+def chains(a: Measured, free: np.ndarray) -> tuple[list[list[int]], dict[int, list[tuple[float, float]]]]:
+    """Runs of links (kernel rows, in stream order) of MIN_LINKS or more, and each link op's inputs."""
+    k, ops = a.kernels, a.trace.ops
+    op = k["op"].to_numpy()
+    ok = candidates(a, free)
+    written = k["bytes_written"].to_numpy(np.float64)
+    dims, types, concrete, strides = (ops[c].to_numpy() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides"))
+    inputs: dict[int, list[tuple[float, float]]] = {}
+    for i in np.flatnonzero(ok):
+        o = int(op[i])
+        if strided_input(dims[o], strides[o]) is not None:  # a strided layout is its own row, with its own fix
+            ok[i] = False
+            continue
+        try:
+            found = link_inputs(OpInputs(dims[o], types[o], concrete[o], None, strides[o]), float(written[i]))
+        except CostError:  # an unreadable shape: not a link
+            found = None
+        if found is None:
+            ok[i] = False
+        else:
+            inputs[o] = found
+    tid = ops["tid"].to_numpy()
+    step = k["step"].to_numpy() if "step" in k else np.zeros(len(k), dtype=np.int64)
+    stream = k["device"].astype(str).to_numpy() + "/" + k["stream"].astype(str).to_numpy()
+    kernels = np.flatnonzero((k["kind"] == "kernel").to_numpy())
+    out: list[list[int]] = []
+    for s in np.unique(stream[kernels]):
+        order = kernels[stream[kernels] == s]
+        order = order[np.argsort(k["start"].to_numpy()[order], kind="stable")]
+        run: list[int] = []
+        for i in order:
+            i = int(i)
+            if ok[i] and run and handed(run[-1], i, op, tid, step, written, inputs):
+                run.append(i)
+                continue
+            if len(run) >= MIN_LINKS:
+                out.append(run)
+            run = [i] if ok[i] else []
+        if len(run) >= MIN_LINKS:
+            out.append(run)
+    return out, inputs
+
+
+def handed(prev: int, i: int, op: np.ndarray, tid: np.ndarray, step: np.ndarray, written: np.ndarray,
+           inputs: dict[int, list[tuple[float, float]]]) -> bool:
+    """Whether kernel `i` takes what kernel `prev` wrote: same thread and step, and an input
+    of exactly the bytes `prev` wrote."""
+    if tid[op[prev]] != tid[op[i]] or step[prev] != step[i]:
+        return False
+    return any(dense == written[prev] for dense, _ in inputs[int(op[i])])
+
+
+def bytes_needed(run: list[int], op: np.ndarray, read: np.ndarray, written: np.ndarray,
+                 inputs: dict[int, list[tuple[float, float]]]) -> float:
+    """The first kernel's reads, each later kernel's reads less the input its predecessor
+    handed it (as its cost counted it), and the last kernel's writes."""
+    needed = float(read[run[0]] + written[run[-1]])
+    for prev, i in zip(run, run[1:]):
+        handed_read = max(r for dense, r in inputs[int(op[i])] if dense == written[prev])
+        needed += max(float(read[i]) - handed_read, 0.0)
+    return needed
+
+
+def signature(run: list[int], op: np.ndarray, names: np.ndarray, dims: np.ndarray) -> str:
+    return repr([(str(names[op[i]]), repr(dims[op[i]])) for i in run])
+
+
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
+    k, ops = a.kernels, a.trace.ops
+    found, inputs = chains(a, free)
+    if not found:
+        return []
+    op = k["op"].to_numpy()
+    names, dims = ops["name"].to_numpy(), ops["input_dims"].to_numpy()
+    keys = [signature(r, op, names, dims) for r in found]
+    distinct, counts = np.unique(keys, return_counts=True)
+    kept = set(distinct[counts >= REPEATS])
+    found = [r for r, key in zip(found, keys) if key in kept]
+    if not found:
+        return []
+    read, written = k["bytes_read"].to_numpy(np.float64), k["bytes_written"].to_numpy(np.float64)
+    mine = np.zeros(len(k), dtype=bool)
+    saved = np.zeros(len(k))
+    moved = needed = 0.0
+    for r in found:
+        m = float(read[r].sum() + written[r].sum())
+        n = min(bytes_needed(r, op, read, written, inputs), m)
+        mine[r] = True
+        saved[r] = time[r] * (1 - n / m)  # memory-bound kernels: time scales with bytes
+        moved, needed = moved + m, needed + n
+    steps = max(len(np.unique(k["step"].to_numpy()[mine])), 1) if len(a.steps) else 1
+    lengths = [len(r) for r in found]
+    top = max(found, key=lambda r: saved[r].sum())
+    evidence = {"chains": len(found), "per_step": len(found) / steps, "kernels_per_chain": int(np.median(lengths)),
+                "bytes_moved": moved, "bytes_needed": needed, "chain_time_ns": float(time[mine].sum()),
+                "top_chain": [str(names[op[i]]) for i in top], "top_chain_kernels": len(top)}
+    per_step = evidence["per_step"]
+    return [row(a, "waste_unfused_elementwise", f"chains of small elementwise kernels a fusion would remove: "
+                f"{per_step:,.{0 if float(per_step).is_integer() else 1}f} per step, {evidence['kernels_per_chain']} "
+                f"kernels each, {moved / max(needed, 1.0):,.1f}x the bytes a fused kernel needs", mine, saved, of_ns, FIX, evidence)]
