@@ -20,7 +20,8 @@ Found from structure, not kernel names (Triton's are generated):
 
 Bytes moved: what the separate kernels' costs say they moved. Bytes needed: the first
 kernel's reads, then each later kernel's reads less the tensor its predecessor handed it,
-and the last kernel's writes. A tensor two kernels of the chain read (NewGELU reads x three
+and the last kernel's writes, with an intermediate's writes where it may be read after the
+chain (see bytes_needed). A tensor two kernels of the chain read (NewGELU reads x three
 times) counts each time, as without tensor ids we cannot tell it from another of its shape:
 the needed bytes are an upper bound and the waste a lower bound. These kernels are bound by
 memory (one FLOP per element), so their time scales with their bytes: the time a fusion
@@ -143,11 +144,19 @@ def handed(prev: int, i: int, op: np.ndarray, tid: np.ndarray, step: np.ndarray,
 def bytes_needed(run: list[int], op: np.ndarray, read: np.ndarray, written: np.ndarray,
                  inputs: dict[int, list[tuple[float, float]]]) -> float:
     """The first kernel's reads, each later kernel's reads less the input its predecessor
-    handed it (as its cost counted it), and the last kernel's writes."""
+    handed it (as its cost counted it), and the last kernel's writes; plus the writes of an
+    intermediate that reads from outside the chain as much as it writes (a residual add's sum
+    is the residual stream the next layer reads again: a fused kernel writes it too, and
+    without tensor ids we cannot tell it from a temporary, so it counts)."""
     needed = float(read[run[0]] + written[run[-1]])
-    for prev, i in zip(run, run[1:]):
+    if len(run) > 1 and read[run[0]] >= 2 * written[run[0]]:
+        needed += float(written[run[0]])
+    for j, (prev, i) in enumerate(zip(run, run[1:]), start=1):
         handed_read = max(r for dense, r in inputs[int(op[i])] if dense == written[prev])
-        needed += max(float(read[i]) - handed_read, 0.0)
+        outside = max(float(read[i]) - handed_read, 0.0)
+        needed += outside
+        if j < len(run) - 1 and outside >= written[i]:
+            needed += float(written[i])
     return needed
 
 
@@ -181,10 +190,11 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     steps = max(len(np.unique(k["step"].to_numpy()[mine])), 1) if len(a.steps) else 1
     lengths = [len(r) for r in found]
     top = max(found, key=lambda r: saved[r].sum())
-    evidence = {"chains": len(found), "per_step": len(found) / steps, "kernels_per_chain": int(np.median(lengths)),
+    evidence = {"chains": len(found), "per_step": len(found) / steps, "kernels_per_chain": [min(lengths), max(lengths)],
                 "bytes_moved": moved, "bytes_needed": needed, "chain_time_ns": float(time[mine].sum()),
                 "top_chain": [str(names[op[i]]) for i in top], "top_chain_kernels": len(top)}
     per_step = evidence["per_step"]
+    sizes = "-".join(str(n) for n in sorted(set(evidence["kernels_per_chain"])))
     return [row(a, "waste_unfused_elementwise", f"chains of small elementwise kernels a fusion would remove: "
-                f"{per_step:,.{0 if float(per_step).is_integer() else 1}f} per step, {evidence['kernels_per_chain']} "
-                f"kernels each, {moved / max(needed, 1.0):,.1f}x the bytes a fused kernel needs", mine, saved, of_ns, FIX, evidence)]
+                f"{per_step:,.{0 if float(per_step).is_integer() else 1}f} per step of {sizes} kernels, "
+                f"{moved / max(needed, 1.0):,.1f}x the bytes a fused kernel needs", mine, saved, of_ns, FIX, evidence)]
