@@ -1,0 +1,130 @@
+"""Chains of small elementwise kernels a fusion would remove (issue 38, analysis/waste_fusion), on
+the traces recorded for it (fixtures/record_cpu_fusion.py: one kernel per op a GPU runs as one,
+the op tree and shapes as torch recorded them) and on a compiled GPU trace. Every figure is
+derived here from the recorded shapes (fp32, 4 bytes an element) and the formula in the module's
+docstring: moved = each kernel's reads + writes; needed = the first kernel's reads + each later
+kernel's reads less the tensor its predecessor handed it + the last kernel's writes, + the
+writes of an intermediate that reads from outside the chain as much as it writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracekit
+from conftest import PROJECT_FIXTURES
+
+H100 = PROJECT_FIXTURES / "gpu" / "h100"
+B, S, H = 2, 64, 128
+U = B * S * H * 4  # bytes of a [2, 64, 128] activation
+G = B * S * 4 * H * 4  # bytes of the MLP's [2, 64, 512] activation
+R = B * S * 4  # bytes of RMSNorm's [2, 64, 1] row statistics
+W = H * 4  # bytes of the RMSNorm weight [128]
+V = B * H * 4  # bytes of an adaLN shift / scale / gate [2, 1, 128]
+
+# per step, in launch order within each range: (range, first kernel, last kernel + 1, ops, moved, needed)
+CHAINS = [
+    # normal_, addmm (c_fc), NewGELU: mul(x, .5) pow mul add(x, .) mul tanh add(., 1) mul, addmm, add, ...
+    # moved: 1+1 reads per unary op, 2 for add / the last mul, 1 write each: 10 G read + 8 G written;
+    # needed: x (G) + the output (G) + add's x (G) + add's sum (an intermediate that reads G from
+    # outside: counted as an output, G) + the last mul's 0.5x (G)
+    ("gpt2_mlp", 2, 10, ["mul", "pow", "mul", "add", "mul", "tanh", "add", "mul"], 18 * G, 5 * G),
+    ("gpt2_mlp", 13, 21, ["mul", "pow", "mul", "add", "mul", "tanh", "add", "mul"], 18 * G, 5 * G),
+    # normal_, pow, mean(-1), add(eps), rsqrt, mul(x, r), mul(., w), addmm, ... (x read twice:
+    # counted twice; mul(x, r) reads x from outside: its output counted too)
+    ("rmsnorm", 1, 7, ["pow", "mean", "add", "rsqrt", "mul", "mul"],
+     2 * U + (U + R) + 2 * R + 2 * R + (U + R + U) + (U + W + U), U + U + (U + U) + W),
+    ("rmsnorm", 8, 14, ["pow", "mean", "add", "rsqrt", "mul", "mul"],
+     2 * U + (U + R) + 2 * R + 2 * R + (U + R + U) + (U + W + U), U + U + (U + U) + W),
+    # normal_ x2, layer_norm, add(scale, 1) mul(ln, .) add(., shift), addmm,
+    # mul(gate, .) add(x, .) layer_norm, add(scale, 1) mul add, addmm, mul, add (two: no chain)
+    ("adaln", 3, 6, ["add", "mul", "add"], 2 * V + (U + V + U) + (U + V + U), V + U + (U + U) + V),
+    ("adaln", 7, 10, ["mul", "add", "native_layer_norm"], (V + U + U) + 3 * U + 2 * U, (V + U) + U + (U + U) + 0),
+    ("adaln", 10, 13, ["add", "mul", "add"], 2 * V + (U + V + U) + (U + V + U), V + U + (U + U) + V),
+]
+
+
+def _row(a):
+    return {c["cause"]: c for c in a.findings.causes}.get("waste_unfused_elementwise")
+
+
+def _by_range(a, step: int) -> dict[str, np.ndarray]:
+    """Per user range: the kernels of `step`, in launch order."""
+    k, t = a.kernels, a.trace
+    names = t.ranges["name"].astype(str).to_numpy()
+    where = k["range"].to_numpy()
+    order = np.argsort(k["start"].to_numpy(), kind="stable")
+    mine = order[(k["step"].to_numpy()[order] == step) & (where[order] >= 0)]
+    out: dict[str, list] = {}
+    for i in mine:
+        out.setdefault(names[where[i]], []).append(int(i))
+    return {name: np.array(rows) for name, rows in out.items()}
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return tracekit.analyze(PROJECT_FIXTURES / "cpu_fusion_eager.json.gz", workers=1)
+
+
+def test_the_written_out_chains_are_one_row_with_their_kernels_and_bytes(eager):
+    r = _row(eager)
+    assert r is not None and "torch.compile" in r["fix"]
+    k = eager.kernels
+    steps = sorted(int(s) for s in np.unique(k["step"].to_numpy()) if s >= 0)
+    assert len(steps) == 2
+    ops, read, written = k["op_name"].astype(str).to_numpy(), k["bytes_read"].to_numpy(), k["bytes_written"].to_numpy()
+    claimed, moved, needed, saved = 0, 0.0, 0.0, 0.0
+    for step in steps:
+        ranges = _by_range(eager, step)
+        for name, first, end, chain, m, n in CHAINS:
+            rows = ranges[name][first:end]
+            assert [o.removeprefix("aten::") for o in ops[rows]] == chain, (name, first)
+            # the costs' bytes are the shapes' bytes
+            assert read[rows].sum() + written[rows].sum() == m, (name, first)
+            claimed += len(rows)
+            moved, needed = moved + m, needed + n
+            saved += k["exclusive_ns"].to_numpy()[rows].sum() * (1 - n / m)
+    e = r["evidence"]
+    assert e["kernels"] == claimed == 2 * (8 + 8 + 6 + 6 + 3 + 3 + 3)
+    assert e["chains"] == 14 and e["per_step"] == 7 and e["kernels_per_chain"] == [3, 8]
+    assert e["bytes_moved"] == moved == 22_708_224
+    assert e["bytes_needed"] == needed == 7_614_464
+    assert e["bytes_needed"] <= e["bytes_moved"]
+    # the GELU chain alone: 18 passes over [2, 64, 512] where a fused kernel needs 5 (2 without
+    # the conservative counting of x's re-reads)
+    assert e["top_chain"] == [f"aten::{o}" for o in CHAINS[0][3]]
+    # its time: each chain's time x (1 - needed / moved), a share of the denominator
+    assert r["time_ns"] == pytest.approx(saved)
+    assert r["share"] == pytest.approx(saved / eager.findings.denominator_ns)
+    assert max(c["cumulative_share"] or 0 for c in eager.findings.causes) <= 1.0
+
+
+def test_the_gemms_and_the_lone_gate_residual_pair_are_not_claimed(eager):
+    """The addmm between chains breaks them (a GEMM, fused epilogue or not, is matrix work);
+    the last DiT block's gate and residual add are two kernels: below the chain length."""
+    k = eager.kernels
+    for step in sorted(int(s) for s in np.unique(k["step"].to_numpy()) if s >= 0):
+        ranges = _by_range(eager, step)
+        names = k["op_name"].astype(str).to_numpy()
+        claimed = np.zeros(len(k), dtype=bool)
+        for name, first, end, *_ in CHAINS:
+            claimed[ranges[name][first:end]] = True
+        unclaimed = [names[i] for rows in ranges.values() for i in rows if not claimed[i]]
+        assert sorted(unclaimed) == sorted(["aten::normal_"] * 4 + ["aten::addmm"] * 8 + ["aten::add"] * 3
+                                           + ["aten::native_layer_norm", "aten::mul"])
+
+
+def test_the_same_blocks_with_fused_ops_have_no_row():
+    """F.gelu(approximate='tanh'), F.rms_norm and addcmul: one kernel where the eager code had a
+    chain; what is left between two GEMMs is at most two kernels."""
+    a = tracekit.analyze(PROJECT_FIXTURES / "cpu_fusion_fused.json.gz", workers=1)
+    assert _row(a) is None
+    assert {"aten::gelu", "aten::_fused_rms_norm", "aten::addcmul"} <= set(a.kernels["op_name"].astype(str))
+
+
+def test_a_compiled_decode_has_no_chain_to_fuse():
+    """torch.compile'd decode (fixtures/gpu/h100): Inductor's kernels are fused already (costed
+    from their arguments); the rows before it keep their kernels."""
+    a = tracekit.analyze(H100 / "h10080gbhbm3_llama3-8b_8layers_compiled_decode_bs16.json.gz", workers=1)
+    assert _row(a) is None
+    assert a.findings.causes[0]["cause"] == "waste_copies_rewrite"
