@@ -84,6 +84,9 @@ def candidates(a: Measured, free: np.ndarray) -> np.ndarray:
     ok &= ~k["kernel_class"].isin(["gemm", "attention"]).to_numpy()
     ok &= (k["cost_source"] != "Inductor kernel arguments").to_numpy()  # a compiler's kernel is fused already
     ok &= (read > 0) & (written > 0)
+    # an eager optimizer's per-parameter mul_ / add_ chains are another fix (a foreach or fused
+    # optimizer: one launch over all parameters), not a fusion of one tensor's ops
+    ok &= (k["phase"] != "optimizer").to_numpy()
     kernels = (k["kind"] == "kernel").to_numpy() & (op >= 0)
     per_op = np.bincount(op[kernels], minlength=int(op.max()) + 1 if len(op) else 0)
     return ok & (per_op[np.maximum(op, 0)] == 1)  # one kernel per op: eager's pattern
