@@ -88,7 +88,9 @@ def candidates(a: Measured, free: np.ndarray) -> np.ndarray:
     # optimizer: one launch over all parameters), not a fusion of one tensor's ops
     ok &= (k["phase"] != "optimizer").to_numpy()
     kernels = (k["kind"] == "kernel").to_numpy() & (op >= 0)
-    per_op = np.bincount(op[kernels], minlength=int(op.max()) + 1 if len(op) else 0)
+    if not ok.any():  # no kernel with a costed op (an Nsight trace without shapes): nothing to chain
+        return ok
+    per_op = np.bincount(op[kernels], minlength=int(op.max()) + 1)
     return ok & (per_op[np.maximum(op, 0)] == 1)  # one kernel per op: eager's pattern
 
 
