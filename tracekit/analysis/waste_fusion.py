@@ -9,9 +9,10 @@ Found from structure, not kernel names (Triton's are generated):
 - a link is the only kernel of its op, costed from the op's shapes as vector or memory work
   (no matmul: a GEMM with its activation in the epilogue is matrix work, and breaks a chain),
   whose tensor inputs broadcast to one shape and which writes that shape (pointwise) or that
-  shape less its last axis (a row reduction: RMSNorm's mean(-1), which a fused kernel does
-  in the same pass). A compiler's kernel (costed from its Inductor arguments) is already fused;
-  an op on a transposed layout is waste_strided's (its fix is the layout), and ends a chain;
+  shape less its last axis of at most MAX_ROW (a row reduction: RMSNorm's mean(-1), which a
+  fused kernel does in the same pass). A compiler's kernel (costed from its Inductor
+  arguments) is already fused; an op on a transposed layout is waste_strided's (its fix is
+  the layout), and ends a chain; an eager optimizer's steps are left to their own fix;
 - a chain is links that follow each other on one stream, launched from one thread in one
   step, each taking as an input a tensor of the bytes its predecessor wrote (Kineto records
   no tensor ids: the sizes are the evidence that it consumes what the previous produced);
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 # is everywhere in eager code and saves one round trip: too small to name as a cause.
 MIN_LINKS = 3
 REPEATS = 2  # the same chain (ops and shapes) at least twice: per layer or per step
+# a row reduction a fused kernel does in the same pass: over a hidden dimension (RMSNorm's
+# mean(-1)), at most 16 Ki wide; an argmax over a 128 Ki vocabulary is a reduction of its own
+MAX_ROW = 1 << 14
 ELEMENT_SIZES = (1, 2, 4, 8)  # bytes per element an output may have (bool .. fp64)
 FIX = "fuse the chain with torch.compile (or a fused kernel: one read of its inputs, one write of its output)"
 
@@ -68,7 +72,7 @@ def link_inputs(x: OpInputs, written: float) -> list[tuple[float, float]] | None
         return None
     n = math.prod(out)
     sizes = {n * e for e in ELEMENT_SIZES}
-    if len(out) and out[-1] > 1:
+    if len(out) and 1 < out[-1] <= MAX_ROW:
         sizes |= {n // out[-1] * e for e in ELEMENT_SIZES}
     if written not in sizes:
         return None
