@@ -128,3 +128,44 @@ def test_a_compiled_decode_has_no_chain_to_fuse():
     a = tracekit.analyze(H100 / "h10080gbhbm3_llama3-8b_8layers_compiled_decode_bs16.json.gz", workers=1)
     assert _row(a) is None
     assert a.findings.causes[0]["cause"] == "waste_copies_rewrite"
+
+
+def test_a_vocabulary_argmax_is_no_link_but_a_hidden_mean_is():
+    """A row reduction is a link over a hidden dimension (RMSNorm's mean(-1) over 128 here), not
+    over a 128,256-token vocabulary (generate's argmax: a reduction of its own)."""
+    from tracekit.analysis.waste_fusion import link_inputs
+    from tracekit.costs.inputs import OpInputs
+
+    mean = OpInputs([[2, 64, 128], [], [], []], ["float", "ScalarList", "Scalar", ""], ["", "[-1]", "True", ""])
+    assert link_inputs(mean, 2 * 64 * 4) == [(U, U)]
+    argmax = OpInputs([[1, 128256], [], []], ["c10::BFloat16", "Scalar", "Scalar"], ["", "-1", "False"])
+    assert link_inputs(argmax, 8) is None
+    # a batch norm's [C] parameters do not broadcast against [N, C, H, W]: not elementwise
+    bn = OpInputs([[32, 256, 14, 14], [256], [256]], ["float", "float", "float"], ["", "", ""])
+    assert link_inputs(bn, 32 * 256 * 14 * 14 * 4) is None
+
+
+def test_streaming_dit_adaln_modulate_gate_and_residual_are_the_chains():
+    """Wan-like DiT (h200 streaming video, bf16, x [1, 4680, 1536]): per modulate
+    add(scale, 1) [1, 1, 1536] -> mul(x, .) -> add(., shift), and gate -> residual add ->
+    the next norm: mul(gate, h) -> add(x, .) -> native_layer_norm (weight and bias [1536])."""
+    from conftest import shared
+
+    a = tracekit.analyze(shared("torch", "h200_streaming_video_dit1.3b_480p_chunk3_steps2.json.gz"), workers=1)
+    r = _row(a)
+    x, v = 4680 * 1536 * 2, 1536 * 2
+    k, ops = a.kernels, a.trace.ops
+    op = k["op"].to_numpy()
+    in_steps = (k["step"].to_numpy() >= 0) & (op >= 0)
+    names, dims = ops["name"].astype(str).to_numpy(), ops["input_dims"].to_numpy()
+    modulates = sum(1 for o in op[in_steps] if names[o] == "aten::add" and dims[o] == [[1, 1, 1536], [], []])
+    norms = sum(1 for o in op[in_steps] if names[o] == "aten::native_layer_norm")
+    e = r["evidence"]
+    assert modulates == 900 and e["chains"] == 900 + 450 and e["kernels_per_chain"] == [3, 3]
+    assert norms > 450  # the first norm of each pass follows a GEMM: not in a chain
+    # moved: modulate 2v + 2 (x + v + x); gate/residual/norm (v + 2x) + 3x + (2x + 2v)
+    assert e["bytes_moved"] == 900 * (4 * x + 4 * v) + 450 * (7 * x + 3 * v)
+    # needed: modulate v + x + (x + x: mul's x, and its output counted) + v;
+    # gate/residual/norm (v + x) + x + (x + x: the residual stream) + 2v
+    assert e["bytes_needed"] == 900 * (3 * x + 2 * v) + 450 * (4 * x + 3 * v)
+    assert 0 < r["time_ns"] < e["chain_time_ns"] and r["cumulative_share"] <= 1.0
