@@ -79,6 +79,17 @@ def link_inputs(x: OpInputs, written: float) -> list[tuple[float, float]] | None
     return [(x.dense_nbytes(i), x.nbytes(i)) for i, _ in tensors]
 
 
+def link(dims: Any, types: Any, concrete: Any, strides: Any, written: float) -> list[tuple[float, float]] | None:
+    """link_inputs of one op's recorded inputs; None for a strided layout (its own row, with
+    its own fix) and for inputs that cannot be read."""
+    if strided_input(dims, strides) is not None:
+        return None
+    try:
+        return link_inputs(OpInputs(dims, types, concrete, None, strides), written)
+    except CostError:
+        return None
+
+
 def candidates(a: Measured, free: np.ndarray) -> np.ndarray:
     """Kernels that may be links, before their op's shapes are read."""
     k = a.kernels
@@ -106,19 +117,16 @@ def chains(a: Measured, free: np.ndarray) -> tuple[list[list[int]], dict[int, li
     written = k["bytes_written"].to_numpy(np.float64)
     dims, types, concrete, strides = (ops[c].to_numpy() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides"))
     inputs: dict[int, list[tuple[float, float]]] = {}
+    seen: dict[tuple, list[tuple[float, float]] | None] = {}  # the parser shares one object per distinct inputs list
     for i in np.flatnonzero(ok):
         o = int(op[i])
-        if strided_input(dims[o], strides[o]) is not None:  # a strided layout is its own row, with its own fix
-            ok[i] = False
-            continue
-        try:
-            found = link_inputs(OpInputs(dims[o], types[o], concrete[o], None, strides[o]), float(written[i]))
-        except CostError:  # an unreadable shape: not a link
-            found = None
-        if found is None:
+        key = (id(dims[o]), id(types[o]), id(strides[o]), float(written[i]))
+        if key not in seen:
+            seen[key] = link(dims[o], types[o], concrete[o], strides[o], float(written[i]))
+        if seen[key] is None:
             ok[i] = False
         else:
-            inputs[o] = found
+            inputs[o] = seen[key]
     tid = ops["tid"].to_numpy()
     step = k["step"].to_numpy() if "step" in k else np.zeros(len(k), dtype=np.int64)
     stream = k["device"].astype(str).to_numpy() + "/" + k["stream"].astype(str).to_numpy()
