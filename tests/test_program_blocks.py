@@ -117,3 +117,34 @@ def test_unshaped_serving_steps_last_gemm_after_the_final_norm_is_the_lm_head():
     share = float(head["duration_ns"].sum() / k.loc[k["kind"].astype(str) == "kernel", "duration_ns"].sum())
     assert share == pytest.approx(0.119, abs=0.002)  # what was `other` before
     assert not (k["block"].astype(str) == "other").any()
+
+
+def test_unshaped_emit_nvtx_gemms_take_their_sublayer_block():
+    """FSDP T5 on two H100s (Nsight Systems, emit_nvtx: op names, no shapes, no modules): each
+    sub-layer opens with an RMSNorm written out (aten::rsqrt); a sub-layer with the eager
+    attention core (aten::_softmax between two bmm) is attention, one with the written-out GELU
+    (aten::tanh) the FFN. Every GEMM of a sub-layer takes its block: q/k/v, QK^T, PV and the
+    output projection attention; gate, up and down ffn. Half the kernels ran before the capture
+    of their launch calls (no op): they take their identical kernels' blocks."""
+    a = tracekit.analyze(str(shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite")), workers=1)
+    k = a.kernels[a.kernels["kind"].astype(str) == "kernel"].sort_values(["device", "stream", "start"])
+    gemm = k["kernel_class"].astype(str) == "gemm"
+    assert not (gemm & (k["block"].astype(str) == "other")).any()
+    assert k.loc[k["block"].astype(str) == "other", "duration_ns"].sum() < 0.01 * k["duration_ns"].sum()  # was 93%
+    for _, lane in k[k["op"] >= 0].groupby("device"):
+        op = lane["op_name"].astype(str).to_numpy()
+        sublayer = np.cumsum(op == "aten::rsqrt")
+        seen = {"attention": 0, "ffn": 0}
+        for s in np.unique(sublayer[sublayer > 0]):
+            mine = sublayer == s
+            blocks = set(lane["block"].astype(str).to_numpy()[mine & gemm[lane.index].to_numpy()])
+            if "aten::_softmax" in op[mine]:
+                assert blocks == {"attention"}
+                seen["attention"] += 1
+            elif "aten::tanh" in op[mine]:
+                assert blocks == {"ffn"}
+                seen["ffn"] += 1
+        assert seen == {"attention": 13, "ffn": 13}
+    # the same launch grid in two sub-layers: the position says the block, not the grid
+    wide = k[gemm & (k["grid_y"] == 32) & (k["grid_z"] == 8)]
+    assert set(wide["block"].astype(str)) == {"attention", "ffn"}
