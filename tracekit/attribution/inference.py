@@ -14,6 +14,9 @@ still place them:
   projection follows the activation; the attention projections sit next to the attention
   kernel. A GEMM with no other label takes the block its neighbours say, looking past the
   GEMMs of its own run (gate and up projections back to back) but not past another GEMM.
+  The activation is read from the kernel's name or from the op that launched it (a GELU
+  written out launches `aten::tanh` as a `vectorized_elementwise_kernel`); the attention
+  kernel may be an eager attention core, a softmax with a GEMM on each side (QK^T, PV).
   Only GEMMs: a convolution (an implicit-GEMM conv kernel is classed gemm too) next to a
   SiLU is a VAE or U-Net block, not an FFN, so it is never relabelled; nor is any kernel's class.
 """
