@@ -10,7 +10,8 @@ rest sit in a sub-layer with them: the output projection after the attention cor
 down projection after the activation's GEMMs, the query / key / value projection before
 the core (with a position bias computed in between). Such a GEMM takes the block of the
 nearest placed GEMM on its stream, before or after it, that no normalisation separates
-from it (both, when both qualify, must agree): the sub-layer's GEMMs are one block.
+from it (both, when both qualify, must agree), when a normalisation precedes it on its
+stream (it is inside a sub-layer): the sub-layer's GEMMs are one block.
 
 Kernels launched before the capture of their launch calls (half of an emit_nvtx export)
 carry no op; the identical-kernels rule (attribution.inference) ran before the layer
@@ -33,14 +34,15 @@ def _nearest(flags: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(index) if len(index) else index
 
 
-def _side(block: np.ndarray, placed: np.ndarray, norm: np.ndarray, lane_start: np.ndarray) -> np.ndarray:
-    """Per position (kernels in lane order): the block of the nearest placed GEMM strictly before
-    it in its lane with no norm between them, None where there is none."""
+def _side(block: np.ndarray, placed: np.ndarray, norm: np.ndarray, lane_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per position (kernels in lane order): (the block of the nearest placed GEMM strictly
+    before it in its lane with no norm between them, None where there is none; whether a norm
+    precedes it in its lane)."""
     n = len(block)
     before = np.r_[-1, _nearest(placed)[:-1]] if n else np.zeros(0, dtype=np.int64)
     last_norm = np.r_[-1, _nearest(norm)[:-1]] if n else np.zeros(0, dtype=np.int64)
     ok = (before >= lane_start) & (before > last_norm)
-    return np.where(ok, block[np.maximum(before, 0)], None)
+    return np.where(ok, block[np.maximum(before, 0)], None), last_norm >= lane_start
 
 
 def sublayer_blocks(k, kernel_class: np.ndarray, block: np.ndarray, conv: np.ndarray) -> np.ndarray:
@@ -60,12 +62,14 @@ def sublayer_blocks(k, kernel_class: np.ndarray, block: np.ndarray, conv: np.nda
         b = out[order]
         placed = gemm[order] & np.isin(b, SUBLAYER_BLOCKS)
         norm = (b == "norm") | (kernel_class[order] == "norm")
-        before = _side(b, placed, norm, lane_start)
+        before, opened = _side(b, placed, norm, lane_start)
         # the same walk backwards: positions mirrored, a lane's end is its start
-        after = _side(b[::-1], placed[::-1], norm[::-1], (n - 1 - lane_end)[::-1])[::-1]
+        after = _side(b[::-1], placed[::-1], norm[::-1], (n - 1 - lane_end)[::-1])[0][::-1]
         one = np.where(before != None, before, after)  # noqa: E711 (elementwise on object arrays)
         agree = (before == None) | (after == None) | (before == after)  # noqa: E711
-        take = todo[order] & (one != None) & agree  # noqa: E711
+        # only inside a sub-layer: a normalisation opened it (kernels with no layer structure,
+        # a dense GEMM beside MoE GEMMs with no norm around, say nothing of each other)
+        take = todo[order] & opened & (one != None) & agree  # noqa: E711
         out[order[take]] = one[take]
     return _from_twins(k, out)  # and the GEMMs placed here
 
