@@ -56,6 +56,25 @@ def test_cloverleaf_blocks_are_its_kernel_functions_with_their_raw_times():
     assert summary["trace"]["blocks_basis"] == PROGRAM_BASIS
 
 
+def test_reports_say_what_the_blocks_are():
+    """The terminal and report.html say under the blocks table that CloverLeaf's blocks are its
+    own units; a model's report says they are layer parts."""
+    import io
+
+    from rich.console import Console
+
+    from tracekit.reports import analyze as terminal_report, html
+    from tracekit.reports.renderer import RenderOptions
+
+    for path, words in ((shared("nsys", "a100x4_cloverleaf_nsys2024.5.sqlite"), "blocks: the program's own units"),
+                        (shared("torch", "h100_bert_small_hf_inference.json.gz"), "blocks: a model's layer parts")):
+        a = tracekit.analyze(str(path), workers=1)
+        out = io.StringIO()
+        terminal_report.render_console(a, Console(file=out, width=200), top=15)
+        for text in (out.getvalue(), html.render(a, RenderOptions())):
+            assert words in text.replace("&#x27;", "'").replace("&#39;", "'")
+
+
 def test_saxpy_blocks_are_its_nvtx_ranges():
     path = shared("nsys", "a100_saxpy_mpi_nsys2022.2.sqlite")
     raw = _raw_kernels(path)
