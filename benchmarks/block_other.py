@@ -37,7 +37,7 @@ def other_share(path) -> tuple[float, list[tuple[str, float]], str]:
     total = float(dur.sum())
     other = k["block"].astype(str) == "other"
     top = dur[other].groupby(k["name"][other].astype(str)).sum().sort_values(ascending=False).head(3)
-    kind = str(a.meta.get("blocks_kind") or "")
+    kind = "program" if str(a.meta.get("blocks_basis") or "").startswith("the program's own units") else "layers"
     return (float(dur[other].sum()) / total if total else 0.0), [(n, v / total) for n, v in top.items()], kind
 
 
