@@ -40,7 +40,7 @@ def test_headline_block_shares_are_the_blocks_tables(runs, name):
 def test_headline_idle_share_is_the_sum_of_the_ranked_idle_rows(runs, name):
     f = runs[name].findings
     idle = sum(c["time_ns"] for c in f.causes if c["cause"].startswith("idle_"))
-    share = re.search(r"the GPU was idle ([\d.]+)% of the step wall time", headline_words(f)[0])
+    share = re.search(r"the GPU was idle ([\d.]+)% of the step time", headline_words(f)[0])
     assert share and float(share.group(1)) == pytest.approx(100 * idle / f.denominator_ns, abs=0.5)
 
 

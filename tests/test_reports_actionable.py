@@ -230,7 +230,9 @@ def test_recoverable_time_of_an_op_by_hand():
     assert row["recoverable_ns"] == pytest.approx(row["time_ns"] - row["t_min_ns"], rel=1e-9)
     # the step's time on the GPU: its gpu_user_annotation (its kernels all run inside it)
     step = sum(e["dur"] for e in events if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#")) * 1e3
-    assert row["share"] == pytest.approx(row["recoverable_ns"] / step, rel=1e-3)
+    # shares are of the step time: the step's GPU window and the GPU idle inside its host range outside it
+    assert a.findings.basis_ns == a.findings.denominator_ns == pytest.approx(step + a.findings.outside["idle_ns"], rel=1e-3)
+    assert row["share"] == pytest.approx(row["recoverable_ns"] / a.findings.denominator_ns, rel=1e-9)
     f = a.findings
     assert f.fix_ops["cumulative_share"].iloc[-1] == pytest.approx(f.fix_ops["share"].sum())
     # kernels and blocks rank the same recoverable time, cut differently

@@ -78,7 +78,9 @@ def test_what_to_fix_first_never_adds_up_past_the_step(summaries):
     the steps, so the running total stays under the sum of the steps' GPU windows."""
     s = summaries["torch/mi300x_resnet_act_checkpoint_rank0.json.gz"]
     basis = s["what_to_fix_first"]["basis_ns"]
-    assert basis == pytest.approx(sum(r["duration_ns"] for r in s["steps"]))
+    # the ranked list's one denominator: the steps' GPU windows and the idle inside their host ranges outside them
+    outside = (s["what_to_fix_first"].get("idle_outside_gpu_windows") or {}).get("idle_ns") or 0.0
+    assert basis == s["what_to_fix_first"]["denominator_ns"] == pytest.approx(sum(r["duration_ns"] for r in s["steps"]) + outside)
     for table in ("ops", "kernels", "blocks"):
         rows = s["what_to_fix_first"][table]
         assert rows and rows[-1]["cumulative_share"] <= 1.0
@@ -112,14 +114,14 @@ def test_exposed_communication_outranks_a_tiny_copy(tmp_path):
     assert step["duration_ns"] == 963_000
     first = a.findings.causes[0]
     assert first["cause"] == "exposed_communication" and first["time_ns"] == 360_000
-    # every share of the ranked list is of the step's wall time: from the earlier of its host
-    # range and GPU window to the later end
+    # every share of the ranked list is of the step time: its GPU window and the GPU idle inside
+    # its host range outside it (here all of the host range around the window: the GPU ran nothing else)
     wall = (max(step["start_ns"] + step["duration_ns"], step["host_start_ns"] + step["host_duration_ns"])
             - min(step["start_ns"], step["host_start_ns"]))
-    assert a.findings.denominator == "step wall time" and a.findings.denominator_ns == wall
+    assert a.findings.denominator == "step time" and a.findings.denominator_ns == wall
     assert first["share"] == pytest.approx(360_000 / wall)
     text = " ".join(headline_words(a.findings))
-    assert f"Communication no compute hides takes 360.000 us ({round(100 * 360_000 / wall)}% of step wall time)" in text
+    assert f"Communication no compute hides takes 360.000 us ({round(100 * 360_000 / wall)}% of step time)" in text
     assert "aten::copy_" not in text and "recoverable" not in text  # the copy's 0.3%: no headline material
     copy = next(c for c in a.findings.causes if c["cause"] == "recoverable")
     assert copy["time_ns"] < 0.01 * 963_000

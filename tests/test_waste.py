@@ -142,7 +142,9 @@ def test_checkpointed_training_names_recompute_and_no_launch_row_on_a_busy_gpu(t
     k = train.kernels
     recompute = (k["phase"] == "recompute").to_numpy() & (k["step"].to_numpy() >= 0) & (k["kind"] == "kernel").to_numpy()
     assert r["time_ns"] == pytest.approx(k["exclusive_ns"].to_numpy()[recompute].sum())
-    assert 0.17 <= r["share"] <= 0.20  # 18.3% of the step wall time (18.8% of GPU time in the issue)
+    # 20.1% of the step time (the steps' GPU windows, 430.5 + 427.3 ms, and 1.5 ms idle outside them): each
+    # step's window reads 20.2% / 20.1% (tests/test_one_denominator.py); the issue's 18.5% is another model's run
+    assert 0.19 <= r["share"] <= 0.21
     # 98% busy: launch calls longer than their kernels are the queue pushing back, counted only
     # as far as the GPU waited for the host
     launch = rows.get("launch_overhead")

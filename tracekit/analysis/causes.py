@@ -1,10 +1,15 @@
 """What to fix first: ONE ranked list of every cause of lost time, each in ns of the same
 denominator, so the rows compare and (the GPU-time rows) add up.
 
-The denominator is the steps' wall time (each step from the earlier of its host range and
-GPU window to the later end: a serving step whose host range outlasts its kernels loses that
-time too), or, without steps, the time from first to last GPU activity; summed over the GPUs
-of the trace (every device's idle or busy time is counted on it).
+The denominator is the step time: the steps' GPU windows (where each step's own kernels ran,
+the time every per-step figure is over) and the GPU idle their host ranges hold outside those
+windows (a serving step whose host range outlasts its kernels loses that time too). Not the
+steps' wall time from host range start to GPU window end: with the GPU running behind the
+host, a step's host range opens while the GPU still runs earlier work (the step before the
+first profiled one: 85.8 ms in a checkpointed training trace), time that is in no row and no
+step. Without steps, the time from first to last GPU activity. Summed over the GPUs of the
+trace (every device's idle or busy time is counted on it). The recoverable tables' shares
+are of the same number (analysis.findings).
 
 GPU-time rows are disjoint slices of that time, so their running total never passes 100%:
 GPU idle inside the steps' GPU windows by cause, GPU idle outside them (inside the host
@@ -36,15 +41,19 @@ FASTEST = 0.1  # a call's fastest runs: the quantile that stands for its uninstr
 BACKLOG_NS = 1_000_000
 
 
+STEP_TIME = "step time"
+# what the step time is, where a report states the denominator
+STEP_TIME_MEANS = "the steps' GPU windows and the GPU idle inside their host ranges outside those windows"
+
+
 def denominator(a: Measured, idle_window_ns: float, outside: dict[str, Any]) -> tuple[str, float]:
-    """(name, ns): what every share in the ranked list is of."""
+    """(name, ns): what every share in the ranked list is of (the module docstring).
+    `idle_window_ns`: the steps' GPU windows (or first to last activity), summed over devices;
+    `outside`: the idle inside the steps' host ranges outside them (idle.idle_outside_gpu_windows)."""
     devices = int(a.kernels["device"].nunique()) if len(a.kernels) else 0
     over = f", summed over {devices} GPUs" if devices > 1 else ""
     if len(a.steps):
-        wall = float(outside.get("wall_ns") or 0.0) * max(devices, 1)
-        if wall:
-            return f"step wall time{over}", max(wall, idle_window_ns)
-        return f"step time{over}", idle_window_ns
+        return f"{STEP_TIME}{over}", idle_window_ns + float(outside.get("idle_ns") or 0.0)
     return f"time from first to last GPU activity{over}", idle_window_ns
 
 

@@ -32,7 +32,7 @@ __all__ = ["FIX_COLUMNS", "Findings", "compute", "gaps_of", "launch_and_sync_cal
 @dataclass(frozen=True)
 class Findings:
     headline: Headline  # the headline's figures (tracekit.reports.headline words them)
-    basis: str  # "step time" or "GPU busy time": what the recoverable tables' shares are of
+    basis: str  # what the recoverable tables' shares are of: the ranked list's denominator (GPU busy time without one)
     basis_ns: float
     fix_ops: pd.DataFrame = field(default_factory=pd.DataFrame)
     fix_kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
@@ -77,17 +77,19 @@ def compute(a: Measured) -> Findings:
     launches = launch_and_sync_calls(a)
     gaps = gaps_of(a, windows, launches)
     window_ns = float(sum(int((w[:, 1] - w[:, 0]).sum()) for w in windows.values()))
+    launching = launching_records(a)  # the host records gaps are charged to, once for both sets of gaps
+    outside = idle_outside_gpu_windows(a, windows, launches, launching)
+    denominator, denominator_ns = cause_list.denominator(a, window_ns, outside)
+    if denominator_ns:  # one denominator: the recoverable tables' shares are of the ranked list's
+        basis, basis_ns = denominator, denominator_ns
     f = Findings(headline=Headline(kind="gpu"), basis=basis, basis_ns=basis_ns,
                  fix_ops=ranked(work, {"op": op_name, "shapes": op_shapes(a)}, basis_ns, linked),
                  fix_kernels=ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
                  fix_blocks=ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
                  short_kernels=short_kernels(a))
-    launching = launching_records(a)  # the host records gaps are charged to, once for both sets of gaps
     charged = idle_charges(a, gaps, launching)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
-    outside = idle_outside_gpu_windows(a, windows, launches, launching)
-    denominator, denominator_ns = cause_list.denominator(a, window_ns, outside)
     # each stage reads the ones before it (the causes: the idle tables; the headline: the causes)
     f = replace(f, idle_host=host_behind_idle(charged, gaps), idle_host_by_cause=top_by_cause(charged, idle_by_cause),
                 outside=outside, denominator=denominator, denominator_ns=denominator_ns)

@@ -7,7 +7,8 @@ compute owns the time it covers, then copies, then communication, whose time is 
 time), so that the lines of a table never add up to more than the GPU's busy time; the
 roofline minimum is scaled to that time. With steps, only the kernels the steps own count.
 Summed per op (name and input shapes), per kernel name and per phase x block, ranked, with
-each line's share of the basis (step time, or GPU busy time without steps)."""
+each line's share of the basis: the ranked causes' one denominator (analysis.causes), GPU busy
+time where there is none."""
 
 from __future__ import annotations
 

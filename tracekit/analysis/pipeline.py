@@ -83,8 +83,10 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
     cov = _lost_times_unknown(coverage(kernels), trace.meta)
     if ncu_report is not None:
         cov["ncu"] = ncu_report
+    # what the blocks are: a model's layer parts, or a program's own units (attribution.program_blocks)
+    meta = {**trace.meta, "blocks_basis": labels.attrs.get("blocks_basis")}
     measured = Measured(kernels=kernels, ops=ops, coverage=cov, device=device, sustained=sustained,
-                        meta=trace.meta, warnings=list(trace.warnings) + cut_short_warning(steps), blocks=block_table(kernels), steps=steps,
+                        meta=meta, warnings=list(trace.warnings) + cut_short_warning(steps), blocks=block_table(kernels), steps=steps,
                         devices=devices, trace=trace, model_notes=list(run.notes) if run is not None else None)
     collectives = collective_table(measured)
     findings = compute_findings(measured)

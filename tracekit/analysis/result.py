@@ -69,7 +69,8 @@ class Analysis(Measured):
         tracekit.reports.summary_json.summary, this dict with them."""
         return clean({
             "schema_version": SCHEMA_VERSION,
-            "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions", "step_source")},
+            "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions", "step_source",
+                                                         "blocks_basis")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
             "coverage": self.coverage,

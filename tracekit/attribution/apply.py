@@ -7,8 +7,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracekit.attribution.inference import infer_missing
+from tracekit.attribution.inference import convolutions, infer_missing
+from tracekit.attribution.program_blocks import program_blocks
 from tracekit.attribution.roles import role_blocks
+from tracekit.attribution.sublayers import sublayer_blocks
 from tracekit.attribution.match import Enclosing, NameSearch, Pattern
 from tracekit.attribution.rules import DEFAULT_BLOCK, DEFAULT_PHASE, UNKNOWN_PHASE, Rule, Rules, default_rules
 from tracekit.trace.autograd import BACKWARD, RECOMPUTE, kernel_states, on_autograd_threads, op_states
@@ -132,6 +134,10 @@ def _autograd_phases(phase: np.ndarray, matched: np.ndarray, kernel_state: np.nd
     return phase, matched | recompute | backward
 
 
+# what the blocks are, in the labels' attrs (the reports say it under the blocks table)
+BLOCKS_BASIS = "blocks_basis"
+LAYER_BASIS = "a model's layer parts (attention, ffn, norm, ...): other is an ML program's kernel no rule or structure placed"
+
 GENERATION_STEP = re.compile(r"^(prefill|decode)#\d+ ")
 
 
@@ -179,4 +185,10 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None,
     # last: what position placed, the launching op's role corrects (norm is normalisation work)
     hidden = widths.hidden if widths is not None else None
     block = role_blocks(trace, np.asarray(kernel_class, dtype=object), block, rule_block, hidden, phase)
-    return pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)
+    # GEMMs still unplaced (no shapes) by the sub-layer they sit in (attribution.sublayers)
+    block = sublayer_blocks(k, np.asarray(kernel_class, dtype=object), block, convolutions(k, trace.ops["name"]))
+    # a program with no ML structure: its blocks are its own units (attribution.program_blocks)
+    block, basis = program_blocks(trace, np.asarray(kernel_class, dtype=object), block, rule_block, widths)
+    labels = pd.DataFrame({"phase": pd.Categorical(phase), "block": pd.Categorical(block)}, index=k.index)
+    labels.attrs[BLOCKS_BASIS] = basis or LAYER_BASIS
+    return labels

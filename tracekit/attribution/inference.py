@@ -14,6 +14,9 @@ still place them:
   projection follows the activation; the attention projections sit next to the attention
   kernel. A GEMM with no other label takes the block its neighbours say, looking past the
   GEMMs of its own run (gate and up projections back to back) but not past another GEMM.
+  The activation is read from the kernel's name or from the op that launched it (a GELU
+  written out launches `aten::tanh` as a `vectorized_elementwise_kernel`); the attention
+  kernel may be an eager attention core, a softmax with a GEMM on each side (QK^T, PV).
   Only GEMMs: a convolution (an implicit-GEMM conv kernel is classed gemm too) next to a
   SiLU is a VAE or U-Net block, not an FFN, so it is never relabelled; nor is any kernel's class.
 """
@@ -37,6 +40,10 @@ ACTIVATION = re.compile(r"gelu|silu|swiglu|geglu|swish|relu|act_and_mul|_and_mul
 # Convolution kernels by name (cuDNN fprop / dgrad / wgrad and implicit-GEMM kernels, MIOpen
 # igemm_* and naive_conv, CK grouped_conv, Winograd) or by the op that launched them.
 CONVOLUTION = re.compile(r"conv|implicit_?gemm|igemm|winograd|fprop|dgrad|wgrad", re.I)
+# activation ops by name: what a GEMM feeds in an FFN (a GEMM next to tanh / sigmoid gates, an
+# LSTM's, is feed-forward work too)
+ACTIVATION_OPS = re.compile(r"^aten::(gelu|silu|relu|relu6|tanh|sigmoid|mish|hardswish|glu|elu|selu|leaky_relu|softplus)_?$")
+CORE_REACH = 3  # kernels between eager attention's softmax and its GEMMs (a mask, a position bias, a cast)
 WINDOW = 8  # non-GEMM kernels looked at on each side (q/k norms, rotary and the KV-cache write sit between a QKV GEMM and attention)
 
 
@@ -89,9 +96,42 @@ def convolutions(k: pd.DataFrame, op_names: pd.Series | None = None) -> np.ndarr
     return conv
 
 
-def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, conv: np.ndarray | None = None) -> np.ndarray:
+def op_activations(k: pd.DataFrame, op_names: pd.Series) -> np.ndarray:
+    """Per kernel: launched by an activation op (aten::gelu, silu, relu, tanh, ...): the op tree
+    says what a kernel named `vectorized_elementwise_kernel` computes."""
+    op = k["op"].to_numpy()
+    if not len(op_names) or not (op >= 0).any():
+        return np.zeros(len(k), dtype=bool)
+    ops = op_names.astype("category")
+    by_code = np.r_[[bool(ACTIVATION_OPS.match(str(u)[:128])) for u in ops.cat.categories], False]
+    return np.where(op >= 0, by_code[ops.cat.codes.to_numpy()[np.maximum(op, 0)]], False)
+
+
+def attention_cores(kernel_class: np.ndarray, order: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """Per kernel: a softmax with a GEMM at most CORE_REACH kernels before and after it on its
+    stream: eager attention's QK^T, (mask / bias,) softmax, PV, whatever the kernels are named."""
+    n = len(order)
+    gemm = (kernel_class == "gemm")[order]
+    softmax = (kernel_class == "softmax")[order]
+    out = np.zeros(len(kernel_class), dtype=bool)
+    if not softmax.any():
+        return out
+    near_before = np.zeros(n, dtype=bool)
+    near_after = np.zeros(n, dtype=bool)
+    for d in range(1, CORE_REACH + 1):
+        same = np.r_[np.zeros(d, dtype=bool), lane[d:] == lane[:-d]]
+        near_before |= same & np.r_[np.zeros(d, dtype=bool), gemm[:-d]]
+        same_after = np.r_[lane[:-d] == lane[d:], np.zeros(d, dtype=bool)]
+        near_after |= same_after & np.r_[gemm[d:], np.zeros(d, dtype=bool)]
+    out[order] = softmax & near_before & near_after
+    return out
+
+
+def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, conv: np.ndarray | None = None,
+                  op_activation: np.ndarray | None = None) -> np.ndarray:
     """Block of GEMMs left in `other`, from the activation / attention kernels next to them.
-    Convolutions (`conv`, per kernel) are GEMM-class kernels that are never relabelled."""
+    Convolutions (`conv`, per kernel) are GEMM-class kernels that are never relabelled.
+    `op_activation`: per kernel, launched by an activation op (op_activations)."""
     is_gemm = kernel_class == "gemm"
     todo = is_gemm & (block == DEFAULT_BLOCK)
     if conv is not None:
@@ -101,10 +141,12 @@ def layer_pattern(k: pd.DataFrame, kernel_class: np.ndarray, block: np.ndarray, 
     names = k["name"].astype("category")  # one search per distinct name
     act_by_code = np.array([bool(ACTIVATION.search(str(u)[:512])) for u in names.cat.categories] + [False], dtype=bool)
     activation = act_by_code[names.cat.codes.to_numpy()] & ~is_gemm
-    attention = kernel_class == "attention"
+    if op_activation is not None:
+        activation |= op_activation & ~is_gemm
     # Kernels in lane order (device, stream, start); a lane is a run of one (device, stream).
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    attention = (kernel_class == "attention") | attention_cores(kernel_class, order, lane)
     args = (is_gemm[order], activation[order], attention[order], lane)
     positions = np.flatnonzero(todo[order])
     # a MoE router's GEMM is followed by the routing (top-k gating) kernels: ffn as well
@@ -166,6 +208,6 @@ def infer_missing(trace: Trace, kernel_class: pd.Series, phase: np.ndarray, bloc
     widths = widths if widths is not None else infer_widths(trace)
     # weight shapes first: they say what a GEMM is; the neighbours only what it sits next to
     block = structural_blocks(trace, klass, phase, block, conv, widths, gemms_only=True)
-    block = layer_pattern(k, klass, block, conv)
+    block = layer_pattern(k, klass, block, conv, op_activations(k, trace.ops["name"]))
     block = structural_blocks(trace, klass, phase, block, conv, widths)
     return phase, block

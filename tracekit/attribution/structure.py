@@ -222,6 +222,28 @@ def last_gemm_of_steps(k, gemm: np.ndarray, phase: np.ndarray, block: np.ndarray
     return out
 
 
+def after_final_norm(lane_order: np.ndarray, lane: np.ndarray, layer_work: np.ndarray, norm: np.ndarray) -> np.ndarray:
+    """Per kernel: the nearest GEMM, convolution, attention or norm kernel before it on its
+    stream is a norm. A trace without shapes (no widths) still shows a decoder's forward:
+    its layers, the final normalisation, then the vocabulary projection and the sampling;
+    a serving step's last GEMM right after a norm is that projection, not a layer's (a
+    layer's GEMMs follow its attention or its activation, or a norm that opens a layer and
+    is followed by more GEMMs of the same step)."""
+    n = len(lane_order)
+    out = np.zeros(n, dtype=bool)
+    if not n:
+        return out
+    anchor = (layer_work | norm)[lane_order]
+    index = np.where(anchor, np.arange(n), -1)
+    # the last anchor strictly before each position, within its lane
+    previous = np.r_[-1, np.maximum.accumulate(index)[:-1]]
+    starts = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
+    lane_start = starts[np.searchsorted(starts, np.arange(n), side="right") - 1]
+    ok = previous >= lane_start
+    out[lane_order] = ok & norm[lane_order][np.maximum(previous, 0)]
+    return out
+
+
 def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block: np.ndarray, conv: np.ndarray,
                       widths: Widths | None, gemms_only: bool = False) -> np.ndarray:
     """`block` with the kernels left in `other` placed by structure (the module docstring);
@@ -249,15 +271,18 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         fill(tensor_blocks(op, dims, widths, block == DEFAULT_BLOCK))
         norm_like |= hidden_reductions(op, kernel_class, dims, trace.ops["concrete_inputs"].to_numpy(), widths.hidden)
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
+    order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
+    lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     if widths is not None and widths.vocab:
         block[last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))] = "lm_head"
+    elif widths is None:  # no shapes: the position says it, after the final norm (see after_final_norm)
+        last = last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))
+        block[last & after_final_norm(order, lane, gemm | conv | (kernel_class == "attention"), norm_like)] = "lm_head"
     anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "").astype(object)
     anchor[conv] = "conv"
     anchor[(anchor == "") & (kernel_class == "attention") & (block == "attention")] = "attention"
     anchor[(anchor == "") & norm_like] = "norm"
     anchor[(anchor == "") & (block == "embedding")] = "embedding"
-    order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
-    lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
     todo = (block == DEFAULT_BLOCK) & (k["kind"].astype(str).to_numpy() == "kernel") & (anchor == "")
     if todo.any():
         fill(between_anchors(order, lane, anchor, todo))

@@ -108,7 +108,7 @@ def _totals(b: dict[str, Any], n: dict[str, Any], same: bool, min_change: float)
         metric_pair("coverage", coverage_share(b), coverage_share(n), "share"),
         metric_pair("efficiency", efficiency(b), efficiency(n), "share"),
         metric_pair("exposed_comm_share", exposed_comm_share(b), exposed_comm_share(n), "share"),
-        # GPU idle, in the ranked list's one denominator (step wall time, or first to last GPU
+        # GPU idle, in the ranked list's one denominator (step time, or first to last GPU
         # activity): its share always compares, its time only over the same steps
         metric_pair("gpu_idle_share", idle_share(b), idle_share(n), "share of " + _denominator(b, n)),
         metric_pair("gpu_idle_ns", idle_ns(b), idle_ns(n), "total", same),

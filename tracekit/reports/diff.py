@@ -188,7 +188,7 @@ def _title(d: dict) -> list[str]:
     return [f"base: {side(d['base'])}", f"new:  {side(d['new'])}"]
 
 
-IDLE_POINTS = 0.02  # GPU idle moving by 2 points of the step wall time is a change, not noise
+IDLE_POINTS = 0.02  # GPU idle moving by 2 points of the step time is a change, not noise
 
 
 def verdict_line(d: dict) -> str:

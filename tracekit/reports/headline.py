@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracekit.analysis.causes import IDLE_WHAT
+from tracekit.analysis.causes import IDLE_WHAT, STEP_TIME, STEP_TIME_MEANS
 from tracekit.common.format import cut, duration, middle, percent, percent_against, rounded_percent
 from tracekit.costs.unknown import MIN_COVERAGE
 
@@ -112,7 +112,8 @@ def headline(f: Findings) -> list[str]:
     if h.causes:
         lines.append(sentence(f.causes[h.causes[0]], f.denominator, f.causes))
     if f.denominator_ns:
-        lines.append(f"The number to watch: the {f.denominator}, {duration(f.denominator_ns)} here; every share in "
+        means = f" ({STEP_TIME_MEANS})" if f.denominator.startswith(STEP_TIME) else ""
+        lines.append(f"The number to watch: the {f.denominator}{means}, {duration(f.denominator_ns)} here; every share in "
                      "'What to fix first' is of it.")
     return lines[:4]
 

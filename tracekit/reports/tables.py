@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tracekit.analysis.causes import STEP_TIME, STEP_TIME_MEANS
 from tracekit.reports.section import Named, Section
 from tracekit.trace.kernel_names import labels, trace_labels
 from tracekit.trace.readable_names import demangle
@@ -65,15 +66,20 @@ def fix_first(a: Analysis) -> Section:
             for i, c in enumerate(f.causes)]
     return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
                    head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),
-                   note=f"share: of {f.denominator}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
+                   note=f"share: of {f.denominator}{_means(f.denominator)}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
                         "disjoint slices of the denominator); host-time rows ('—') overlap the host-wait idle. The tables "
                         "below break each row down.")
+
+
+def _means(denominator: str) -> str:
+    """What the step time is, said where it is the denominator."""
+    return f" ({STEP_TIME_MEANS})" if denominator.startswith(STEP_TIME) else ""
 
 
 def _held(f) -> str:
     """The recoverable tables' time: GPU time each kernel holds alone (compute owns what it
     overlaps), in the steps where the trace has steps: less than the blocks table's GPU time."""
-    return "time alone in steps" if f.basis == "step time" else "time alone"
+    return "time alone in steps" if f.basis.startswith(STEP_TIME) else "time alone"
 
 
 def fix_ops(a: Analysis, top: int) -> Section:
@@ -143,7 +149,9 @@ def block_rows(a: Analysis) -> Section:
             for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
     title = "Blocks (phase x block; share: of all GPU time)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
-    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1))
+    basis = a.meta.get("blocks_basis")
+    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1),
+                   note=f"blocks: {basis}" if basis else "")
 
 
 def device_rows(a: Analysis) -> Section:
