@@ -18,6 +18,9 @@ _SCOPE_TOKENS = re.compile(r"::|[<(\[{>)\]}]")
 
 def split_template_args(inside: str) -> list[str]:
     """Top-level comma split of a template argument list."""
+    if _BRACKETS.search(inside) is None:  # (most lists: `float, 4`): every comma is at the top level
+        *args, tail = inside.split(",")
+        return [a.strip() for a in args] + ([tail.strip()] if tail.strip() else [])
     args, depth, start = [], 0, 0
     for m in _ARG_TOKENS.finditer(inside):
         ch = m.group()
@@ -37,6 +40,9 @@ def split_template_args(inside: str) -> list[str]:
 def closing_bracket(text: str, start: int) -> int:
     """Index of the `>` closing the `<` at `start`; a `>` inside parentheses is an operator
     (`enable_if<((8)>(0))>`), not a bracket. -1 when unbalanced."""
+    first = text.find(">", start + 1) if text.startswith("<", start) else -1
+    if first > 0 and _BRACKETS.search(text, start + 1, first) is None:  # (most lists: `<float, 4>`): no bracket inside
+        return first
     depth, paren = 0, 0
     for m in _BRACKETS.finditer(text, start):
         ch = m.group()
@@ -73,6 +79,8 @@ def last_name(qualified: str) -> str:
 
 def split_scope(text: str) -> list[str]:
     """The `::` scopes of a name, split at the top level only (not inside `<...>`, `(...)`)."""
+    if "::" not in text:
+        return [text]
     parts, depth, start = [], 0, 0
     for m in _SCOPE_TOKENS.finditer(text):
         token = m.group()

@@ -23,6 +23,7 @@ from tracekit.trace.cpp_text import closing_bracket
 MAX_CHARS = 4096
 
 _CAST = re.compile(r"(?<![\w)])\(([A-Za-z_][\w: ]*)\)(-?\d+)")
+_CAST_END = re.compile(r"\)-?\d")  # what every cast has: found with a literal search, where _CAST tries every position
 _LAMBDA_GNU = re.compile(r"\{lambda\(([^(){}]*)\)#(\d+)\}")  # {lambda(float)#1}
 _LAMBDA_NSYS = re.compile(r"\[lambda\(([^()\[\]]*)\) \(instance (\d+)\)\]")  # [lambda(int) (instance 1)]
 _OPERATOR_CALL = re.compile(r"::operator ?\(\)\s*\([^()]*\)(?: const)?")
@@ -110,7 +111,8 @@ def readable(name: str) -> str:
     if "::" not in text and "<" not in text:  # C, or not code (Memcpy HtoD (Pinned -> Device), Triton names)
         plain = re.fullmatch(r"(?:void )?([A-Za-z_]\w*)\(.*\)", text)
         return plain.group(1) if plain else text
-    text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
+    if _CAST_END.search(text):
+        text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
     text = text.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
     text = _OPERATOR_CALL.sub("", text)
     text = _LAMBDA_GNU.sub(lambda m: f"λ{m.group(2)}", text)
