@@ -27,6 +27,9 @@ _CAST_END = re.compile(r"\)-?\d")  # what every cast has: found with a literal s
 _LAMBDA_GNU = re.compile(r"\{lambda\(([^(){}]*)\)#(\d+)\}")  # {lambda(float)#1}
 _LAMBDA_NSYS = re.compile(r"\[lambda\(([^()\[\]]*)\) \(instance (\d+)\)\]")  # [lambda(int) (instance 1)]
 _OPERATOR_CALL = re.compile(r"::operator ?\(\)\s*\([^()]*\)(?: const)?")
+# `void elementwise_kernel<float, 4>(float*, int)`: a (scoped) template with no bracket inside
+# its arguments or parameters, which no rewrite below changes: what is kept is group 1.
+_PLAIN_TEMPLATE = re.compile(r"(?:void )?([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*<[^<>()\[\]{}]*>)\([^<>()\[\]{}]*\)")
 
 
 @lru_cache(maxsize=1)
@@ -111,6 +114,9 @@ def readable(name: str) -> str:
     if "::" not in text and "<" not in text:  # C, or not code (Memcpy HtoD (Pinned -> Device), Triton names)
         plain = re.fullmatch(r"(?:void )?([A-Za-z_]\w*)\(.*\)", text)
         return plain.group(1) if plain else text
+    simple = _PLAIN_TEMPLATE.fullmatch(text)
+    if simple and "anonymous namespace" not in text and "unnamed" not in text:
+        return simple.group(1)
     if _CAST_END.search(text):
         text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
     text = text.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
