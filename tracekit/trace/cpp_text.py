@@ -70,6 +70,10 @@ def base_and_args(text: str) -> tuple[str, list[str]]:
 
 
 def last_name(qualified: str) -> str:
+    if "::" not in qualified:  # one scope (most names): itself, as the general case below reads it
+        if not qualified or qualified.startswith(("λ", "(")):
+            return qualified
+        return qualified.split("(")[0]
     parts = [p for p in split_scope(qualified) if p and not p.startswith("λ")]
     if not parts:
         return qualified

@@ -93,6 +93,8 @@ _TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_")
 def _qualified(base: str) -> str:
     """The kernel's name with the outermost scope that identifies its library:
     `flash::FlashAttnBwdSm90`, `fp8_gemm::GemmKernel`; torch's `at::native::` is dropped."""
+    if "::" not in base:  # no scope to keep
+        return last_name(base)
     name = last_name(base)
     scopes = [p for p in split_scope(base)[:-1] if p and "(" not in p and "<" not in p and not p.startswith("λ")]
     scope = next((p for p in scopes if p not in _GENERIC_SCOPES), None)
