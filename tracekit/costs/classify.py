@@ -4,6 +4,7 @@ still lands in the right block, even though its cost stays unknown."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -114,7 +115,12 @@ def is_auxiliary(names: pd.Series) -> np.ndarray:
 
 
 def _bases(categories) -> list[str]:
-    return [without_parameters(n[:MAX_MATCHED_CHARS]) for n in category_text(categories)]
+    return list(_bases_of(tuple(category_text(categories))))
+
+
+@lru_cache(maxsize=4)  # classify and is_auxiliary ask for the same trace's names, one after the other
+def _bases_of(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(without_parameters(n[:MAX_MATCHED_CHARS]) for n in names)
 
 
 def classify_name(name: str) -> str:
