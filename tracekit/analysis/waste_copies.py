@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis.waste_row import row
+from tracekit.analysis.waste_row import group_sums, row
 from tracekit.costs.dtypes import canonical, element_bytes
 
 if TYPE_CHECKING:
@@ -93,15 +93,13 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
                      for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
     seen: dict[tuple, tuple | None] = {}  # the parser shares one object per distinct inputs list
-    for o in np.unique(op[candidate]):
+    for o in np.unique(op[candidate]).tolist():
         key = (id(dims[o]), id(types[o]), id(strides[o]))
         if key not in seen:
             seen[key] = copy_kind(dims[o], types[o], strides[o])
-        cache[int(o)] = seen[key]
-    for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None])):
+        cache[o] = seen[key]
+    for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None and c[2] >= MIN_BYTES])):
         c = cache[int(op[i])]
-        if c is None or c[2] < MIN_BYTES:
-            continue
         # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
         # of it; any other op copies only when it computes nothing (a binary elementwise op takes
         # two tensors of one shape too, but does arithmetic on them)
@@ -113,7 +111,9 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
     step = k["step"].to_numpy() if len(a.steps) else np.zeros(len(k), dtype=np.int64)
     steps = max(len(np.unique(step[kind != ""])), 1)
-    keys = np.array([repr(s) if s is not None else "" for s in shape], dtype=object)
+    keys = np.full(len(k), "", dtype=object)
+    copied_rows = np.flatnonzero(kind != "")
+    keys[copied_rows] = [repr(shape[i]) for i in copied_rows]  # (only the copies have a shape)
     out = []
     for name, (what, fix) in KINDS.items():
         mine = kind == name
@@ -125,7 +125,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         mine &= np.isin(keys, kept)
         if not mine.any():
             continue
-        top = max(kept, key=lambda s: time[mine & (keys == s)].sum())
+        held = group_sums(time, keys, mine)
+        top = max(kept, key=lambda s: held[s])
         copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,
