@@ -27,6 +27,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from tracekit.analysis.waste_row import group_sums, row
 from tracekit.costs.dtypes import canonical, element_bytes
@@ -78,6 +79,17 @@ def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] |
     return "rewrite", largest, nbytes
 
 
+def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: a group number for the identity of its input lists in `columns` (the same
+    objects, the same group), and per group its first call (an index into `calls`)."""
+    group = np.zeros(len(calls), dtype=np.int64)
+    for column in columns:
+        ids = np.fromiter(map(id, column[calls]), dtype=np.int64, count=len(calls))
+        group = pd.factorize(group * (len(calls) + 1) + pd.factorize(ids)[0])[0]
+    distinct, first = np.unique(group, return_index=True)
+    return group, first
+
+
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
@@ -85,20 +97,20 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy() & ~k["kernel_class"].isin(["gemm", "attention"]).to_numpy()
     candidate &= (k["phase"] != "optimizer").to_numpy()  # an optimizer rewrites every weight by design
     inductor = (k["cost_source"] == "Inductor kernel arguments").to_numpy()
-    cache: dict[int, tuple | None] = {}
     kind = np.full(len(k), "", dtype=object)
     shape = np.full(len(k), None, dtype=object)
     nbytes = np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
     operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
                      for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
-    seen: dict[tuple, tuple | None] = {}  # the parser shares one object per distinct inputs list
-    for o in np.unique(op[candidate]).tolist():
-        key = (id(dims[o]), id(types[o]), id(strides[o]))
-        if key not in seen:
-            seen[key] = copy_kind(dims[o], types[o], strides[o])
-        cache[o] = seen[key]
-    for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None and c[2] >= MIN_BYTES])):
+    # once per distinct inputs (the parser shares one object per distinct list): the calls
+    # grouped by the identity of their three input lists, without a Python step per call
+    calls = np.unique(op[candidate])
+    group, first = _distinct_inputs(calls, (dims, types, strides))
+    kinds = [copy_kind(dims[o], types[o], strides[o]) for o in calls[first].tolist()]
+    worth = np.array([c is not None and c[2] >= MIN_BYTES for c in kinds], dtype=bool)[group]
+    cache = {o: kinds[g] for o, g in zip(calls[worth].tolist(), group[worth].tolist())}
+    for i in np.flatnonzero(candidate & np.isin(op, calls[worth])):
         c = cache[int(op[i])]
         # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
         # of it; any other op copies only when it computes nothing (a binary elementwise op takes
