@@ -27,10 +27,10 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from tracekit.analysis.waste_row import group_sums, row
 from tracekit.costs.dtypes import canonical, element_bytes
+from tracekit.trace.grouping import combine
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
@@ -82,12 +82,8 @@ def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] |
 def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Per call: a group number for the identity of its input lists in `columns` (the same
     objects, the same group), and per group its first call (an index into `calls`)."""
-    group = np.zeros(len(calls), dtype=np.int64)
-    for column in columns:
-        ids = np.fromiter(map(id, column[calls]), dtype=np.int64, count=len(calls))
-        group = pd.factorize(group * (len(calls) + 1) + pd.factorize(ids)[0])[0]
-    distinct, first = np.unique(group, return_index=True)
-    return group, first
+    group = combine([np.fromiter(map(id, column[calls]), dtype=np.int64, count=len(calls)) for column in columns])
+    return group, np.unique(group, return_index=True)[1]
 
 
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:

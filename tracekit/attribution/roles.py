@@ -44,6 +44,7 @@ import pandas as pd
 from tracekit.attribution.inference import from_identical_kernels, identical_signatures
 from tracekit.attribution.rules import DEFAULT_BLOCK
 from tracekit.attribution.structure import AUTOGRAD_NODE, hidden_reductions, reduced_dims
+from tracekit.trace.grouping import combine
 
 ELEMENTWISE = "elementwise"
 # ops that compute a normalisation's statistics, and the autograd nodes of their backward
@@ -223,13 +224,14 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     form = np.zeros(len(ops), dtype=bool)
     # an op's form depends only on its name, node and recorded inputs; the parser shares one
     # object per distinct inputs list, so layers repeating the same op are judged once
-    seen: dict[tuple, bool] = {}
-    for row in np.flatnonzero(wanted):
-        key = (names[row], nodes[row], id(dims[row]), id(concrete[row]))
-        if key not in seen:
-            seen[key] = normalisation_form(names[row], nodes[row], dims[row], hidden) \
-                or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden))
-        form[row] = seen[key]
+    # (grouped by name code, node and the identity of the two lists, with no Python step per op)
+    rows = np.flatnonzero(wanted)
+    group = combine([codes[rows], pd.factorize(nodes[rows])[0], *(np.fromiter(map(id, column[rows]), dtype=np.int64, count=len(rows))
+                                                                 for column in (dims, concrete))])
+    first = rows[np.unique(group, return_index=True)[1]].tolist()
+    judged = np.array([normalisation_form(names[row], nodes[row], dims[row], hidden)
+                       or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden)) for row in first], dtype=bool)
+    form[rows] = judged[group]
     norm_op = _enclosing(form, parent, node)[np.maximum(op, 0)]
     under_gemm = _enclosing(gemm, parent, node)[np.maximum(op, 0)]
     conv = np.array([bool(CONV_OPS.search(t)) for t in text], dtype=bool)[codes]
