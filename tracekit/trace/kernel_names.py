@@ -189,6 +189,8 @@ def labels(names) -> dict[str, str]:
     collide, and names still equal after that are numbered in the order given."""
     names = list(dict.fromkeys(str(n) for n in names))
     out = {n: plain if plain is not None else label(n, 0) for n, plain in zip(names, _plain_labels(names))}
+    if len(set(out.values())) == len(out):  # no two alike (most traces): nothing to tell apart
+        return out
     for detail in (1, 2):
         groups: dict[str, list[str]] = {}
         for n in names:
