@@ -125,3 +125,81 @@ def test_raw_bytes_are_each_values_bytes_and_a_nul_falls_back_to_one_copy_each()
     assert raw_bytes([]) == []
     odd = [b'"a\x00b"', b"[1]"]  # not JSON a decoder hands out, but never split at the NUL
     assert raw_bytes([msgspec.Raw(v) for v in odd]) == odd
+
+
+def _distinct_names_trace(tmp_path, n: int):
+    """benchmarks/distinct_names.py's trace (n aten::add ops, each launching one kernel of its
+    own name, all with the same recorded inputs), written to a file."""
+    import importlib.util
+    import json
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location("distinct_names", pathlib.Path(__file__).parents[1] / "benchmarks" / "distinct_names.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "names.json"
+    path.write_text(json.dumps(module.distinct_names_trace(n)))
+    return path
+
+
+def test_plain_template_names_are_labelled_without_a_call_per_name(monkeypatch):
+    """`void elementwise_kernel_7<float, 0>(float*, int)`: a plain template name's label is
+    its name and arguments (`elementwise_kernel_7<float, 0>`), made for all such names at
+    once; label() runs only for the names that are not plain (a nested template, a
+    non-ASCII name, a mangled one). Every label equals label(name, 0), name by name."""
+    from tracekit.trace import kernel_names
+
+    plain = [f"void elementwise_kernel_{i}<float, {i % 7}>(float*, int)" for i in range(3000)]
+    scoped = [f"void flash::fwd_{i}<128, true>(Params)" for i in range(50)] + [f"void at::native::k_{i}<4>()" for i in range(50)]
+    others = ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
+              "void kernel_ſ<float>(int)", "_ZN5flash7fwd_maxILi4EEEvv", "Cijk_Alik_Bljk_HB_MT128x128x32_MI16x16x1",
+              "void cutlass::Kernel<Gemm>(Params)", "void k<>(int)", "void k_x<" + "x" * 70 + ">(int)"]
+    names = plain + scoped + others
+    expected = {n: kernel_names.label(n, 0) for n in names}
+    assert expected[plain[7]] == "elementwise_kernel_7<float, 0>" and expected[scoped[0]] == "flash::fwd_0<128, true>"
+    assert expected[scoped[50]] == "k_0<4>"  # torch's own scope is dropped
+    calls = []
+    one_by_one = kernel_names.label
+    monkeypatch.setattr(kernel_names, "label", lambda name, detail=0: calls.append(name) or one_by_one(name, detail))
+    assert kernel_names.labels(names) == expected  # all distinct: no detail added, no number
+    assert sorted(set(calls) & set(names)) == sorted(others)  # (a wrapper's label also labels what it wraps)
+
+
+def test_group_sums_are_the_masked_sums_in_one_sort():
+    """waste rows pick the op / shape holding the most time: the sums equal numpy's sum over
+    each label's rows exactly (same elements, same order), so the pick is the one a pass per
+    label made."""
+    from tracekit.analysis.waste_row import group_sums
+
+    rng = np.random.default_rng(11)
+    values = rng.random(5000) * 1e6
+    labels = rng.integers(0, 300, size=5000)
+    rows = rng.random(5000) < 0.7
+    got = group_sums(values, labels, rows)
+    assert set(got) == set(np.unique(labels[rows]).tolist())
+    assert all(got[g] == values[rows & (labels == g)].sum() for g in got)
+    text = np.array([f"({g},)" for g in labels], dtype=object)  # object labels (the copy detector's shape keys)
+    assert group_sums(values, text, rows) == {f"({g},)": s for g, s in got.items()}
+
+
+def test_the_copy_and_strided_checks_run_once_per_distinct_inputs(tmp_path, monkeypatch):
+    """The copy and strided-layout detectors judge an op by its recorded inputs: n aten::add
+    calls with the same inputs are judged once, not n times (the parser shares one object
+    per distinct inputs list)."""
+    import tracekit
+    from tracekit.analysis import waste_copies, waste_strided
+
+    judged = {"copy": 0, "strided": 0}
+    copy_kind, strided_input = waste_copies.copy_kind, waste_strided.strided_input
+
+    def counted(what, fn):
+        def run(*args):
+            judged[what] += 1
+            return fn(*args)
+        return run
+
+    monkeypatch.setattr(waste_copies, "copy_kind", counted("copy", copy_kind))
+    monkeypatch.setattr(waste_strided, "strided_input", counted("strided", strided_input))
+    a = tracekit.analyze(_distinct_names_trace(tmp_path, 400), workers=1)
+    assert len(a.trace.ops) == 400 and a.kernels["name"].nunique() == 400
+    assert judged == {"copy": 1, "strided": 1}

@@ -112,7 +112,7 @@ def build(trace: Trace, device: Device | None, sustained: float = DEFAULT_SUSTAI
                     findings=findings, model=prediction, flags=flags,
                     throughput=rates,
                     # every name / (op, shapes) a summary can list, so serialising computes nothing
-                    kernel_sketches=duration_sketches(kernels, list(summary["name"]) if len(summary) else []),
+                    kernel_sketches=duration_sketches(kernels, summary["name"].tolist() if len(summary) else []),
                     op_sketches=call_sketches(kernels, trace) if len(kernels) else None, host=HostEvents.of(trace))
 
 

@@ -127,5 +127,6 @@ def duration_sketches(k: pd.DataFrame, names: list[str], points: int = 20) -> di
     in_few = np.repeat(few, ends - starts)
     rounded = [round(x, 1) for x in durations[in_few].tolist()]
     at = np.cumsum(np.r_[0, np.where(few, ends - starts, 0)])[:-1]  # where each name's values start in `rounded`
-    return {str(categories[chosen[lo]]): rounded[a:a + hi - lo] if small else sketch(durations[lo:hi], points)
-            for lo, hi, a, small in zip(starts.tolist(), ends.tolist(), at.tolist(), few.tolist())}
+    named = categories[chosen[starts]].tolist()  # (category_text: already str)
+    return {name: rounded[a:a + hi - lo] if small else sketch(durations[lo:hi], points)
+            for name, lo, hi, a, small in zip(named, starts.tolist(), ends.tolist(), at.tolist(), few.tolist())}

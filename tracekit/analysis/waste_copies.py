@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis.waste_row import row
+from tracekit.analysis.waste_row import group_sums, row
 from tracekit.costs.dtypes import canonical, element_bytes
+from tracekit.trace.grouping import combine
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
@@ -78,6 +79,13 @@ def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] |
     return "rewrite", largest, nbytes
 
 
+def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """Per call: a group number for the identity of its input lists in `columns` (the same
+    objects, the same group), and per group its first call (an index into `calls`)."""
+    group = combine([np.fromiter(map(id, column[calls]), dtype=np.int64, count=len(calls)) for column in columns])
+    return group, np.unique(group, return_index=True)[1]
+
+
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
@@ -85,23 +93,21 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     candidate = free & (op >= 0) & (k["cost_kind"] != "matrix").to_numpy() & ~k["kernel_class"].isin(["gemm", "attention"]).to_numpy()
     candidate &= (k["phase"] != "optimizer").to_numpy()  # an optimizer rewrites every weight by design
     inductor = (k["cost_source"] == "Inductor kernel arguments").to_numpy()
-    cache: dict[int, tuple | None] = {}
     kind = np.full(len(k), "", dtype=object)
     shape = np.full(len(k), None, dtype=object)
     nbytes = np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
     operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
                      for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
-    seen: dict[tuple, tuple | None] = {}  # the parser shares one object per distinct inputs list
-    for o in np.unique(op[candidate]):
-        key = (id(dims[o]), id(types[o]), id(strides[o]))
-        if key not in seen:
-            seen[key] = copy_kind(dims[o], types[o], strides[o])
-        cache[int(o)] = seen[key]
-    for i in np.flatnonzero(candidate & np.isin(op, [o for o, c in cache.items() if c is not None])):
+    # once per distinct inputs (the parser shares one object per distinct list): the calls
+    # grouped by the identity of their three input lists, without a Python step per call
+    calls = np.unique(op[candidate])
+    group, first = _distinct_inputs(calls, (dims, types, strides))
+    kinds = [copy_kind(dims[o], types[o], strides[o]) for o in calls[first].tolist()]
+    worth = np.array([c is not None and c[2] >= MIN_BYTES for c in kinds], dtype=bool)[group]
+    cache = {o: kinds[g] for o, g in zip(calls[worth].tolist(), group[worth].tolist())}
+    for i in np.flatnonzero(candidate & np.isin(op, calls[worth])):
         c = cache[int(op[i])]
-        if c is None or c[2] < MIN_BYTES:
-            continue
         # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
         # of it; any other op copies only when it computes nothing (a binary elementwise op takes
         # two tensors of one shape too, but does arithmetic on them)
@@ -113,7 +119,9 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
     step = k["step"].to_numpy() if len(a.steps) else np.zeros(len(k), dtype=np.int64)
     steps = max(len(np.unique(step[kind != ""])), 1)
-    keys = np.array([repr(s) if s is not None else "" for s in shape], dtype=object)
+    keys = np.full(len(k), "", dtype=object)
+    copied_rows = np.flatnonzero(kind != "")
+    keys[copied_rows] = [repr(shape[i]) for i in copied_rows]  # (only the copies have a shape)
     out = []
     for name, (what, fix) in KINDS.items():
         mine = kind == name
@@ -125,7 +133,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         mine &= np.isin(keys, kept)
         if not mine.any():
             continue
-        top = max(kept, key=lambda s: time[mine & (keys == s)].sum())
+        held = group_sums(time, keys, mine)
+        top = max(kept, key=lambda s: held[s])
         copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,

@@ -32,8 +32,7 @@ def gathered(t: dict, o: int) -> tuple[int, float] | None:
     """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads.
     `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search)."""
     dims, types = t["dims"][o], t["types"][o]
-    if (not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3
-            or not all(isinstance(x, int) for x in dims[0])):
+    if not _gathers_a_table(dims):
         return None
     table = dims[0]
     dtype = canonical(types[0]) if isinstance(types, list) and types else None
@@ -47,6 +46,12 @@ def gathered(t: dict, o: int) -> tuple[int, float] | None:
                     and d[0] in index_counts(t, o)):
                 return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
     return None
+
+
+def _gathers_a_table(dims: Any) -> bool:
+    """The op's first input is a table of matrices (3 or more known dimensions)."""
+    return (isinstance(dims, list) and bool(dims) and isinstance(dims[0], list) and len(dims[0]) >= 3
+            and all(isinstance(x, int) for x in dims[0]))
 
 
 def index_counts(t: dict, o: int) -> set[int]:
@@ -70,12 +75,15 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     cache: dict[int, tuple | None] = {}
     t = {"dims": ops["input_dims"].to_numpy(), "types": ops["input_types"].to_numpy(), "tid": ops["tid"].to_numpy(),
          "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy()}
-    for o in np.unique(op[candidate]):
-        cache[int(o)] = gathered(t, int(o))
-    for i in np.flatnonzero(candidate):
-        g = cache[int(op[i])]
-        if g is not None and g[1] >= MIN_BYTES:
-            mine[i] = True
+    rows_ = np.flatnonzero(candidate)
+    calls, at = np.unique(op[rows_], return_inverse=True)
+    table: dict[int, bool] = {}  # per distinct inputs object (the parser shares one per distinct list)
+    for o in calls.tolist():
+        key = id(t["dims"][o])
+        if key not in table:
+            table[key] = _gathers_a_table(t["dims"][o])
+        cache[o] = gathered(t, o) if table[key] else None
+    mine[rows_] = np.array([g is not None and g[1] >= MIN_BYTES for g in map(cache.get, calls.tolist())], dtype=bool)[at]
     if not mine.any():
         return []
     calls = np.unique(op[mine])

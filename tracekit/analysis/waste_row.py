@@ -57,6 +57,17 @@ def top_op(a: Measured, rows: np.ndarray, time: np.ndarray) -> int:
     return int(codes[int(np.argmax(np.bincount(first, weights=time[sel])))])
 
 
+def group_sums(values: np.ndarray, labels: np.ndarray, rows: np.ndarray) -> dict[Any, float]:
+    """Per label among `labels[rows]`: `values[rows & (labels == label)].sum()`, the same float
+    (the same elements summed in the same order by the same numpy sum), in one sort instead
+    of one pass over every row per label (quadratic with many labels, issue 39)."""
+    at = np.flatnonzero(rows)
+    distinct, group = np.unique(labels[at], return_inverse=True)
+    order = np.argsort(group, kind="stable")  # within a label, rows stay in index order
+    picked, cuts = values[at[order]], np.searchsorted(group[order], np.arange(len(distinct) + 1))
+    return {label: picked[lo:hi].sum() for label, lo, hi in zip(distinct.tolist(), cuts[:-1].tolist(), cuts[1:].tolist())}
+
+
 def top_kernel(a: Measured, rows: np.ndarray, time: np.ndarray) -> str:
     names = key_of(a.kernels["name"], missing="nan")
     sel = rows & (names[0] >= 0)

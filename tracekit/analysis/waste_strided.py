@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracekit.analysis.waste_row import row
+from tracekit.analysis.waste_row import group_sums, row
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
@@ -52,17 +52,22 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float, recovera
     flops = k["flops"].to_numpy(np.float64)
     candidate = free & (op >= 0) & (k["cost_kind"] == "vector").to_numpy() & (flops > 0)
     dims, strides = ops["input_dims"].to_numpy(), ops["input_strides"].to_numpy()
+    # once per op, and once per distinct inputs (the parser shares one object per distinct list)
+    rows_, seen = np.flatnonzero(candidate), {}
+    calls, at = np.unique(op[rows_], return_inverse=True)
     cache: dict[int, Any] = {}
+    for o in calls.tolist():
+        key = (id(dims[o]), id(strides[o]))
+        if key not in seen:
+            seen[key] = strided_input(dims[o], strides[o])
+        cache[o] = seen[key]
     mine = np.zeros(len(k), dtype=bool)
-    for i in np.flatnonzero(candidate):
-        o = int(op[i])
-        if o not in cache:
-            cache[o] = strided_input(dims[o], strides[o])
-        mine[i] = cache[o] is not None
+    mine[rows_] = np.array([cache[o] is not None for o in calls.tolist()], dtype=bool)[at]
     if not mine.any():
         return []
     slow = np.where(mine, np.nan_to_num(recoverable), 0.0)
-    top = max((int(o) for o in np.unique(op[mine])), key=lambda o: slow[op == o].sum())
+    held = group_sums(slow, op, np.isin(op, np.unique(op[mine])))  # per op, all its kernels' slow time
+    top = max((int(o) for o in np.unique(op[mine])), key=lambda o: held[o])
     shape, layout = cache[top]
     evidence = {"layout": {"shape": shape, "strides": layout}, "kernel_time_ns": float(time[mine].sum()),
                 "bytes_needed": None}

@@ -44,6 +44,7 @@ import pandas as pd
 from tracekit.attribution.inference import from_identical_kernels, identical_signatures
 from tracekit.attribution.rules import DEFAULT_BLOCK
 from tracekit.attribution.structure import AUTOGRAD_NODE, hidden_reductions, reduced_dims
+from tracekit.trace.grouping import combine
 
 ELEMENTWISE = "elementwise"
 # ops that compute a normalisation's statistics, and the autograd nodes of their backward
@@ -110,13 +111,14 @@ def hidden_role_form(name: str, inputs, hidden: int | None) -> bool:
     return all(all(d == f or d == 1 for d, f in zip(s[:-1], full[:-1])) for s in shapes) and int(np.prod(full[:-1])) > 1
 
 
-def _module_level(names: np.ndarray, parent: np.ndarray, node: np.ndarray, transparent: np.ndarray | None = None) -> np.ndarray:
-    """Per op row: no aten op encloses it below the nearest autograd node (or the top);
-    `transparent` ops (per row) do not count as enclosing ones."""
-    out = np.ones(len(names), dtype=bool)
+def _module_level(aten: np.ndarray, parent: np.ndarray, node: np.ndarray, transparent: np.ndarray | None = None) -> np.ndarray:
+    """Per op row: no aten op (`aten`: per row, its name starts with `aten::`) encloses it
+    below the nearest autograd node (or the top); `transparent` ops (per row) do not count
+    as enclosing ones."""
+    out = np.ones(len(aten), dtype=bool)
     cur = parent.copy()
-    todo = np.arange(len(names))
-    aten = np.array([n.startswith("aten::") for n in names], dtype=bool)
+    todo = np.arange(len(aten))
+    aten = aten.copy()
     if transparent is not None:
         aten &= ~transparent
     for _ in range(MAX_DEPTH):
@@ -144,9 +146,12 @@ def hidden_mean(name: str, inputs, concrete, hidden: int) -> bool:
     return reduced is None or -1 in reduced or len(shapes[0]) - 1 in reduced
 
 
-def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none)."""
-    is_node = np.array([bool(re.search(r"Backward\d*$", n[:256])) for n in names], dtype=bool)
+_BACKWARD_NODE = re.compile(r"Backward\d*$")
+
+
+def _autograd_nodes(names: np.ndarray, parent: np.ndarray, is_node: np.ndarray) -> np.ndarray:
+    """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none).
+    `is_node`: per op row, its name (cut to 256 characters) matches _BACKWARD_NODE."""
     out = np.full(len(names), "", dtype=object)
     out[is_node] = names[is_node]
     cur = np.where(is_node, -1, parent)
@@ -201,7 +206,9 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     names = np.array(text, dtype=object)[codes]
     node = np.array([bool(AUTOGRAD_NODE.search(t)) for t in text], dtype=bool)[codes]
     parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
-    nodes = _autograd_nodes(names, parent)
+    # (each regex and prefix test once per distinct name, then spread to the op rows by code)
+    nodes = _autograd_nodes(names, parent, np.array([bool(_BACKWARD_NODE.search(t)) for t in text], dtype=bool)[codes])
+    aten = np.array([t.startswith("aten::") for t in text], dtype=bool)[codes]
     dims, concrete = ops["input_dims"].to_numpy(), ops["concrete_inputs"].to_numpy()
     gemm = np.array([bool(GEMM_OPS.match(t)) for t in text], dtype=bool)[codes]
     cast = np.array([bool(CASTS.match(t)) for t in text], dtype=bool)[codes]
@@ -217,13 +224,14 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     form = np.zeros(len(ops), dtype=bool)
     # an op's form depends only on its name, node and recorded inputs; the parser shares one
     # object per distinct inputs list, so layers repeating the same op are judged once
-    seen: dict[tuple, bool] = {}
-    for row in np.flatnonzero(wanted):
-        key = (names[row], nodes[row], id(dims[row]), id(concrete[row]))
-        if key not in seen:
-            seen[key] = normalisation_form(names[row], nodes[row], dims[row], hidden) \
-                or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden))
-        form[row] = seen[key]
+    # (grouped by name code, node and the identity of the two lists, with no Python step per op)
+    rows = np.flatnonzero(wanted)
+    group = combine([codes[rows], pd.factorize(nodes[rows])[0], *(np.fromiter(map(id, column[rows]), dtype=np.int64, count=len(rows))
+                                                                 for column in (dims, concrete))])
+    first = rows[np.unique(group, return_index=True)[1]].tolist()
+    judged = np.array([normalisation_form(names[row], nodes[row], dims[row], hidden)
+                       or (hidden is not None and hidden_mean(names[row], dims[row], concrete[row], hidden)) for row in first], dtype=bool)
+    form[rows] = judged[group]
     norm_op = _enclosing(form, parent, node)[np.maximum(op, 0)]
     under_gemm = _enclosing(gemm, parent, node)[np.maximum(op, 0)]
     conv = np.array([bool(CONV_OPS.search(t)) for t in text], dtype=bool)[codes]
@@ -244,9 +252,9 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     near[order] = beside
     # only a module-level cast of the hidden state: a scalar wrapped into a tensor for an add
     # is that add's, and its form decides
-    top = _module_level(names, parent, node)
+    top = _module_level(aten, parent, node)
     hidden_cast = np.zeros(len(ops), dtype=bool)
-    for row in np.flatnonzero(wanted & cast & _module_level(names, parent, node, cast)):
+    for row in np.flatnonzero(wanted & cast & _module_level(aten, parent, node, cast)):
         shapes = _shapes(dims[row])
         hidden_cast[row] = bool(hidden) and bool(shapes) and len(shapes[0]) >= 2 and shapes[0][-1] == hidden
     normal |= (looked | placed) & hidden_cast[np.maximum(op, 0)] & near

@@ -4,11 +4,12 @@ still lands in the right block, even though its cost stays unknown."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
-from tracekit.common.text_match import first_matches, searches
+from tracekit.common.text_match import TextSearch, first_matches
 from tracekit.trace.column_text import category_text
 
 # Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
@@ -106,15 +107,21 @@ def is_auxiliary(names: pd.Series) -> np.ndarray:
     """Per kernel: is it a layout / workspace / setup kernel (matched once per distinct name)."""
     cat = names.astype("category")
     bases = _bases(cat.cat.categories)
-    aux = searches(bases, AUXILIARY)
+    search = TextSearch(bases)  # (one Arrow array of the names for both patterns)
+    aux = search.searches(AUXILIARY)
     for i in np.flatnonzero(aux):  # a GEMM kernel is never a layout one (few names get here)
         aux[i] = classify_name(bases[i]) != "gemm"
-    flags = np.r_[aux | searches(bases, GEMM_SETUP), False]
+    flags = np.r_[aux | search.searches(GEMM_SETUP), False]
     return flags[cat.cat.codes.to_numpy()]
 
 
 def _bases(categories) -> list[str]:
-    return [without_parameters(n[:MAX_MATCHED_CHARS]) for n in category_text(categories)]
+    return list(_bases_of(tuple(category_text(categories))))
+
+
+@lru_cache(maxsize=4)  # classify and is_auxiliary ask for the same trace's names, one after the other
+def _bases_of(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(without_parameters(n[:MAX_MATCHED_CHARS]) for n in names)
 
 
 def classify_name(name: str) -> str:

@@ -101,7 +101,8 @@ class KinetoTables:
             (self.op, other.op, {"name": (self.names["op"], other.names["op"]), **{c: (self.inputs[c], other.inputs[c]) for c in self.inputs}}),
             (self.range, other.range, {"name": (self.names["range"], other.names["range"])}),
         ):
-            remap = {col: np.array([ours.code(v) for v in their.values] + [-1], dtype=np.int32) for col, (ours, their) in interners.items()}
+            # (Interner.codes: new values coded in order of first sight, at C speed; -1 stays -1)
+            remap = {col: np.append(ours.codes(their.values), np.int32(-1)) for col, (ours, their) in interners.items()}
             for col, parts in theirs.parts.items():
                 mine.parts[col] += [remap[col][p] for p in parts] if col in remap else parts
             mine.rows += theirs.rows

@@ -253,8 +253,12 @@ def _duplicated_ids(launches) -> list[Problem]:
         return []
     corr, pid = column(launches, "correlation"), column(launches, "pid")
     valid = corr >= 0
-    pairs = np.stack([pid[valid], corr[valid]], axis=1)
-    n = int(len(pairs) - len(np.unique(pairs, axis=0))) if len(pairs) else 0
+    # sorted by (process, id), a repeat sits right after its first: counted in one pass
+    # (np.unique over rows, axis=0, was ~0.3 s on 100k launches)
+    pid, corr = pid[valid], corr[valid]
+    order = np.lexsort((corr, pid))
+    pid, corr = pid[order], corr[order]
+    n = int(np.count_nonzero((pid[1:] == pid[:-1]) & (corr[1:] == corr[:-1])))
     if not n:
         return []
     return [Problem("launch", "repeat a correlation id another launch call has", n, len(launches),

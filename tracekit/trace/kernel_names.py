@@ -16,8 +16,8 @@ import re
 from functools import lru_cache
 
 from tracekit.common.format import cut
-from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope
-from tracekit.trace.readable_names import readable
+from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope, split_template_args
+from tracekit.trace.readable_names import MAX_CHARS, readable
 
 _SCALARS = {"float", "double", "half", "int", "long", "short", "char", "bool", "unsigned", "signed", "void",
             "Half", "BFloat16", "__half", "__nv_bfloat16", "__hip_bfloat16", "bfloat16_t", "float16_t", "OpaqueType",
@@ -93,6 +93,8 @@ _TENSILE = re.compile(r"^Cijk_[A-Za-z]+_[A-Za-z]+_")
 def _qualified(base: str) -> str:
     """The kernel's name with the outermost scope that identifies its library:
     `flash::FlashAttnBwdSm90`, `fp8_gemm::GemmKernel`; torch's `at::native::` is dropped."""
+    if "::" not in base:  # no scope to keep
+        return last_name(base)
     name = last_name(base)
     scopes = [p for p in split_scope(base)[:-1] if p and "(" not in p and "<" not in p and not p.startswith("λ")]
     scope = next((p for p in scopes if p not in _GENERIC_SCOPES), None)
@@ -186,7 +188,9 @@ def labels(names) -> dict[str, str]:
     """A label for each distinct name, unique among them: detail grows only where labels
     collide, and names still equal after that are numbered in the order given."""
     names = list(dict.fromkeys(str(n) for n in names))
-    out = {n: label(n, 0) for n in names}
+    out = {n: plain if plain is not None else label(n, 0) for n, plain in zip(names, _plain_labels(names))}
+    if len(set(out.values())) == len(out):  # no two alike (most traces): nothing to tell apart
+        return out
     for detail in (1, 2):
         groups: dict[str, list[str]] = {}
         for n in names:
@@ -206,6 +210,54 @@ def labels(names) -> dict[str, str]:
             seen[key] = seen.get(key, 0) + 1
             out[n] = f"{key} #{seen[key]}"
     return out
+
+
+# A plain template kernel, `void elementwise_kernel_7<float, 4>(float*, int)`: (scoped) identifiers,
+# no bracket inside its arguments or parameters. readable() keeps `scope::short<args>` of it
+# as it is (its _PLAIN_TEMPLATE), so its detail-0 label is `qualified scope + short<leaves>`.
+_PLAIN_NAME = r"^(?:void )?(?P<scope>(?:[A-Za-z_]\w*::)*)(?P<short>[A-Za-z_]\w*)<(?P<args>[^<>()\[\]{}]*)>\([^<>()\[\]{}]*\)$"
+
+
+def _plain_labels(names: list[str]) -> list[str | None]:
+    """label(name, 0) of every plain template name at once, None for the others (which
+    label() reads one by one): a trace with 100k distinct kernel names spent seconds
+    labelling them one at a time (issue 39). RE2 (Arrow) splits all the names in one pass;
+    what label() would work out per name (the leaves of its arguments, the scope it keeps)
+    is worked out once per distinct argument list and scope, with label()'s own functions.
+    Left to label(): non-ASCII text and newlines (where RE2's and Python's classes differ),
+    mangled and Tensile names, names cut by demangle's bound, anonymous / unnamed scopes
+    (readable rewrites them), wrappers, empty argument lists and labels to be cut (_fit)."""
+    if len(names) < 64:  # (a few names: not worth the conversion)
+        return [None] * len(names)
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.array(names, type=pa.large_string())
+    parts = pc.extract_regex(text, _PLAIN_NAME)
+    ok = pc.and_(parts.is_valid(), pc.string_is_ascii(text))
+    for odd in ("\n", "anonymous namespace", "unnamed"):
+        ok = pc.and_(ok, pc.invert(pc.match_substring(text, odd)))
+    for prefix in ("_Z", "Cijk_"):
+        ok = pc.and_(ok, pc.invert(pc.starts_with(text, prefix)))
+    ok = pc.and_(ok, pc.less_equal(pc.binary_length(text), MAX_CHARS))
+    scope, short, args = (pc.struct_field(parts, i) for i in range(3))
+    ok = pc.and_(ok, pc.invert(pc.is_in(short, value_set=pa.array(sorted(_WRAPPERS), type=pa.large_string()))))
+
+    def per_distinct(column, make):  # make(value) once per distinct value, spread back to the names
+        distinct = pc.unique(column)
+        made = pa.array([make(v) if v is not None else None for v in distinct.to_pylist()], type=pa.large_string())
+        return pc.take(made, pc.index_in(column, value_set=distinct))
+
+    def leaves(inside: str) -> str | None:
+        args_ = split_template_args(inside)
+        return ", ".join(x for x in (_leaf(a, 0) for a in args_) if x) if args_ else None  # none: label() says
+
+    # the scope label() keeps: _qualified of a name in that scope, less the name
+    kept_scope = per_distinct(scope, lambda s: _qualified(s + "x")[:-1] if s else "")
+    mark = {c: pa.scalar(c, pa.large_string()) for c in ("<", ">", "")}
+    built = pc.binary_join_element_wise(kept_scope, short, mark["<"], per_distinct(args, leaves), mark[">"], mark[""])
+    ok = pc.and_(ok, pc.less_equal(pc.utf8_length(built), MAX_LABEL))  # longer: _fit cuts it, in label()
+    return pc.if_else(pc.fill_null(ok, False), built, pa.scalar(None, pa.large_string())).to_pylist()
 
 
 @lru_cache(maxsize=8)  # one trace asks for its map from every table, cause and the bundle

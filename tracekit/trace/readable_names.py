@@ -23,9 +23,13 @@ from tracekit.trace.cpp_text import closing_bracket
 MAX_CHARS = 4096
 
 _CAST = re.compile(r"(?<![\w)])\(([A-Za-z_][\w: ]*)\)(-?\d+)")
+_CAST_END = re.compile(r"\)-?\d")  # what every cast has: found with a literal search, where _CAST tries every position
 _LAMBDA_GNU = re.compile(r"\{lambda\(([^(){}]*)\)#(\d+)\}")  # {lambda(float)#1}
 _LAMBDA_NSYS = re.compile(r"\[lambda\(([^()\[\]]*)\) \(instance (\d+)\)\]")  # [lambda(int) (instance 1)]
 _OPERATOR_CALL = re.compile(r"::operator ?\(\)\s*\([^()]*\)(?: const)?")
+# `void elementwise_kernel<float, 4>(float*, int)`: a (scoped) template with no bracket inside
+# its arguments or parameters, which no rewrite below changes: what is kept is group 1.
+_PLAIN_TEMPLATE = re.compile(r"(?:void )?([A-Za-z_]\w*(?:::[A-Za-z_]\w*)*<[^<>()\[\]{}]*>)\([^<>()\[\]{}]*\)")
 
 
 @lru_cache(maxsize=1)
@@ -72,32 +76,35 @@ def _nested_name(mangled: str) -> str | None:
     return "::".join(parts) + ("<…>" if mangled[pos : pos + 1] == "I" else "")
 
 
+_SIGNATURE_TOKENS = re.compile(r"[<(\[{)\]} ]")  # what _strip_signature looks at; other characters are kept as they are
+
+
 def _strip_signature(text: str) -> str:
-    """Drop the return type (`void `, `std::enable_if<...>::type `) and the parameter list."""
-    out, paren, i = [], 0, 0
-    last_space = -1
-    while i < len(text):
+    """Drop the return type (`void `, `std::enable_if<...>::type `) and the parameter list.
+    What is kept is always a prefix of the text: the scan jumps from one bracket or space to
+    the next (a Python loop over every character cost seconds on 100k distinct names)."""
+    paren, last_space, end, pos = 0, -1, len(text), 0
+    while (m := _SIGNATURE_TOKENS.search(text, pos)) is not None:
+        i = m.start()
         ch = text[i]
-        if ch == "<" and paren == 0:
-            close = closing_bracket(text, i)
-            if close < 0:  # unbalanced (a name cut short): keep the rest as is
-                out.append(text[i:])
+        pos = i + 1
+        if ch == "<":
+            if paren == 0:
+                close = closing_bracket(text, i)
+                if close < 0:  # unbalanced (a name cut short): keep the rest as is
+                    break
+                pos = close + 1
+        elif ch in "([{":
+            if ch == "(" and paren == 0 and text[:i].strip() and not text[:i].endswith("operator"):
+                end = i  # the parameter list of the function itself
                 break
-            out.append(text[i : close + 1])
-            i = close + 1
-            continue
-        if ch in "([{":
-            if ch == "(" and paren == 0 and out and "".join(out).strip() and not "".join(out).endswith("operator"):
-                break  # the parameter list of the function itself
             paren += 1
         elif ch in ")]}":
             paren -= 1
-        elif ch == " " and paren == 0:
-            last_space = len("".join(out))
-        out.append(ch)
-        i += 1
-    joined = "".join(out)
-    return joined[last_space + 1 :].strip() if last_space >= 0 else joined.strip()
+        elif paren == 0:  # a space at the top level
+            last_space = i
+    kept = text[:end]
+    return kept[last_space + 1 :].strip() if last_space >= 0 else kept.strip()
 
 
 @lru_cache(maxsize=65536)
@@ -107,7 +114,11 @@ def readable(name: str) -> str:
     if "::" not in text and "<" not in text:  # C, or not code (Memcpy HtoD (Pinned -> Device), Triton names)
         plain = re.fullmatch(r"(?:void )?([A-Za-z_]\w*)\(.*\)", text)
         return plain.group(1) if plain else text
-    text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
+    simple = _PLAIN_TEMPLATE.fullmatch(text)
+    if simple and "anonymous namespace" not in text and "unnamed" not in text:
+        return simple.group(1)
+    if _CAST_END.search(text):
+        text = _CAST.sub(lambda m: {"0": "false", "1": "true"}.get(m.group(2), m.group(2)) if m.group(1) == "bool" else m.group(2), text)
     text = text.replace("(anonymous namespace)", "anon").replace("<unnamed>", "anon")
     text = _OPERATOR_CALL.sub("", text)
     text = _LAMBDA_GNU.sub(lambda m: f"λ{m.group(2)}", text)

@@ -197,10 +197,9 @@ class Interner:
             return np.full(len(values), -1, dtype=np.int32)
         index = self.index
         # dict.fromkeys keeps first-sight order at C speed; only new values get a code here.
-        for value in dict.fromkeys(values):
-            if value not in index:
-                index[value] = len(self.values)
-                self.values.append(value)
+        fresh = [value for value in dict.fromkeys(values) if value not in index]
+        index.update(zip(fresh, range(len(self.values), len(self.values) + len(fresh))))
+        self.values += fresh
         return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
 
     def code(self, value: Any) -> int:
