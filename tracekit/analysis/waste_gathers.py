@@ -28,25 +28,56 @@ FIX = ("multiply by the experts' weights in place with a grouped GEMM (torch._gr
        "uses) instead of gathering a weight copy per (token, expert) pair")
 
 
-def gathered(t: dict, o: int) -> tuple[int, float] | None:
+def gathered(t: dict, o: int, followers: np.ndarray) -> tuple[int, float] | None:
     """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads.
-    `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search)."""
+    `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search);
+    `followers`: the ops after `o` (at most LOOKAHEAD, in order) on its thread that start
+    after it ends, the ones that can read its output."""
     dims, types = t["dims"][o], t["types"][o]
-    if (not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or len(dims[0]) < 3
-            or not all(isinstance(x, int) for x in dims[0])):
+    if not _is_table(dims):
         return None
     table = dims[0]
     dtype = canonical(types[0]) if isinstance(types, list) and types else None
     if dtype is None:
         return None
-    for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(t["tid"]))):
-        if t["tid"][j] != t["tid"][o] or t["start"][j] < t["end"][o]:
-            continue
-        for d in t["dims"][j] or []:
-            if (isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]
-                    and d[0] in index_counts(t, o)):
-                return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
+    tail, counts = (len(table), tuple(table[1:])), None
+    for j in followers:
+        for lead in shape_tails(t, int(j)).get(tail, ()):
+            if 0 < lead != table[0]:
+                counts = index_counts(t, o) if counts is None else counts  # searched once, only on a shape match
+                if lead in counts:
+                    return lead, float(lead * math.prod(table[1:]) * element_bytes(dtype))
     return None
+
+
+def _is_table(dims: Any) -> bool:
+    """Whether an op's first input is a stack of matrices: three or more integer sizes."""
+    return (isinstance(dims, list) and bool(dims) and isinstance(dims[0], list) and len(dims[0]) >= 3
+            and all(isinstance(x, int) for x in dims[0]))
+
+
+def shape_tails(t: dict, j: int) -> dict[tuple, list[int]]:
+    """Op j's integer-sized inputs by (rank, sizes after the first) -> their first sizes, in
+    input order; computed once per op (consecutive gathers share their followers)."""
+    tails = t["tails"].get(j)
+    if tails is None:
+        tails = {}
+        for d in t["dims"][j] or []:
+            if isinstance(d, list) and len(d) >= 3 and all(isinstance(x, int) for x in d):
+                tails.setdefault((len(d), tuple(d[1:])), []).append(d[0])
+        t["tails"][j] = tails
+    return tails
+
+
+def followers_of(t: dict, calls: np.ndarray) -> list[np.ndarray]:
+    """Per op in `calls`: the next LOOKAHEAD ops that run on its thread after it ends, in
+    order (one array comparison for every call at once, not a Python test per pair)."""
+    n = len(t["tid"])
+    after = calls[:, None] + np.arange(1, LOOKAHEAD + 1)[None, :]
+    inside = after < n
+    after = np.minimum(after, max(n - 1, 0))
+    ok = inside & (t["tid"][after] == t["tid"][calls][:, None]) & (t["start"][after] >= t["end"][calls][:, None])
+    return [row[keep] for row, keep in zip(after, ok)]
 
 
 def index_counts(t: dict, o: int) -> set[int]:
@@ -69,9 +100,13 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     mine = np.zeros(len(k), dtype=bool)
     cache: dict[int, tuple | None] = {}
     t = {"dims": ops["input_dims"].to_numpy(), "types": ops["input_types"].to_numpy(), "tid": ops["tid"].to_numpy(),
-         "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy()}
-    for o in np.unique(op[candidate]):
-        cache[int(o)] = gathered(t, int(o))
+         "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy(), "tails": {}}
+    calls = np.unique(op[candidate])
+    tables = np.array([_is_table(t["dims"][o]) for o in calls], dtype=bool)
+    for o in calls[~tables]:
+        cache[int(o)] = None
+    for o, after in zip(calls[tables], followers_of(t, calls[tables])):
+        cache[int(o)] = gathered(t, int(o), after)
     for i in np.flatnonzero(candidate):
         g = cache[int(op[i])]
         if g is not None and g[1] >= MIN_BYTES:
