@@ -69,15 +69,44 @@ def shape_tails(t: dict, j: int) -> dict[tuple, list[int]]:
     return tails
 
 
-def followers_of(t: dict, calls: np.ndarray) -> list[np.ndarray]:
-    """Per op in `calls`: the next LOOKAHEAD ops that run on its thread after it ends, in
-    order (one array comparison for every call at once, not a Python test per pair)."""
+def followers_of(t: dict, calls: np.ndarray) -> np.ndarray:
+    """Per op in `calls`: the next LOOKAHEAD ops (a row of op indices), -1 where an op is not
+    a follower: past the end, on another thread, or starting before the call ends (one array
+    comparison for every call at once, not a Python test per pair)."""
     n = len(t["tid"])
     after = calls[:, None] + np.arange(1, LOOKAHEAD + 1)[None, :]
     inside = after < n
     after = np.minimum(after, max(n - 1, 0))
     ok = inside & (t["tid"][after] == t["tid"][calls][:, None]) & (t["start"][after] >= t["end"][calls][:, None])
-    return [row[keep] for row, keep in zip(after, ok)]
+    return np.where(ok, after, -1)
+
+
+def readers(t: dict, calls: np.ndarray) -> list[np.ndarray]:
+    """Per op in `calls` (each with a table input): its followers that take an input of the
+    table's rank and sizes after the first with another positive first size, the only ones
+    `gathered` needs to look at. Each op near a call is read once; the (call, follower)
+    pairs are matched as integers."""
+    keys: dict[tuple, int] = {}
+    key_of = np.array([keys.setdefault((len(t["dims"][o][0]), tuple(t["dims"][o][0][1:])), len(keys)) for o in calls],
+                      dtype=np.int64)
+    lead_of = np.array([t["dims"][o][0][0] for o in calls], dtype=np.int64)
+    after = followers_of(t, calls)
+    leads: dict[int, set] = {}  # (follower, key) as one integer -> the first sizes it takes with that key
+    for j in np.unique(after[after >= 0]).tolist():
+        for d in t["dims"][j] or []:
+            if isinstance(d, list) and len(d) >= 3 and isinstance(d[0], int) and d[0] > 0:
+                try:
+                    key = keys.get((len(d), tuple(d[1:])))
+                except TypeError:  # a list inside: not a tensor's sizes
+                    continue
+                if key is not None:
+                    leads.setdefault(j * len(keys) + key, set()).add(d[0])
+    codes = np.array(sorted(leads), dtype=np.int64)
+    one = np.array([next(iter(leads[c])) if len(leads[c]) == 1 else -1 for c in codes.tolist()], dtype=np.int64)
+    wanted = after * len(keys) + key_of[:, None]
+    at = np.minimum(np.searchsorted(codes, wanted), max(len(codes) - 1, 0))
+    hit = (after >= 0) & (codes[at] == wanted) & (one[at] != lead_of[:, None]) if len(codes) else np.zeros(after.shape, bool)
+    return [row[keep] for row, keep in zip(after, hit)]
 
 
 def index_counts(t: dict, o: int) -> set[int]:
@@ -105,8 +134,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     tables = np.array([_is_table(t["dims"][o]) for o in calls], dtype=bool)
     for o in calls[~tables]:
         cache[int(o)] = None
-    for o, after in zip(calls[tables], followers_of(t, calls[tables])):
-        cache[int(o)] = gathered(t, int(o), after)
+    for o, after in zip(calls[tables], readers(t, calls[tables])):
+        cache[int(o)] = gathered(t, int(o), after) if len(after) else None
     for i in np.flatnonzero(candidate):
         g = cache[int(op[i])]
         if g is not None and g[1] >= MIN_BYTES:
