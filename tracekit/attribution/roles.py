@@ -53,6 +53,7 @@ STATISTIC_NODES = re.compile(r"^(Rsqrt|Var|VarMean|Std|StdMean|LinalgVectorNorm|
 # [..., 1] tensor is no normalisation)
 ARITHMETIC = re.compile(r"^aten::(add|sub|mul|div|rsqrt|sqrt|reciprocal|pow|addcmul|addcdiv)_?$")
 # GEMMs and convolutions: the kernels they launch (a bias add, a cast of the weight) are theirs
+AUTOGRAD_NODE = re.compile(r"Backward\d*$")  # compiled once: searched on every op row
 GEMM_OPS = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv|\w*conv\w*)$")
 CONV_OPS = re.compile(r"^aten::\w*conv\w*$")
 POW = re.compile(r"^aten::pow_?$")
@@ -146,7 +147,7 @@ def hidden_mean(name: str, inputs, concrete, hidden: int) -> bool:
 
 def _autograd_nodes(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     """Per op row: the name of the nearest enclosing op that is an autograd node ('' if none)."""
-    is_node = np.array([bool(re.search(r"Backward\d*$", n[:256])) for n in names], dtype=bool)
+    is_node = np.array([bool(AUTOGRAD_NODE.search(n[:256])) for n in names], dtype=bool)
     out = np.full(len(names), "", dtype=object)
     out[is_node] = names[is_node]
     cur = np.where(is_node, -1, parent)
