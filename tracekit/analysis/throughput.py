@@ -273,10 +273,10 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
             spans: dict[str, list] = {}
             for name, a, b in found.segments(lo, hi):
                 spans.setdefault(name, []).append((a, b))
-            for name, found in spans.items():
+            for name, pieces in spans.items():
                 row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
-                row["wall_ns"] += length(np.array(found, dtype=np.float64))
-                row["runs"] += len(runs)
+                row["wall_ns"] += length(np.array(pieces, dtype=np.float64))
+                row["runs"] += len(pieces)
     return _stage_frame(out, length(windows))
 
 
