@@ -2,7 +2,7 @@
 
     python benchmarks/bench_shapes.py [--repeat 3] [--min-mb 1] [--tile-dir /tmp/tracekit_tiles]
         [--mid-mb 55] [--big-mb 1000] [--skip-big] [--no-hta] [--no-hta-big] [--hta-big-max-gb 16] [--only SUBSTR]
-        [--json OUT.json]
+        [--json OUT.json] [--baseline CHECKOUT]
 
 One run covers:
   - every shared trace (../shared/fixtures) of --min-mb or more: Kineto JSON by the size of
@@ -22,7 +22,10 @@ whole process against whole process, issue 32's target). CPU ratios (user + syst
 each process tree) are given beside the wall-time ones: on a machine shared with other work
 the wall time says as much about the neighbours as about either tool.
 Runs of one trace are interleaved (HTA, info, analyze, HTA, ...) so they share the same
-neighbours on a busy machine. Medians of --repeat runs; the ~1 GB traces run once, with
+neighbours on a busy machine. --baseline CHECKOUT (a tree of an earlier commit, e.g. `git
+archive BASE | tar -x -C DIR`, with ../shared beside it) times that checkout's analyze in the
+same rounds: before and after under the same load. The table gives each figure's CPU seconds
+(user + system of the process tree) beside its wall time: load inflates them less. Medians of --repeat runs; the ~1 GB traces run once, with
 `--workers 2`, and HTA loads each at most once, skipped (with the reason) when its memory,
 extrapolated from the ~55 MB tile of the same shape, would not fit in MemAvailable.
 
@@ -115,11 +118,12 @@ def hta_load(case: dict, args, hta_env: dict) -> dict:
         return run([args.hta_python, "-c", _HTA_LOAD, trace_dir], hta_env)
 
 
-def bench(case: dict, repeat: int, args, env: dict, hta_env: dict | None, hta_skip: str | None, workers: list[str]) -> dict:
+def bench(case: dict, repeat: int, args, env: dict, hta_env: dict | None, hta_skip: str | None, workers: list[str],
+          base_env: dict | None = None) -> dict:
     mb = case["bytes"] / 1e6
     print(f"\n== {case['name']} ({mb:,.1f} MB of trace, {case['path'].stat().st_size / 1e6:,.1f} MB on disk)", flush=True)
     tk = [sys.executable, "-m", "tracekit"]
-    res: dict = {"hta": [], "info": [], "analyze": []}
+    res: dict = {"hta": [], "info": [], "analyze": [], "base_analyze": []}
     for i in range(repeat):
         if case["hta"] and hta_env is not None and not hta_skip and (i == 0 or not case["kind"].startswith("tile") or
                                                                       case["bytes"] < 5e8):
@@ -127,11 +131,13 @@ def bench(case: dict, repeat: int, args, env: dict, hta_env: dict | None, hta_sk
             res["hta"].append(r)
             print(f"  HTA load        {r['load_s']:8.2f} s  (process {r['wall_s']:.2f} s, peak RSS {r['peak_rss_mb']:,.0f} MB)  "
                   f"load avg {r['load_avg']:.2f}", flush=True)
-        for cmd in ("info", "analyze"):
-            r = run(tk + [cmd, *workers, str(case["path"])], env)
+        for cmd, cmd_env in (("info", env), ("analyze", env), ("base_analyze", base_env)):
+            if cmd_env is None:
+                continue
+            r = run(tk + [cmd.removeprefix("base_"), *workers, str(case["path"])], cmd_env)
             res[cmd].append(r)
-            print(f"  tracekit {cmd:<7}{r['wall_s']:8.2f} s  {mb / r['wall_s']:6.0f} MB/s  peak PSS {r['peak_pss_mb']:,.0f} MB "
-                  f"({r['peak_pss_mb'] / mb:.2f}x)  load avg {r['load_avg']:.2f}", flush=True)
+            print(f"  tracekit {cmd:<12}{r['wall_s']:8.2f} s  cpu {r['cpu_s']:6.2f} s  {mb / r['wall_s']:6.0f} MB/s  "
+                  f"peak PSS {r['peak_pss_mb']:,.0f} MB ({r['peak_pss_mb'] / mb:.2f}x)  load avg {r['load_avg']:.2f}", flush=True)
     row = {"name": case["name"], "kind": case["kind"], "mb": mb, "disk_mb": case["path"].stat().st_size / 1e6, "runs": res,
            "hta_note": hta_skip or ("" if case["hta"] else "n/a (nsys)")}
     for cmd in ("info", "analyze"):
@@ -143,7 +149,10 @@ def bench(case: dict, repeat: int, args, env: dict, hta_env: dict | None, hta_sk
     row["hta_proc_cpu_s"] = statistics.median(r["cpu_s"] for r in res["hta"]) if res["hta"] else None
     row["hta_cpu_s"] = statistics.median(r["load_cpu_s"] for r in res["hta"]) if res["hta"] else None
     row["hta_rss_mb"] = max(r["peak_rss_mb"] for r in res["hta"]) if res["hta"] else None
+    row["base_analyze_s"] = statistics.median(r["wall_s"] for r in res["base_analyze"]) if res["base_analyze"] else None
+    row["base_analyze_cpu_s"] = statistics.median(r["cpu_s"] for r in res["base_analyze"]) if res["base_analyze"] else None
     row["load_avg"] = statistics.median(r["load_avg"] for cmd in res for r in res[cmd])
+    row["load_range"] = (min(r["load_avg"] for cmd in res for r in res[cmd]), max(r["load_avg"] for cmd in res for r in res[cmd]))
     return row
 
 
@@ -164,6 +173,50 @@ def table(rows: list[dict]) -> str:
                    f"{r['mb'] / r['analyze_s']:.0f} | {ratio('analyze')} | {whole} | "
                    f"{cpu} | {pss:,.0f} ({pss / r['disk_mb']:.2f}) | {r['load_avg']:.2f} |")
     return "\n".join(out)
+
+
+def process_table(rows: list[dict]) -> str:
+    """Issue 41's figures: whole process against whole process, wall and CPU seconds (user +
+    system of each process tree), the baseline's analyze beside this checkout's."""
+    head = ("| trace | MB | HTA process s (CPU) | info s (CPU) | info × (CPU ×) | analyze s (CPU) | analyze × (CPU ×) | "
+            "before: analyze s (CPU) | before × (CPU ×) | load avg median (min-max) |")
+    out = [head, "|" + "---|" * (head.count("|") - 1)]
+
+    def ratio(hta: float | None, tool: float | None) -> str:
+        return f"{hta / tool:.1f}" if hta and tool else "n/a"
+
+    for r in rows:
+        hta, hta_cpu = r.get("hta_proc_s"), r.get("hta_proc_cpu_s")
+        base, base_cpu = r.get("base_analyze_s"), r.get("base_analyze_cpu_s")
+        lo, hi = r.get("load_range", (r["load_avg"], r["load_avg"]))
+        out.append(f"| {r['name']} | {r['mb']:,.1f} | " + (f"{hta:.2f} ({hta_cpu:.2f})" if hta else r["hta_note"] or "n/a") + " | "
+                   f"{r['info_s']:.2f} ({r['info_cpu_s']:.2f}) | {ratio(hta, r['info_s'])} ({ratio(hta_cpu, r['info_cpu_s'])}) | "
+                   f"{r['analyze_s']:.2f} ({r['analyze_cpu_s']:.2f}) | {ratio(hta, r['analyze_s'])} ({ratio(hta_cpu, r['analyze_cpu_s'])}) | "
+                   + (f"{base:.2f} ({base_cpu:.2f}) | {ratio(hta, base)} ({ratio(hta_cpu, base_cpu)})" if base else "n/a | n/a")
+                   + f" | {r['load_avg']:.2f} ({lo:.2f}-{hi:.2f}) |")
+    return "\n".join(out)
+
+
+def issue41_verdicts(rows: list[dict]) -> str:
+    """Issue 41's checks: analyze >= 4x HTA's whole process on the ~55 MB tiles and >= 3x on
+    every shared trace of 1 MB or more; info >= 8x. Wall (and CPU) medians."""
+    lines = []
+    for label, group, need in (("~55 MB tiles", [r for r in rows if r["kind"].startswith("tile") and r["mb"] < 500], 4.0),
+                               ("shared traces", [r for r in rows if r["kind"] == "shared"], 3.0)):
+        group = [r for r in group if r.get("hta_proc_s")]
+        if not group:
+            continue
+        wall = {r["name"]: r["hta_proc_s"] / r["analyze_s"] for r in group}
+        cpu = {r["name"]: r["hta_proc_cpu_s"] / r["analyze_cpu_s"] for r in group}
+        info = {r["name"]: r["hta_proc_s"] / r["info_s"] for r in group}
+        worst = min(wall, key=wall.get)
+        lines += [f"analyze >= {need:g}x HTA's whole process on the {label}: {'yes' if min(wall.values()) >= need else 'NO'} "
+                  f"(min {wall[worst]:.1f}x on {worst}; {sum(x < need for x in wall.values())} of {len(wall)} below; median "
+                  f"{statistics.median(wall.values()):.1f}x; by CPU min {min(cpu.values()):.1f}x, median {statistics.median(cpu.values()):.1f}x)",
+                  f"info >= 8x HTA's whole process on the {label}: {'yes' if min(info.values()) >= 8 else 'NO'} "
+                  f"(min {min(info.values()):.1f}x; {sum(x < 8 for x in info.values())} of {len(info)} below; median "
+                  f"{statistics.median(info.values()):.1f}x)"]
+    return "\n".join("- " + x for x in lines)
 
 
 def verdicts(rows: list[dict], title: str) -> str:
@@ -212,9 +265,11 @@ def main() -> None:
     parser.add_argument("--hta-python", default=HTA_PYTHON)
     parser.add_argument("--hta-path", default=HTA_PATH)
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--baseline", help="another tracekit checkout whose analyze is timed in the same rounds (before / after)")
     args = parser.parse_args()
 
     env = tracekit_env()  # bytecode compiled once, as installed
+    base_env = tracekit_env(pathlib.Path(args.baseline).resolve()) if args.baseline else None
     hta_env = None
     if not args.no_hta and os.path.exists(args.hta_python):
         hta_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -241,11 +296,13 @@ def main() -> None:
                 avail = mem_available()
                 if need > min(avail - 2**30, args.hta_big_max_gb * 1e9):
                     skip = f"skipped: ~{need / 1e9:.0f} GB needed, {avail / 1e9:.0f} GB available"
-        row = bench(case, 1 if big else args.repeat, args, env, hta_env, skip, ["--workers", "2"] if big else [])
+        row = bench(case, 1 if big else args.repeat, args, env, hta_env, skip, ["--workers", "2"] if big else [], base_env)
         rows.append(row)
     on_disk = [r for r in rows if r["disk_mb"] >= args.min_mb]
     print("\n" + table(rows) + "\n\n" + verdicts(rows, f"every trace of {args.min_mb:g} MB of JSON or more") + "\n\n"
-          + verdicts(on_disk, f"traces of {args.min_mb:g} MB or more on disk (tiles included)"), flush=True)
+          + verdicts(on_disk, f"traces of {args.min_mb:g} MB or more on disk (tiles included)") + "\n\n"
+          + "Whole process against whole process (issue 41), wall s (CPU s):\n\n" + process_table(rows) + "\n\n"
+          + issue41_verdicts(rows), flush=True)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
 

@@ -93,15 +93,15 @@ print(json.dumps({"load_s": wall, "main_cpu_s": cpu, "workers_cpu_s": kids, "cri
 PYCACHE = "/tmp/tracekit_pycache"
 
 
-def tracekit_env() -> dict:
+def tracekit_env(repo: pathlib.Path = REPO) -> dict:
     """The environment tracekit is timed in: this checkout first on the path, with its
     bytecode compiled once beforehand, as an installed package has it (pip compiles at
     install). Under PYTHONDONTWRITEBYTECODE every run would compile tracekit's ~90 modules
     from source (~0.4 s of CPU a run), which no installed tracekit does; the bytecode goes
-    to PYCACHE, not into the checkout."""
+    to PYCACHE, not into the checkout. `repo`: another checkout (a baseline timed beside this one)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=PYCACHE)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "tracekit")], env=env, check=True)
+    env.update(PYTHONPATH=str(repo), PYTHONPYCACHEPREFIX=PYCACHE)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(repo / "tracekit")], env=env, check=True)
     return env
 
 

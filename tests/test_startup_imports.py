@@ -9,12 +9,16 @@ import sys
 from synthetic import KinetoBuilder
 
 HEAVY = ("pandas", "pyarrow", "pyarrow.compute", "matplotlib", "jinja2")
+# the model's costing modules: imported by tracekit.model.run_model, only with --model
+MODEL = ("tracekit.model.architecture", "tracekit.model.blocks", "tracekit.model.fill", "tracekit.model.quant",
+         "tracekit.model.config", "tracekit.model.agreement")
 RUN = ("import sys\nfrom tracekit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
 
 
-def heavy_modules_after(*argv: str) -> tuple[str, list[str]]:
-    result = subprocess.run([sys.executable, "-c", RUN, *argv], capture_output=True, text=True, timeout=300)
+def heavy_modules_after(*argv: str, watched: tuple[str, ...] = HEAVY) -> tuple[str, list[str]]:
+    run = RUN.replace(repr(HEAVY), repr(watched))
+    result = subprocess.run([sys.executable, "-c", run, *argv], capture_output=True, text=True, timeout=300)
     return result.stdout, eval(result.stderr.strip().splitlines()[-1])
 
 
@@ -37,3 +41,14 @@ def test_analyze_imports_no_plotting_or_templates(tmp_path):
     assert "vectorized_elementwise_kernel" in out
     assert "matplotlib" not in heavy and "jinja2" not in heavy
     assert "pandas" in heavy  # the analysis's tables are DataFrames: the check above is not vacuous
+
+
+def test_analyze_without_a_model_imports_none_of_the_model_costs(tmp_path):
+    # tracekit.model's package holds ModelOptions (every analyze passes it on) and run_model;
+    # the modules that cost a config's blocks are imported by run_model alone.
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    out, loaded = heavy_modules_after("analyze", b.write(tmp_path / "one_kernel.json"), watched=MODEL + ("tracekit.model",))
+    assert "vectorized_elementwise_kernel" in out
+    assert loaded == ["tracekit.model"]  # the package itself is imported: the check above is not vacuous

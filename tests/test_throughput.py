@@ -194,3 +194,24 @@ def test_host_stages_follow_the_users_phase_rules(tmp_path, cpu_diffusion):
     # the UNet's time moved out of denoise; the text encoder and the VAE keep theirs
     assert stages.loc["unet", "wall_ns"] + stages.loc["denoise", "wall_ns"] == pytest.approx(default.loc["denoise", "wall_ns"], abs=16)
     assert stages.loc["text_encode", "wall_ns"] == default.loc["text_encode", "wall_ns"]
+
+
+def test_per_step_shares_are_each_steps_stage_table():
+    # Two steps, one device. Step 7 (window 0..100): prefill [0,30]+[35,50] (one run, 0..50),
+    # decode [60,80] -> prefill 50/100, decode 20/100. Step 9 (window 100..200, two devices):
+    # decode [100,140] on device 0, [150,160] on device 1 -> 40 + 10 over 2 x 100.
+    # A kernel of no step (-1) is in neither.
+    from tracekit.analysis.stage_walls import per_step_shares
+
+    k = pd.DataFrame({"device": [0, 0, 0, 0, 1, 0], "start": [0, 35, 60, 100, 150, 90], "end": [30, 50, 80, 140, 160, 95],
+                      "stage": ["prefill", "prefill", "decode", "decode", "decode", "decode"], "step": [7, 7, 7, 9, 9, -1]})
+    k["exclusive_ns"] = k["end"] - k["start"]
+    windows = pd.DataFrame({"lo": [0.0, 100.0], "hi": [100.0, 200.0]}).to_numpy()
+    shares = per_step_shares(k, k["step"].to_numpy(), [7, 9, None], [*windows, windows[0]])
+    assert shares[0] == {"prefill": pytest.approx(0.5), "decode": pytest.approx(0.2)}
+    assert list(shares[0]) == ["prefill", "decode"]  # longest wall first
+    assert shares[1] == {"decode": pytest.approx(50 / 200)}
+    assert shares[2] == {}  # a step-table row with no range: no kernels
+    for i, step in enumerate((7, 9)):  # the definition: the stage table of the step's kernels alone
+        table = stage_table(k[k["step"] == step], "stage", windows=windows[i: i + 1])
+        assert shares[i] == dict(zip(table["stage"], table["wall_share"]))

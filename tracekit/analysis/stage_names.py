@@ -168,9 +168,11 @@ def _python_stages(r: pd.DataFrame, kernels: pd.DataFrame, phase: np.ndarray, tr
 
     distinct = np.unique(leaf[default & (leaf >= 0)])
     stacks = [chain(int(row)) for row in distinct]
-    common = 0
-    while all(len(c) > common for c in stacks) and len({c[common] for c in stacks}) == 1:
-        common += 1
+    common = len(stacks[0])  # the frames every stack starts with (one tuple comparison per stack)
+    for c in stacks[1:]:
+        common = min(common, len(c))
+        if c[:common] != stacks[0][:common]:
+            common = next(i for i in range(common) if c[i] != stacks[0][i])
     branch = {c[common] for c in stacks if len(c) > common}
     functions = {b: user_function(b) for b in branch}
     if len(set(functions.values())) < 2 or None in functions.values():

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracekit.analysis.stage_walls import length, per_step_shares, runs
 from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import PIPELINE_CALL, step_rows
 from tracekit.trace.timeline import difference, intersection, union
@@ -186,18 +187,6 @@ def decoded_images(trace, step: dict, decode_rows: np.ndarray) -> int | None:
     return total or None
 
 
-def _runs(start: np.ndarray, end: np.ndarray, key: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first row, last row + 1, last end) of each run of consecutive equal keys (rows in start order)."""
-    cut = np.flatnonzero(key[1:] != key[:-1]) + 1
-    first, last = np.r_[0, cut], np.r_[cut, len(key)]
-    return first, last, np.maximum.reduceat(end, first)
-
-
-def _length(intervals: np.ndarray) -> float:
-    merged = union(intervals) if len(intervals) else intervals
-    return float((merged[:, 1] - merged[:, 0]).sum()) if len(merged) else 0.0
-
-
 def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray | None = None) -> pd.DataFrame:
     """Per stage: kernels, busy time, wall time (runs of consecutive kernels), share of the
     steps' GPU windows (`windows`: (n, 2) start, end of each step; kernels need a `step`
@@ -209,22 +198,22 @@ def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray
         kernels = kernels[kernels["step"].to_numpy() >= 0]
     out: dict[str, dict[str, float]] = {}
     window = 0.0
-    steps_window = _length(np.asarray(windows, dtype=np.float64)) if in_steps else 0.0  # the same on every device
+    steps_window = length(np.asarray(windows, dtype=np.float64)) if in_steps else 0.0  # the same on every device
     for _, k in kernels.groupby("device", sort=False):
         k = k.sort_values("start", kind="stable")
         start, end = k["start"].to_numpy(dtype=np.float64), k["end"].to_numpy(dtype=np.float64)
         window += steps_window if in_steps else float(end.max() - start.min())
         labels = k[stage].astype(object).fillna("unknown").astype(str).to_numpy()
         key = pd.factorize(pd.Series(labels) + "\x00" + k["step"].astype(str).to_numpy())[0] if in_steps else labels
-        first, last, run_end = _runs(start, end, key)
+        first, last, run_end = runs(start, end, key)
         spans: dict[str, list] = {}
         for a, b, e in zip(first, last, run_end):
             row = out.setdefault(labels[a], {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})
             row["kernels"] += int(b - a)
             row["runs"] += 1
             spans.setdefault(labels[a], []).append((start[a], e))
-        for name, runs in spans.items():  # runs of one stage on concurrent streams overlap: their union
-            out[name]["wall_ns"] += _length(np.array(runs, dtype=np.float64))
+        for name, found in spans.items():  # runs of one stage on concurrent streams overlap: their union
+            out[name]["wall_ns"] += length(np.array(found, dtype=np.float64))
         busy = k.groupby(stage, observed=True, sort=False)["exclusive_ns"].sum()
         for name, value in busy.items():
             out.setdefault(str(name), {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})["busy_ns"] += float(value)
@@ -284,11 +273,11 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
             spans: dict[str, list] = {}
             for name, a, b in found.segments(lo, hi):
                 spans.setdefault(name, []).append((a, b))
-            for name, runs in spans.items():
+            for name, pieces in spans.items():
                 row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
-                row["wall_ns"] += _length(np.array(runs, dtype=np.float64))
-                row["runs"] += len(runs)
-    return _stage_frame(out, _length(windows))
+                row["wall_ns"] += length(np.array(pieces, dtype=np.float64))
+                row["runs"] += len(pieces)
+    return _stage_frame(out, length(windows))
 
 
 def step_names(trace) -> list[str]:
@@ -319,14 +308,8 @@ def _per_step_stages(trace, kernels: pd.DataFrame, steps: pd.DataFrame, windows:
     rows = step_rows(trace) if r is not None and len(r) else np.zeros(0, dtype=np.int64)
     names = as_text(r["name"]) if len(rows) else []
     row_of = {(names[i], int(r["start"].iat[i])): int(i) for i in rows}
-    out = []
-    for i, step in enumerate(steps.to_dict(orient="records")):
-        row = row_of.get((str(step["step"]), int(step["host_start_ns"])))
-        mine = kernels[owner == row] if row is not None else kernels.iloc[0:0]
-        table = stage_table(mine, "stage", windows=windows[i: i + 1]) if len(mine) else pd.DataFrame(columns=STAGE_COLUMNS)
-        out.append({str(t["stage"]): (float(t["wall_share"]) if t["wall_share"] is not None else None)
-                    for t in table.to_dict(orient="records")})
-    return out
+    ranges = [row_of.get((str(s), int(h))) for s, h in zip(steps["step"], steps["host_start_ns"])]
+    return per_step_shares(kernels, owner, ranges, windows)
 
 
 def _by_main_stage(per_step: pd.DataFrame) -> dict | None:

@@ -38,15 +38,16 @@ def operands(dims: Any) -> tuple[tuple, tuple] | None:
     return (math.prod(t[0][:-2]), tuple(t[0][-2:])), (math.prod(t[1][:-2]), tuple(t[1][-2:]))
 
 
-def works_on_scores(ops, o1: int, o2: int, second) -> bool:
+def works_on_scores(cols: dict, o1: int, o2: int, second) -> bool:
     """Whether an op between the two matmuls (same thread) takes the scores alone: the
-    softmax (or scale) of an attention; a chain of convolutions has no such op."""
+    softmax (or scale) of an attention; a chain of convolutions has no such op. `cols`: the
+    ops' tid, start, end and input_dims as arrays (a pandas lookup per op costs ~10 us)."""
     (b, (sq, sk)), _ = second
-    tid, lo, hi = ops["tid"].iat[o1], ops["end"].iat[o1], ops["start"].iat[o2]
+    tid, lo, hi = cols["tid"][o1], cols["end"][o1], cols["start"][o2]
     for j in range(o1 + 1, o2):
-        if ops["tid"].iat[j] != tid or not lo <= ops["start"].iat[j] <= hi:
+        if cols["tid"][j] != tid or not lo <= cols["start"][j] <= hi:
             continue
-        t = [d for d in ops["input_dims"].iat[j] or [] if isinstance(d, list) and len(d) > 0]
+        t = [d for d in cols["input_dims"][j] or [] if isinstance(d, list) and len(d) > 0]
         if len(t) == 1 and len(t[0]) >= 3 and all(isinstance(x, int) for x in t[0]) and t[0][-2:] == [sq, sk] \
                 and math.prod(t[0][:-2]) == b:
             return True
@@ -57,7 +58,8 @@ def pairs(ops, order: np.ndarray) -> list[tuple[int, int, int, int, int, int]]:
     """(score op, output op, batch, Sq, Sk, d) per unfused attention, from the matmul ops in
     `order` (one thread's, by start)."""
     found = []
-    mm = {int(o): operands(ops["input_dims"].iat[int(o)]) for o in order}
+    cols = {name: ops[name].to_numpy() for name in ("tid", "start", "end", "input_dims")}
+    mm = {o: operands(cols["input_dims"][o]) for o in order.tolist()}
     for j, o2 in enumerate(order):
         second = mm[int(o2)]
         if second is None:
@@ -68,7 +70,7 @@ def pairs(ops, order: np.ndarray) -> list[tuple[int, int, int, int, int, int]]:
         for o1 in order[max(0, j - LOOKBACK):j][::-1]:
             first = mm[int(o1)]
             if (first is not None and first[0][1][0] == sq and first[1][1] == (first[0][1][1], sk) and first[0][1][1] == d
-                    and works_on_scores(ops, int(o1), int(o2), second)):
+                    and works_on_scores(cols, int(o1), int(o2), second)):
                 found.append((int(o1), int(o2), b, sq, sk, d))
                 break
     return found

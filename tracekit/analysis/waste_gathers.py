@@ -28,30 +28,85 @@ FIX = ("multiply by the experts' weights in place with a grouped GEMM (torch._gr
        "uses) instead of gathering a weight copy per (token, expert) pair")
 
 
-def gathered(t: dict, o: int) -> tuple[int, float] | None:
+def gathered(t: dict, o: int, followers: np.ndarray) -> tuple[int, float] | None:
     """(matrices gathered, bytes gathered) when op `o` gathers matrices its successor reads.
-    `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search)."""
+    `t`: the ops' columns as arrays (a pandas lookup per access costs more than the search);
+    `followers`: the ops after `o` (at most LOOKAHEAD, in order) on its thread that start
+    after it ends, the ones that can read its output."""
     dims, types = t["dims"][o], t["types"][o]
-    if not _gathers_a_table(dims):
+    if not _is_table(dims):
         return None
     table = dims[0]
     dtype = canonical(types[0]) if isinstance(types, list) and types else None
     if dtype is None:
         return None
-    for j in range(o + 1, min(o + 1 + LOOKAHEAD, len(t["tid"]))):
-        if t["tid"][j] != t["tid"][o] or t["start"][j] < t["end"][o]:
-            continue
-        for d in t["dims"][j] or []:
-            if (isinstance(d, list) and len(d) == len(table) and d[1:] == table[1:] and 0 < d[0] != table[0]
-                    and d[0] in index_counts(t, o)):
-                return d[0], float(d[0] * math.prod(table[1:]) * element_bytes(dtype))
+    tail, counts = (len(table), tuple(table[1:])), None
+    for j in followers:
+        for lead in shape_tails(t, int(j)).get(tail, ()):
+            if 0 < lead != table[0]:
+                counts = index_counts(t, o) if counts is None else counts  # searched once, only on a shape match
+                if lead in counts:
+                    return lead, float(lead * math.prod(table[1:]) * element_bytes(dtype))
     return None
 
 
-def _gathers_a_table(dims: Any) -> bool:
-    """The op's first input is a table of matrices (3 or more known dimensions)."""
+def _is_table(dims: Any) -> bool:
+    """Whether an op's first input is a stack of matrices: three or more integer sizes."""
     return (isinstance(dims, list) and bool(dims) and isinstance(dims[0], list) and len(dims[0]) >= 3
             and all(isinstance(x, int) for x in dims[0]))
+
+
+def shape_tails(t: dict, j: int) -> dict[tuple, list[int]]:
+    """Op j's integer-sized inputs by (rank, sizes after the first) -> their first sizes, in
+    input order; computed once per op (consecutive gathers share their followers)."""
+    tails = t["tails"].get(j)
+    if tails is None:
+        tails = {}
+        for d in t["dims"][j] or []:
+            if isinstance(d, list) and len(d) >= 3 and all(isinstance(x, int) for x in d):
+                tails.setdefault((len(d), tuple(d[1:])), []).append(d[0])
+        t["tails"][j] = tails
+    return tails
+
+
+def followers_of(t: dict, calls: np.ndarray) -> np.ndarray:
+    """Per op in `calls`: the next LOOKAHEAD ops (a row of op indices), -1 where an op is not
+    a follower: past the end, on another thread, or starting before the call ends (one array
+    comparison for every call at once, not a Python test per pair)."""
+    n = len(t["tid"])
+    after = calls[:, None] + np.arange(1, LOOKAHEAD + 1)[None, :]
+    inside = after < n
+    after = np.minimum(after, max(n - 1, 0))
+    ok = inside & (t["tid"][after] == t["tid"][calls][:, None]) & (t["start"][after] >= t["end"][calls][:, None])
+    return np.where(ok, after, -1)
+
+
+def readers(t: dict, calls: np.ndarray) -> list[np.ndarray]:
+    """Per op in `calls` (each with a table input): its followers that take an input of the
+    table's rank and sizes after the first with another positive first size, the only ones
+    `gathered` needs to look at. Each op near a call is read once; the (call, follower)
+    pairs are matched as integers."""
+    keys: dict[tuple, int] = {}
+    key_of = np.array([keys.setdefault((len(t["dims"][o][0]), tuple(t["dims"][o][0][1:])), len(keys)) for o in calls],
+                      dtype=np.int64)
+    lead_of = np.array([t["dims"][o][0][0] for o in calls], dtype=np.int64)
+    after = followers_of(t, calls)
+    leads: dict[int, set] = {}  # (follower, key) as one integer -> the first sizes it takes with that key
+    for j in np.unique(after[after >= 0]).tolist():
+        for d in t["dims"][j] or []:
+            if isinstance(d, list) and len(d) >= 3 and isinstance(d[0], int) and d[0] > 0:
+                try:
+                    key = keys.get((len(d), tuple(d[1:])))
+                except TypeError:  # a list inside: not a tensor's sizes
+                    continue
+                if key is not None:
+                    leads.setdefault(j * len(keys) + key, set()).add(d[0])
+    codes = np.array(sorted(leads), dtype=np.int64)
+    one = np.array([next(iter(leads[c])) if len(leads[c]) == 1 else -1 for c in codes.tolist()], dtype=np.int64)
+    wanted = after * len(keys) + key_of[:, None]
+    at = np.minimum(np.searchsorted(codes, wanted), max(len(codes) - 1, 0))
+    hit = (after >= 0) & (codes[at] == wanted) & (one[at] != lead_of[:, None]) if len(codes) else np.zeros(after.shape, bool)
+    return [row[keep] for row, keep in zip(after, hit)]
 
 
 def index_counts(t: dict, o: int) -> set[int]:
@@ -74,16 +129,17 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     mine = np.zeros(len(k), dtype=bool)
     cache: dict[int, tuple | None] = {}
     t = {"dims": ops["input_dims"].to_numpy(), "types": ops["input_types"].to_numpy(), "tid": ops["tid"].to_numpy(),
-         "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy()}
+         "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy(), "tails": {}}
     rows_ = np.flatnonzero(candidate)
     calls, at = np.unique(op[rows_], return_inverse=True)
-    table: dict[int, bool] = {}  # per distinct inputs object (the parser shares one per distinct list)
-    for o in calls.tolist():
-        key = id(t["dims"][o])
-        if key not in table:
-            table[key] = _gathers_a_table(t["dims"][o])
-        cache[o] = gathered(t, o) if table[key] else None
-    mine[rows_] = np.array([g is not None and g[1] >= MIN_BYTES for g in map(cache.get, calls.tolist())], dtype=bool)[at]
+    tables = np.array([_is_table(t["dims"][o]) for o in calls], dtype=bool)
+    for o in calls[~tables]:
+        cache[int(o)] = None
+    for o, after in zip(calls[tables], readers(t, calls[tables])):
+        cache[int(o)] = gathered(t, int(o), after) if len(after) else None
+    # judged once per op, spread to its kernels by index (no Python loop per kernel)
+    gathers = [cache[int(o)] for o in calls]
+    mine[rows_] = np.array([g is not None and g[1] >= MIN_BYTES for g in gathers], dtype=bool)[at]
     if not mine.any():
         return []
     calls = np.unique(op[mine])

@@ -8,25 +8,32 @@ Order inside tracekit.analysis.pipeline.build with a model: shape costs -> attri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from tracekit.hardware import Device
-from tracekit.model.agreement import AGREEMENT_COLUMNS, agreement
-from tracekit.model.batch import StepBatch, kv_write_tokens, with_tokens
-from tracekit.model.batch_reader import BatchReader
-from tracekit.model.blocks import Parallel, StepCosts, step_blocks
-from tracekit.model.parts import moe_parts, projection_parts
-from tracekit.model.architecture import Architecture
-from tracekit.model.config import load_config
-from tracekit.model.fill import spread
-from tracekit.model.parallel import infer_parallel
-from tracekit.model.predict import step_terms
-from tracekit.model.predicted_steps import kernel_owner, model_steps
-from tracekit.trace import Trace
+# The model's modules are imported by run_model, when a model is given: `analyze` without
+# --model reaches this package only for small helpers (batch_annotations, predict) and pays
+# for none of the rest (issue 41: import only what the command uses).
+if TYPE_CHECKING:
+    from tracekit.hardware import Device
+    from tracekit.model.architecture import Architecture
+    from tracekit.model.batch import StepBatch
+    from tracekit.model.blocks import Parallel, StepCosts
+    from tracekit.trace import Trace
 
 __all__ = ["ModelOptions", "ModelRun", "run_model", "load_config"]
+_ON_USE = {"load_config": "tracekit.model.config", "infer_parallel": "tracekit.model.parallel"}
+
+
+def __getattr__(name: str):
+    """`from tracekit.model import load_config` (or infer_parallel): imported on first use."""
+    if name in _ON_USE:
+        import importlib
+
+        return getattr(importlib.import_module(_ON_USE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,24 @@ class ModelRun:
     group_of: np.ndarray  # per kernel: row in groups, -1 none
     notes: list[str] = field(default_factory=list)
     # per phase x block group: the trace's own costs against the model's (model/agreement.py)
-    agreement: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=AGREEMENT_COLUMNS))
+    agreement: pd.DataFrame = field(default_factory=lambda: no_agreement())
 
 
 def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: np.ndarray, options: ModelOptions,
               device: Device | None = None, arch: Architecture | None = None) -> ModelRun:
     """Per step: its batch, its block costs, and those costs spread onto its uncosted kernels
     (`costs` is changed in place). `step_of`: tracekit.trace.step_ownership.kernel_steps of the trace."""
+    from tracekit.model.agreement import agreement
+    from tracekit.model.batch import kv_write_tokens, with_tokens
+    from tracekit.model.batch_reader import BatchReader
+    from tracekit.model.blocks import step_blocks
+    from tracekit.model.config import load_config
+    from tracekit.model.fill import spread
+    from tracekit.model.parallel import infer_parallel
+    from tracekit.model.parts import moe_parts, projection_parts
+    from tracekit.model.predict import step_terms
+    from tracekit.model.predicted_steps import kernel_owner, model_steps
+
     arch = arch or load_config(options.config, options.weight_dtype, options.kv_dtype)
     par = infer_parallel(trace, arch, options.tp, options.ep)
     reader = BatchReader(trace, arch.vocab)
@@ -95,6 +113,12 @@ def run_model(trace: Trace, costs: pd.DataFrame, labels: pd.DataFrame, step_of: 
             for s in steps if s.blocks is not None and s.batch.tokens_known}
     groups, group_of = spread(costs, labels, trace.kernels, owner, fill)
     return ModelRun(arch, par, steps, owner, groups, group_of, notes, agreement(groups, group_of, trace.kernels, costs, labels))
+
+
+def no_agreement() -> pd.DataFrame:
+    from tracekit.model.agreement import AGREEMENT_COLUMNS
+
+    return pd.DataFrame(columns=AGREEMENT_COLUMNS)
 
 
 def training_steps(labels: pd.DataFrame, owner: np.ndarray) -> set[int]:

@@ -195,9 +195,9 @@ def _header(head: str, width: int) -> Text:
     return Text("\n").join(terminal(x) for x in lines + [line])
 
 
-def fit(section: Section, width: int, plain: bool) -> Table:
-    """A rich Table of the section no wider than `width` (see `plan`)."""
-    layout = plan(section, width)
+def fit(section: Section, width: int, plain: bool, layout: Layout | None = None) -> Table:
+    """A rich Table of the section no wider than `width` (see `plan`; `layout`: its plan, when made already)."""
+    layout = layout or plan(section, width)
     head = section.head
     table = Table(title=terminal(section.title), header_style="" if plain else "bold", box=box.ASCII if plain else box.HEAVY_HEAD,
                   title_justify="left")
@@ -245,11 +245,12 @@ def print_section(section: Section, con: Console) -> None:
     if not section.rows:
         con.print(terminal(f"{section.title}: {section.empty}"))
         return
-    if plan(section, con.width).records:
+    layout = plan(section, con.width)  # once: it elides every cell
+    if layout.records:
         con.print(terminal(section.title))
         for line in records(section, con.width):
             con.print(line, overflow="fold")  # a single word wider than the terminal folds (rich would crop it)
     else:
-        con.print(fit(section, con.width, plain))
+        con.print(fit(section, con.width, plain, layout))
     if section.note:
         con.print(terminal(section.note))
