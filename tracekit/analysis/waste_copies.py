@@ -78,7 +78,10 @@ def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] |
     return "rewrite", largest, nbytes
 
 
-def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
+         kinds: tuple[str, ...] = tuple(KINDS)) -> list[dict[str, Any] | None]:
+    """One row per kind of copy in `kinds` (analysis.waste offers the casts to the elementwise
+    chains before it rows them)."""
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
     flops = k["flops"].to_numpy(np.float64)
@@ -115,7 +118,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     steps = max(len(np.unique(step[kind != ""])), 1)
     keys = np.array([repr(s) if s is not None else "" for s in shape], dtype=object)
     out = []
-    for name, (what, fix) in KINDS.items():
+    for name in kinds:
+        what, fix = KINDS[name]
         mine = kind == name
         if not mine.any():
             continue
@@ -129,9 +133,43 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,
+                    "tensors": breakdown(mine, keys, nbytes, time, steps),
                     # a copy reads its source and writes its destination: twice the tensor per copy
                     "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
-        shown = "[" + top.strip("(),").replace(",)", "") + "]"
-        out.append(row(a, f"waste_copies_{name}", f"{what}: {evidence['per_step']:,.{0 if evidence['per_step'].is_integer() else 1}f} per step of a "
-                       f"{evidence['tensor_bytes'] / 1e6:,.0f} MB tensor {shown}", mine, time, of_ns, fix, evidence))
+        out.append(row(a, f"waste_copies_{name}", f"{what}: {sentence(evidence['per_step'], evidence['tensors'])}",
+                       mine, time, of_ns, fix, evidence))
     return out
+
+
+def breakdown(mine: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, time: np.ndarray, steps: int) -> list[dict[str, Any]]:
+    """Per tensor shape the row copies, most time first: its shape, bytes and copies per step
+    (a row counts several shapes: the sentence names each, not only the largest)."""
+    out = []
+    for s in np.unique(keys[mine]):
+        of = mine & (keys == s)
+        out.append({"shape": [int(x) for x in s.strip("()").split(",") if x.strip()], "bytes": float(nbytes[of][0]),
+                    "per_step": float(np.count_nonzero(of)) / steps, "time_ns": float(time[of].sum())})
+    return sorted(out, key=lambda t: -t["time_ns"])
+
+
+SHAPES_NAMED = 3  # shapes a row's sentence names; the rest are counted together
+
+
+def sentence(per_step: float, tensors: list[dict[str, Any]]) -> str:
+    """`754 per step: 376 of [8, 2048, 2048] (134 MB), 300 of [2048, 2048] (8.4 MB), ... and 78 of 3 other
+    shapes (up to 2 MB)`: true of every copy the row counts."""
+    def count(n: float) -> str:
+        return f"{n:,.{0 if float(n).is_integer() else 1}f}"
+
+    def size(b: float) -> str:
+        return f"{b / 1e6:,.{0 if b >= 1e7 else 1}f} MB"
+
+    if len(tensors) == 1:
+        t = tensors[0]
+        return f"{count(per_step)} per step of a {size(t['bytes'])} tensor {t['shape']}"
+    named = [f"{count(t['per_step'])} of {t['shape']} ({size(t['bytes'])})" for t in tensors[:SHAPES_NAMED]]
+    rest = tensors[SHAPES_NAMED:]
+    if rest:
+        named.append(f"{count(sum(t['per_step'] for t in rest))} of {len(rest)} other shapes "
+                     f"(up to {size(max(t['bytes'] for t in rest))})")
+    return f"{count(per_step)} per step: " + ", ".join(named)
