@@ -93,8 +93,10 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
     shape = np.full(len(k), None, dtype=object)
     nbytes = np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
-    operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
-                     for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
+    matmuls = np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
+    operand_sizes = {math.prod(d) for o in matmuls for d in (dims[o] or []) if isinstance(d, list) and d
+                     and all(isinstance(x, int) for x in d)}
+    weights = weight_shapes(dims[matmuls])
     seen: dict[tuple, tuple | None] = {}  # the parser shares one object per distinct inputs list
     for o in np.unique(op[candidate]):
         key = (id(dims[o]), id(types[o]), id(strides[o]))
@@ -133,7 +135,7 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
         copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,
-                    "tensors": breakdown(mine, keys, nbytes, time, steps),
+                    "tensors": breakdown(mine, keys, nbytes, time, steps, weights),
                     # a copy reads its source and writes its destination: twice the tensor per copy
                     "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
         out.append(row(a, f"waste_copies_{name}", f"{what}: {sentence(evidence['per_step'], evidence['tensors'])}",
@@ -141,35 +143,66 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
     return out
 
 
-def breakdown(mine: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, time: np.ndarray, steps: int) -> list[dict[str, Any]]:
-    """Per tensor shape the row copies, most time first: its shape, bytes and copies per step
-    (a row counts several shapes: the sentence names each, not only the largest)."""
+def weight_shapes(matmul_dims: np.ndarray) -> set[tuple]:
+    """Shapes of weights: the 2-D operands a matmul takes after its first matrix (linear's
+    weight, mm's and addmm's second matrix), in both orientations (mm(x, w.t())). A 2-D
+    activation that a backward mm takes second (grad_w = grad.t() @ x) is weight-shaped too;
+    a cast of one is named a weight's."""
+    out: set[tuple] = set()
+    for d in matmul_dims:
+        mats = [tuple(x) for x in (d or []) if isinstance(x, list) and len(x) >= 2 and all(isinstance(v, int) for v in x)]
+        for m in mats[1:]:
+            if len(m) == 2:
+                out |= {m, m[::-1]}
+    return out
+
+
+def breakdown(mine: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, time: np.ndarray, steps: int,
+              weights: set[tuple]) -> list[dict[str, Any]]:
+    """Per tensor shape the row copies, most time first: its shape, bytes, copies per step and
+    whether it is a weight's shape (a row counts several shapes: the sentence names each, not
+    only the largest)."""
     out = []
     for s in np.unique(keys[mine]):
         of = mine & (keys == s)
-        out.append({"shape": [int(x) for x in s.strip("()").split(",") if x.strip()], "bytes": float(nbytes[of][0]),
+        shape = [int(x) for x in s.strip("()").split(",") if x.strip()]
+        out.append({"shape": shape, "bytes": float(nbytes[of][0]), "weight": tuple(shape) in weights,
                     "per_step": float(np.count_nonzero(of)) / steps, "time_ns": float(time[of].sum())})
     return sorted(out, key=lambda t: -t["time_ns"])
 
 
-SHAPES_NAMED = 3  # shapes a row's sentence names; the rest are counted together
+SHAPES_NAMED = 2  # shapes a row's sentence names per kind (activations, weights); the rest are counted together
 
 
-def sentence(per_step: float, tensors: list[dict[str, Any]]) -> str:
-    """`754 per step: 376 of [8, 2048, 2048] (134 MB), 300 of [2048, 2048] (8.4 MB), ... and 78 of 3 other
-    shapes (up to 2 MB)`: true of every copy the row counts."""
-    def count(n: float) -> str:
-        return f"{n:,.{0 if float(n).is_integer() else 1}f}"
+def count(n: float) -> str:
+    return f"{n:,.{0 if float(n).is_integer() else 1}f}"
 
-    def size(b: float) -> str:
-        return f"{b / 1e6:,.{0 if b >= 1e7 else 1}f} MB"
 
-    if len(tensors) == 1:
-        t = tensors[0]
-        return f"{count(per_step)} per step of a {size(t['bytes'])} tensor {t['shape']}"
+def size(b: float) -> str:
+    return f"{b / 1e6:,.{0 if b >= 1e7 else 1}f} MB"
+
+
+def shapes(tensors: list[dict[str, Any]]) -> str:
+    """`222 of [8, 2048, 2048] (134 MB), 88 of [8, 32, 2048, 64] (134 MB) and 90 of 2 other shapes (up to 2,097 MB)`."""
     named = [f"{count(t['per_step'])} of {t['shape']} ({size(t['bytes'])})" for t in tensors[:SHAPES_NAMED]]
     rest = tensors[SHAPES_NAMED:]
     if rest:
-        named.append(f"{count(sum(t['per_step'] for t in rest))} of {len(rest)} other shapes "
+        named.append(f"{count(sum(t['per_step'] for t in rest))} of {len(rest)} other shape{'s' if len(rest) > 1 else ''} "
                      f"(up to {size(max(t['bytes'] for t in rest))})")
-    return f"{count(per_step)} per step: " + ", ".join(named)
+    return ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+
+
+def sentence(per_step: float, tensors: list[dict[str, Any]]) -> str:
+    """What the row counts, true of every copy in it: `98 per step of a 37 MB tensor [16, 559, 1024]`
+    or, with several shapes, `710 per step: 400 of activations (222 of [8, 2048, 2048] (134 MB), ...);
+    310 of weights (88 of [5632, 2048] (46 MB), ...)`."""
+    if len(tensors) == 1:
+        t = tensors[0]
+        kind = "weight" if t["weight"] else "tensor"
+        return f"{count(per_step)} per step of a {size(t['bytes'])} {kind} {t['shape']}"
+    groups = [(label, group) for label, group in (("activations", [t for t in tensors if not t["weight"]]),
+                                                  ("weights", [t for t in tensors if t["weight"]])) if group]
+    if len(groups) == 1:
+        return f"{count(per_step)} per step ({groups[0][0]}): {shapes(groups[0][1])}"
+    return f"{count(per_step)} per step: " + "; ".join(f"{count(sum(t['per_step'] for t in group))} of {label} ({shapes(group)})"
+                                                       for label, group in groups)
