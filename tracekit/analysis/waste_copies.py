@@ -7,8 +7,10 @@ say which copy it is, from the record alone:
 - same dtype, same strides: the tensor rewritten whole. Under torch.compile this is an
   in-place update (a static KV cache's `index_copy_`, `cache[:, pos] = kv`) functionalized
   into "copy the whole buffer, change a slice, copy it back", once per layer;
-- different dtypes: a cast of the whole tensor (autocast's per-step weight casts, fp32
-  upcasts around a norm);
+- different dtypes: a cast of the whole tensor (autocast's per-step weight casts, and its
+  casts of activations into a matmul; an activation's cast inside an elementwise chain, HF's
+  RMSNorm's fp32 upcast and its cast back, is a link of that chain: analysis.waste offers
+  the casts to waste_fusion first);
 - same dtype, different strides: a layout copy (`.contiguous()`, `.reshape` of a
   transposed view), the layout of its source is what caused it.
 
@@ -18,7 +20,9 @@ no arithmetic (copy_, clone, contiguous, a cast: a binary elementwise op also ta
 tensors of one shape). A rewrite is of state (a cache, a buffer), not of an activation: a
 tensor with as many elements as some matmul's operand is an activation, left to the others.
 The bytes the work needs: an update needs its slice, which the copy does not show (null);
-a cast or a layout copy needs nothing when its consumer reads the source as it is.
+a cast or a layout copy needs nothing when its consumer reads the source as it is. A row's
+sentence names each shape it counts (most time first), activations and weights apart (a
+weight: a 2-D shape a matmul takes after its first matrix), so it is true of every copy in it.
 """
 
 from __future__ import annotations

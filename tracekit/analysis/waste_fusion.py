@@ -12,7 +12,10 @@ Found from structure, not kernel names (Triton's are generated):
   shape less its last axis of at most MAX_ROW (a row reduction: RMSNorm's mean(-1), which a
   fused kernel does in the same pass). A compiler's kernel (costed from its Inductor
   arguments) is already fused; an op on a transposed layout is waste_strided's (its fix is
-  the layout), and ends a chain; an eager optimizer's steps are left to their own fix;
+  the layout), and ends a chain; an eager optimizer's steps are left to their own fix; a cast
+  (copy_ between two dtypes) is a link too, so HF's RMSNorm (cast up, pow .. mul, cast down,
+  mul(weight)) is one chain with one fix (analysis.waste offers repeated casts here before
+  the casts row takes what no chain holds);
 - a chain is links that follow each other on one stream, launched from one thread in one
   step, each taking as an input a tensor of the bytes its predecessor wrote (Kineto records
   no tensor ids: the sizes are the evidence that it consumes what the previous produced);
