@@ -181,10 +181,12 @@ def bytes_needed(run: list[int], op: np.ndarray, read: np.ndarray, written: np.n
     if len(run) > 1 and read[run[0]] >= 2 * written[run[0]]:  # a first link that merges two streams
         needed += float(written[run[0]])
     streams = 1 if read[run[0]] >= large else 0
+    recast: set[float] = set()  # what the casts before the predecessor wrote
     for j, (prev, i) in enumerate(zip(run, run[1:]), start=1):
+        if j >= 2 and int(op[run[j - 2]]) in casts:
+            recast.add(float(written[run[j - 2]]))
         handed_read = max(r for dense, r in inputs[int(op[i])] if dense == written[prev])
         outside = max(float(read[i]) - handed_read, 0.0)
-        recast = {float(written[c]) for c in run[:j - 1] if int(op[c]) in casts}
         if outside in recast:
             continue
         needed += outside
@@ -202,10 +204,14 @@ def cast_ops(a: Measured, found: list[list[int]]) -> set[int]:
     flops = a.kernels["flops"].to_numpy(np.float64)
     dims, types, strides = (ops[c].to_numpy() for c in ("input_dims", "input_types", "input_strides"))
     out = set()
-    for i in {i for r in found for i in r if flops[i] == 0}:
-        kind = copy_kind(dims[op[i]], types[op[i]], strides[op[i]])
-        if kind is not None and kind[0] == "cast":
-            out.add(int(op[i]))
+    seen: dict[tuple, bool] = {}  # the parser shares one object per distinct inputs list
+    for o in {int(op[i]) for r in found for i in r if flops[i] == 0}:
+        key = (id(dims[o]), id(types[o]), id(strides[o]))
+        if key not in seen:
+            kind = copy_kind(dims[o], types[o], strides[o])
+            seen[key] = kind is not None and kind[0] == "cast"
+        if seen[key]:
+            out.add(o)
     return out
 
 
