@@ -249,3 +249,19 @@ def test_qwen_rmsnorm_with_its_casts_is_one_chain_and_no_cast_row():
                               "aten::mul", "aten::copy_", "aten::mul"]
     x, w = 16 * 559 * 1024 * 2, 1024 * 2
     assert e["bytes_needed"] == 48 * (4 * x + w) + (2 * x + w) == 3_553_658_880
+
+
+def test_a_copy_rows_sentence_counts_every_shape():
+    """The sentence's counts add up to the row's and each shape's bytes are its elements x 4 (fp32)."""
+    from tracekit.analysis.waste_copies import sentence
+
+    def t(shape, n, weight):
+        return {"shape": shape, "bytes": float(math.prod(shape) * 4), "weight": weight, "per_step": n, "time_ns": n}
+
+    assert sentence(2.0, [t([1024, 1024], 2.0, True)]) == "2 per step of a 4.2 MB weight [1024, 1024]"
+    assert (sentence(51.0, [t([1, 64, 512, 512], 48.0, False), t([512, 512], 3.0, True)])
+            == "51 per step: 48 of activations [1, 64, 512, 512] (67 MB); 3 of weights [512, 512] (1.0 MB)")
+    four = [t([8, 2048, 2048], 376.0, False), t([8, 32, 2048, 64], 88.0, False), t([8, 4, 2048, 64], 44.0, False),
+            t([8, 2048, 32000], 2.0, False)]
+    assert sentence(510.0, four) == ("510 per step (activations): 376 of [8, 2048, 2048] (134 MB), 88 of [8, 32, 2048, 64] "
+                                     "(134 MB) and 46 of 2 other shapes (up to 2,097 MB)")

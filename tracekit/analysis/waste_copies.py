@@ -208,5 +208,9 @@ def sentence(per_step: float, tensors: list[dict[str, Any]]) -> str:
                                                   ("weights", [t for t in tensors if t["weight"]])) if group]
     if len(groups) == 1:
         return f"{count(per_step)} per step ({groups[0][0]}): {shapes(groups[0][1])}"
-    return f"{count(per_step)} per step: " + "; ".join(f"{count(sum(t['per_step'] for t in group))} of {label} ({shapes(group)})"
-                                                       for label, group in groups)
+    def part(label: str, group: list[dict[str, Any]]) -> str:
+        if len(group) == 1:  # `3 of weights [512, 512] (2.1 MB)`
+            return f"{count(group[0]['per_step'])} of {label} {group[0]['shape']} ({size(group[0]['bytes'])})"
+        return f"{count(sum(t['per_step'] for t in group))} of {label} ({shapes(group)})"
+
+    return f"{count(per_step)} per step: " + "; ".join(part(label, group) for label, group in groups)
