@@ -207,3 +207,61 @@ def test_an_inference_pipelines_kv_refresh_is_not_checkpointing():
     assert (a.kernels["phase"] == "recompute").any()
     causes = [c["cause"] for c in a.findings.causes]
     assert "waste_recompute" not in causes
+
+
+def test_the_cast_row_names_every_shape_it_counts_weights_apart(train):
+    """TinyLlama training under autocast (issue 38 review): the casts row counts the fp32 weights
+    cast to bf16 each step ([5632, 2048], [2048, 5632], [2048, 2048], [256, 2048]) beside the
+    activations' casts; its sentence says how many of each, not "754 of one 134 MB tensor"."""
+    r = _rows(train)["waste_copies_cast"]
+    e = r["evidence"]
+    tensors = e["tensors"]
+    # the breakdown adds up to the row: copies per step of each shape sum to the row's
+    assert sum(t["per_step"] for t in tensors) == e["per_step"] == e["kernels"] / 2
+    weights = {tuple(t["shape"]) for t in tensors if t["weight"]}
+    assert {(5632, 2048), (2048, 5632), (2048, 2048), (256, 2048)} <= weights
+    assert (8, 2048, 2048) not in weights  # the normed activation, cast before each projection
+    # a weight's bytes: its elements x 4 (the fp32 source, the wider of the two dtypes)
+    assert {tuple(t["shape"]): t["bytes"] for t in tensors}[(5632, 2048)] == 5632 * 2048 * 4
+    # every weight shape is a matmul's second operand (or its transpose) in the trace
+    ops = train.trace.ops
+    second = {tuple(d[1]) for n, d in zip(ops["name"].astype(str), ops["input_dims"]) if n == "aten::mm" and len(d) > 1}
+    assert all(w in second or w[::-1] in second for w in weights)
+    n_weights = sum(t["per_step"] for t in tensors if t["weight"])
+    assert f"{e['per_step']:,.0f} per step: {e['per_step'] - n_weights:,.0f} of activations (" in r["what"]
+    assert f"; {n_weights:,.0f} of weights (" in r["what"]
+
+
+def test_qwen_rmsnorm_with_its_casts_is_one_chain_and_no_cast_row():
+    """HF Qwen1.5-0.5B inference, bf16 x [16, 559, 1024]: each RMSNorm runs copy_ (fp32 <- bf16),
+    pow, mean, add, rsqrt, mul, copy_ (bf16 <- fp32), mul(weight), after the residual add (but
+    the first layer's): one chain per norm, 2 per layer x 24 layers and the final norm, casts
+    included (the first layer's, 8 links, is the others less their add); no cast is
+    left for the casts row. A fused add + RMSNorm reads the two addends (2 X) and writes the
+    residual stream and the normed output (2 X), plus the weight [1024] bf16; the first norm
+    reads x and the weight and writes its output (2 X + W)."""
+    a = tracekit.analyze(shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz"), workers=1)
+    rows = _rows(a)
+    assert "waste_copies_cast" not in rows
+    e = rows["waste_unfused_elementwise"]["evidence"]
+    assert e["chains"] == 2 * 24 + 1 and e["kernels_per_chain"] == [8, 9]
+    assert e["top_chain"] == ["aten::add", "aten::copy_", "aten::pow", "aten::mean", "aten::add", "aten::rsqrt",
+                              "aten::mul", "aten::copy_", "aten::mul"]
+    x, w = 16 * 559 * 1024 * 2, 1024 * 2
+    assert e["bytes_needed"] == 48 * (4 * x + w) + (2 * x + w) == 3_553_658_880
+
+
+def test_a_copy_rows_sentence_counts_every_shape():
+    """The sentence's counts add up to the row's and each shape's bytes are its elements x 4 (fp32)."""
+    from tracekit.analysis.waste_copies import sentence
+
+    def t(shape, n, weight):
+        return {"shape": shape, "bytes": float(math.prod(shape) * 4), "weight": weight, "per_step": n, "time_ns": n}
+
+    assert sentence(2.0, [t([1024, 1024], 2.0, True)]) == "2 per step of a 4.2 MB weight [1024, 1024]"
+    assert (sentence(51.0, [t([1, 64, 512, 512], 48.0, False), t([512, 512], 3.0, True)])
+            == "51 per step: 48 of activations [1, 64, 512, 512] (67 MB); 3 of weights [512, 512] (1.0 MB)")
+    four = [t([8, 2048, 2048], 376.0, False), t([8, 32, 2048, 64], 88.0, False), t([8, 4, 2048, 64], 44.0, False),
+            t([8, 2048, 32000], 2.0, False)]
+    assert sentence(510.0, four) == ("510 per step (activations): 376 of [8, 2048, 2048] (134 MB), 88 of [8, 32, 2048, 64] "
+                                     "(134 MB) and 46 of 2 other shapes (up to 2,097 MB)")

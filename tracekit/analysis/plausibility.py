@@ -9,8 +9,10 @@ multiplications than the direct formula counts; data re-read from L2) stay as me
 flagged: clipping them would hide the model error.
 
 Limits, each a constant below: rates and roofline efficiencies may exceed 100% by
-RATE_SLACK (clock boost over the datasheet, timestamps rounded to microseconds); shares
-and link efficiency by SHARE_SLACK (float sums).
+RATE_SLACK (roofline.OVER_PEAK: timestamps rounded to the microsecond, clocks above the
+datasheet's), and a flag names that limit, 105%, not 100%, with the tolerance and the
+activities between 100% and it (counted, not flagged); shares and link efficiency by
+SHARE_SLACK (float sums).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from tracekit.hardware import Device
 from tracekit.analysis.roofline import OVER_PEAK
 
 RATE_SLACK = OVER_PEAK  # the roofline's own threshold
+TOLERANCE = (f"100% plus {RATE_SLACK - 1:.0%} for timestamps rounded to the microsecond and clocks above the "
+             "datasheet's")
 SHARE_SLACK = 1.0 + 1e-6
 MAX_EXAMPLES = 3  # named per warning line; every flag is in `flags`
 
@@ -111,8 +115,8 @@ def _rate(i: int, where: str, row: dict, needed: float | None, devices: int, tab
         return []
     if table is not None:
         table.at[table.index[i], "throughput"] = None
-    return [Flag(name, i, where, "throughput", needed / (window * devices), 1.0,
-                 "the work inside it (its kernels' FLOPs and bytes) needs more time at the device's peak than the "
+    return [Flag(name, i, where, "throughput", needed / (window * devices), RATE_SLACK,
+                 f"({TOLERANCE}) the work inside it (its kernels' FLOPs and bytes) needs more time at the device's peak than the "
                  "window it is measured over: the rate would exceed the hardware, so it is shown unknown")]
 
 
@@ -200,8 +204,8 @@ def _steps(steps: pd.DataFrame, devices: pd.DataFrame) -> list[Flag]:
         where = str(r["step"])
         share = _number(r.get("bandwidth_share_peak"))
         if share is not None and share > RATE_SLACK:
-            out.append(Flag("steps", i, where, "bandwidth_share_peak", share, 1.0,
-                            "the step's bytes (from the cost model) over its GPU window exceed the device's peak bandwidth: "
+            out.append(Flag("steps", i, where, "bandwidth_share_peak", share, RATE_SLACK,
+                            f"({TOLERANCE}) the step's bytes (from the cost model) over its GPU window exceed the device's peak bandwidth: "
                             "bytes re-read from cache are counted as memory traffic, or the bytes are overcounted"))
         window, busy = _number(r.get("duration_ns")), _number(r.get("busy_in_window_ns"))
         if window and busy is not None and busy > window * n_devices * SHARE_SLACK:
@@ -237,11 +241,11 @@ def _above_roofline(table: str, frame: pd.DataFrame, name, device: Device | None
     for i, r in _rows(frame, np.flatnonzero(maybe)):
         eff = _number(r.get("efficiency"))
         if eff is not None and eff > RATE_SLACK:
-            out.append(Flag(table, i, name(r), "efficiency", eff, 1.0, _above_reason(r)))
+            out.append(Flag(table, i, name(r), "efficiency", eff, RATE_SLACK, _above_reason(r)))
         tbps = _number(r.get("achieved_tbps"))
         if tbps is not None and tbps * 1e12 > device.bandwidth * RATE_SLACK and r.get("bound") != "comm":
-            out.append(Flag(table, i, name(r), "achieved_tbps", tbps, device.memory_gbps / 1e3,
-                            "more bytes per second than the device's memory bandwidth: cache-resident data (L2) "
+            out.append(Flag(table, i, name(r), "achieved_tbps", tbps, device.memory_gbps / 1e3 * RATE_SLACK,
+                            f"(the device's bandwidth, {TOLERANCE}) more bytes per second than the device's memory bandwidth: cache-resident data (L2) "
                             "counted as memory traffic, or bytes overcounted"))
     return out
 
@@ -255,16 +259,23 @@ def _activities(kernels: pd.DataFrame, device: Device | None) -> list[Flag]:
     over = kernels["over_peak"].to_numpy(dtype=bool)  # the roofline's columns come together
     out = []
     kinds = kernels["kind"].astype(str).to_numpy()
+    near = (eff > 1.0) & ~over  # above 100% but within the tolerance: counted in the line, not flagged
     for kind in sorted(set(kinds[over])):
         rows = np.flatnonzero(over & (kinds == kind))
         worst = rows[np.argmax(eff[rows])]
         name = str(kernels["name"].iat[int(worst)])
-        out.append(Flag("activities", -1, f"{len(rows):,} {kind}s, the worst {name}", "efficiency", float(eff[worst]), 1.0,
-                        _above_reason({"name": name})))
+        within = int(np.count_nonzero(near & (kinds == kind)))
+        also = f"; {within:,} more {kind}s between 100% and {RATE_SLACK:.0%} are within it" if within else ""
+        out.append(Flag("activities", -1, f"{len(rows):,} {kind}s, the worst {name}", "efficiency", float(eff[worst]),
+                        RATE_SLACK, _above_reason({"name": name}, also)))
     return out
 
 
-def _above_reason(r: dict) -> str:
+def _above_reason(r: dict, also: str = "") -> str:
+    return f"({TOLERANCE}{also}) " + _above_cause(r)
+
+
+def _above_cause(r: dict) -> str:
     text = " ".join(str(r.get(c) or "") for c in ("name", "op", "block", "kernel_class")).lower()
     if "winograd" in text or "fft" in text:
         return ("a Winograd / FFT convolution does fewer multiplications than the direct formula the cost counts: "

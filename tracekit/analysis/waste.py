@@ -4,7 +4,8 @@ waste, with its kernels, their time, the bytes they moved against the bytes the 
 the op chain and the host code that produced them, and the fix in one line.
 
 The detectors (one module each) claim kernels; a kernel belongs to the first detector that
-claims it, so the rows are disjoint slices of kernel time, and analysis.causes takes the
+claims it (repeated casts excepted: an elementwise chain that runs through one claims it
+first, see detect), so the rows are disjoint slices of kernel time, and analysis.causes takes the
 claimed kernels out of the "kernel time above the roofline" row: the running total still
 never passes 100%. A row's time is the GPU time its kernels hold alone inside the steps
 (the same time the recoverable row counts), so the rows compare with the idle rows.
@@ -31,14 +32,32 @@ def detect(a: Measured, time: np.ndarray, of_ns: float, recoverable: np.ndarray)
         return []
     free = (a.kernels["kind"] == "kernel").to_numpy() & (a.kernels["block"] != "collective").to_numpy()
     out = []
-    # elementwise chains after the copies, gathers and attention (whose kernels they would
-    # otherwise swallow: a softmax between two matmuls is a link too), before strided layouts
-    for detector in (waste_recompute.rows, waste_copies.rows, waste_gathers.rows, waste_attention.rows,
-                     waste_fusion.rows):
-        for r in detector(a, free, time, of_ns):
+
+    def claim(found: list[dict[str, Any] | None]) -> None:
+        nonlocal free
+        for r in found:
             if r is not None:
                 free &= ~r["kernel_rows"]
                 out.append(r)
+
+    claim(waste_recompute.rows(a, free, time, of_ns))
+    claim(waste_copies.rows(a, free, time, of_ns, kinds=("rewrite", "layout")))
+    # a repeated cast is held back from the gathers and attention (a softmax's fp32 upcast is a
+    # cast, not attention's work) but offered to the chains: a cast of an activation inside an
+    # elementwise chain (HF's RMSNorm: cast up, pow .. mul, cast down, mul(weight)) is one of
+    # its links, and its fix is the chain's (fuse the norm); the casts left are the casts row's
+    casts = np.zeros(len(free), dtype=bool)
+    for r in waste_copies.rows(a, free, time, of_ns, kinds=("cast",)):
+        if r is not None:
+            casts |= r["kernel_rows"]
+    free &= ~casts
+    # elementwise chains after the gathers and attention (whose kernels they would otherwise
+    # swallow: a softmax between two matmuls is a link too), before strided layouts
+    claim(waste_gathers.rows(a, free, time, of_ns))
+    claim(waste_attention.rows(a, free, time, of_ns))
+    free |= casts
+    claim(waste_fusion.rows(a, free, time, of_ns))
+    claim(waste_copies.rows(a, free & casts, time, of_ns, kinds=("cast",)))
     for r in waste_strided.rows(a, free, time, of_ns, recoverable):
         if r is not None:
             out.append(r)

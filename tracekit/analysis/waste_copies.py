@@ -7,8 +7,10 @@ say which copy it is, from the record alone:
 - same dtype, same strides: the tensor rewritten whole. Under torch.compile this is an
   in-place update (a static KV cache's `index_copy_`, `cache[:, pos] = kv`) functionalized
   into "copy the whole buffer, change a slice, copy it back", once per layer;
-- different dtypes: a cast of the whole tensor (autocast's per-step weight casts, fp32
-  upcasts around a norm);
+- different dtypes: a cast of the whole tensor (autocast's per-step weight casts, and its
+  casts of activations into a matmul; an activation's cast inside an elementwise chain, HF's
+  RMSNorm's fp32 upcast and its cast back, is a link of that chain: analysis.waste offers
+  the casts to waste_fusion first);
 - same dtype, different strides: a layout copy (`.contiguous()`, `.reshape` of a
   transposed view), the layout of its source is what caused it.
 
@@ -18,7 +20,9 @@ no arithmetic (copy_, clone, contiguous, a cast: a binary elementwise op also ta
 tensors of one shape). A rewrite is of state (a cache, a buffer), not of an activation: a
 tensor with as many elements as some matmul's operand is an activation, left to the others.
 The bytes the work needs: an update needs its slice, which the copy does not show (null);
-a cast or a layout copy needs nothing when its consumer reads the source as it is.
+a cast or a layout copy needs nothing when its consumer reads the source as it is. A row's
+sentence names each shape it counts (most time first), activations and weights apart (a
+weight: a 2-D shape a matmul takes after its first matrix), so it is true of every copy in it.
 """
 
 from __future__ import annotations
@@ -86,7 +90,10 @@ def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tupl
     return group, np.unique(group, return_index=True)[1]
 
 
-def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
+         kinds: tuple[str, ...] = tuple(KINDS)) -> list[dict[str, Any] | None]:
+    """One row per kind of copy in `kinds` (analysis.waste offers the casts to the elementwise
+    chains before it rows them)."""
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
     flops = k["flops"].to_numpy(np.float64)
@@ -97,15 +104,17 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     shape = np.full(len(k), None, dtype=object)
     nbytes = np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
-    operand_sizes = {math.prod(d) for o in np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
-                     for d in (dims[o] or []) if isinstance(d, list) and d and all(isinstance(x, int) for x in d)}
+    matmuls = np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
+    operand_sizes = {math.prod(d) for o in matmuls for d in (dims[o] or []) if isinstance(d, list) and d
+                     and all(isinstance(x, int) for x in d)}
+    weights = weight_shapes(dims[matmuls])
     # once per distinct inputs (the parser shares one object per distinct list): the calls
     # grouped by the identity of their three input lists, without a Python step per call
     calls = np.unique(op[candidate])
     group, first = _distinct_inputs(calls, (dims, types, strides))
-    kinds = [copy_kind(dims[o], types[o], strides[o]) for o in calls[first].tolist()]
-    worth = np.array([c is not None and c[2] >= MIN_BYTES for c in kinds], dtype=bool)[group]
-    cache = {o: kinds[g] for o, g in zip(calls[worth].tolist(), group[worth].tolist())}
+    judged = [copy_kind(dims[o], types[o], strides[o]) for o in calls[first].tolist()]
+    worth = np.array([c is not None and c[2] >= MIN_BYTES for c in judged], dtype=bool)[group]
+    cache = {o: judged[g] for o, g in zip(calls[worth].tolist(), group[worth].tolist())}
     for i in np.flatnonzero(candidate & np.isin(op, calls[worth])):
         c = cache[int(op[i])]
         # an Inductor kernel's cost counts its launch size as its elements: the whole tensor or a part
@@ -123,7 +132,8 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     copied_rows = np.flatnonzero(kind != "")
     keys[copied_rows] = [repr(shape[i]) for i in copied_rows]  # (only the copies have a shape)
     out = []
-    for name, (what, fix) in KINDS.items():
+    for name in kinds:
+        what, fix = KINDS[name]
         mine = kind == name
         if not mine.any():
             continue
@@ -138,9 +148,78 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,
+                    "tensors": breakdown(mine, keys, nbytes, time, steps, weights),
                     # a copy reads its source and writes its destination: twice the tensor per copy
                     "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
-        shown = "[" + top.strip("(),").replace(",)", "") + "]"
-        out.append(row(a, f"waste_copies_{name}", f"{what}: {evidence['per_step']:,.{0 if evidence['per_step'].is_integer() else 1}f} per step of a "
-                       f"{evidence['tensor_bytes'] / 1e6:,.0f} MB tensor {shown}", mine, time, of_ns, fix, evidence))
+        out.append(row(a, f"waste_copies_{name}", f"{what}: {sentence(evidence['per_step'], evidence['tensors'])}",
+                       mine, time, of_ns, fix, evidence))
     return out
+
+
+def weight_shapes(matmul_dims: np.ndarray) -> set[tuple]:
+    """Shapes of weights: the 2-D operands a matmul takes after its first matrix (linear's
+    weight, mm's and addmm's second matrix), in both orientations (mm(x, w.t())). A 2-D
+    activation that a backward mm takes second (grad_w = grad.t() @ x) is weight-shaped too;
+    a cast of one is named a weight's."""
+    out: set[tuple] = set()
+    for d in matmul_dims:
+        mats = [tuple(x) for x in (d or []) if isinstance(x, list) and len(x) >= 2 and all(isinstance(v, int) for v in x)]
+        for m in mats[1:]:
+            if len(m) == 2:
+                out |= {m, m[::-1]}
+    return out
+
+
+def breakdown(mine: np.ndarray, keys: np.ndarray, nbytes: np.ndarray, time: np.ndarray, steps: int,
+              weights: set[tuple]) -> list[dict[str, Any]]:
+    """Per tensor shape the row copies, most time first: its shape, bytes, copies per step and
+    whether it is a weight's shape (a row counts several shapes: the sentence names each, not
+    only the largest)."""
+    out = []
+    for s in np.unique(keys[mine]):
+        of = mine & (keys == s)
+        shape = [int(x) for x in s.strip("()").split(",") if x.strip()]
+        out.append({"shape": shape, "bytes": float(nbytes[of][0]), "weight": tuple(shape) in weights,
+                    "per_step": float(np.count_nonzero(of)) / steps, "time_ns": float(time[of].sum())})
+    return sorted(out, key=lambda t: -t["time_ns"])
+
+
+SHAPES_NAMED = 2  # shapes a row's sentence names per kind (activations, weights); the rest are counted together
+
+
+def count(n: float) -> str:
+    return f"{n:,.{0 if float(n).is_integer() else 1}f}"
+
+
+def size(b: float) -> str:
+    return f"{b / 1e6:,.{0 if b >= 1e7 else 1}f} MB"
+
+
+def shapes(tensors: list[dict[str, Any]]) -> str:
+    """`222 of [8, 2048, 2048] (134 MB), 88 of [8, 32, 2048, 64] (134 MB) and 90 of 2 other shapes (up to 2,097 MB)`."""
+    named = [f"{count(t['per_step'])} of {t['shape']} ({size(t['bytes'])})" for t in tensors[:SHAPES_NAMED]]
+    rest = tensors[SHAPES_NAMED:]
+    if rest:
+        named.append(f"{count(sum(t['per_step'] for t in rest))} of {len(rest)} other shape{'s' if len(rest) > 1 else ''} "
+                     f"(up to {size(max(t['bytes'] for t in rest))})")
+    return ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+
+
+def sentence(per_step: float, tensors: list[dict[str, Any]]) -> str:
+    """What the row counts, true of every copy in it: `98 per step of a 37 MB tensor [16, 559, 1024]`
+    or, with several shapes, `710 per step: 400 of activations (222 of [8, 2048, 2048] (134 MB), ...);
+    310 of weights (88 of [5632, 2048] (46 MB), ...)`."""
+    if len(tensors) == 1:
+        t = tensors[0]
+        kind = "weight" if t["weight"] else "tensor"
+        return f"{count(per_step)} per step of a {size(t['bytes'])} {kind} {t['shape']}"
+    groups = [(label, group) for label, group in (("activations", [t for t in tensors if not t["weight"]]),
+                                                  ("weights", [t for t in tensors if t["weight"]])) if group]
+    if len(groups) == 1:
+        return f"{count(per_step)} per step ({groups[0][0]}): {shapes(groups[0][1])}"
+    def part(label: str, group: list[dict[str, Any]]) -> str:
+        if len(group) == 1:  # `3 of weights [512, 512] (2.1 MB)`
+            return f"{count(group[0]['per_step'])} of {label} {group[0]['shape']} ({size(group[0]['bytes'])})"
+        return f"{count(sum(t['per_step'] for t in group))} of {label} ({shapes(group)})"
+
+    return f"{count(per_step)} per step: " + "; ".join(part(label, group) for label, group in groups)

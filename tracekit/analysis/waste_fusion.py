@@ -12,7 +12,10 @@ Found from structure, not kernel names (Triton's are generated):
   shape less its last axis of at most MAX_ROW (a row reduction: RMSNorm's mean(-1), which a
   fused kernel does in the same pass). A compiler's kernel (costed from its Inductor
   arguments) is already fused; an op on a transposed layout is waste_strided's (its fix is
-  the layout), and ends a chain; an eager optimizer's steps are left to their own fix;
+  the layout), and ends a chain; an eager optimizer's steps are left to their own fix; a cast
+  (copy_ between two dtypes) is a link too, so HF's RMSNorm (cast up, pow .. mul, cast down,
+  mul(weight)) is one chain with one fix (analysis.waste offers repeated casts here before
+  the casts row takes what no chain holds);
 - a chain is links that follow each other on one stream, launched from one thread in one
   step, each taking as an input a tensor of the bytes its predecessor wrote (Kineto records
   no tensor ids: the sizes are the evidence that it consumes what the previous produced);
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracekit.analysis.waste_copies import copy_kind
 from tracekit.analysis.waste_row import row
 from tracekit.analysis.waste_strided import strided_input
 from tracekit.costs.cost import CostError
@@ -159,26 +163,65 @@ def handed(prev: int, i: int, op: np.ndarray, tid: np.ndarray, step: np.ndarray,
 
 
 def bytes_needed(run: list[int], op: np.ndarray, read: np.ndarray, written: np.ndarray,
-                 inputs: dict[int, list[tuple[float, float]]]) -> float:
+                 inputs: dict[int, list[tuple[float, float]]], casts: set[int] = frozenset()) -> float:
     """The first kernel's reads, each later kernel's reads less the input its predecessor
-    handed it (as its cost counted it), and the last kernel's writes; plus the writes of an
-    intermediate that reads from outside the chain as much as it writes (a residual add's sum
-    is the residual stream the next layer reads again: a fused kernel writes it too, and
-    without tensor ids we cannot tell it from a temporary, so it counts)."""
+    handed it (as its cost counted it), and the last kernel's writes; plus the writes of a
+    join: an intermediate that reads a second large tensor from outside after the chain read
+    one (a residual add merges the block's output into the residual stream, and its sum is the
+    stream the next layer reads again: a fused kernel writes it too; without tensor ids we
+    cannot tell it from a temporary, so it counts). An intermediate reading the chain's first
+    large input (adaLN's `mul(ln(x), 1 + scale)` after `add(scale, 1)`) merges nothing. Large:
+    at least a quarter of the chain's largest write (an fp32 activation against its fp8 read;
+    a [1, 1, H] shift against [1, S, H] is not). A later read of a tensor of exactly the size a
+    cast in the chain wrote (`casts`: their ops), other than the hand-off, is that cast's output
+    read again (HF's RMSNorm reads its fp32 copy of x in pow and in mul): inside a fused kernel,
+    not read from memory."""
+    large = float(written[run].max()) / 4
     needed = float(read[run[0]] + written[run[-1]])
-    if len(run) > 1 and read[run[0]] >= 2 * written[run[0]]:
+    if len(run) > 1 and read[run[0]] >= 2 * written[run[0]]:  # a first link that merges two streams
         needed += float(written[run[0]])
+    streams = 1 if read[run[0]] >= large else 0
+    recast: set[float] = set()  # what the casts before the predecessor wrote
     for j, (prev, i) in enumerate(zip(run, run[1:]), start=1):
+        if j >= 2 and int(op[run[j - 2]]) in casts:
+            recast.add(float(written[run[j - 2]]))
         handed_read = max(r for dense, r in inputs[int(op[i])] if dense == written[prev])
         outside = max(float(read[i]) - handed_read, 0.0)
+        if outside in recast:
+            continue
         needed += outside
-        if j < len(run) - 1 and outside >= written[i]:
-            needed += float(written[i])
+        if outside >= large:
+            if streams and j < len(run) - 1:
+                needed += float(written[i])
+            streams += 1
     return needed
 
 
+def cast_ops(a: Measured, found: list[list[int]]) -> set[int]:
+    """The ops of the chains' links that are casts (waste_copies.copy_kind: a source and a
+    destination of one shape and two dtypes, no arithmetic)."""
+    ops, op = a.trace.ops, a.kernels["op"].to_numpy()
+    flops = a.kernels["flops"].to_numpy(np.float64)
+    dims, types, strides = (ops[c].to_numpy() for c in ("input_dims", "input_types", "input_strides"))
+    out = set()
+    seen: dict[tuple, bool] = {}  # the parser shares one object per distinct inputs list
+    for o in {int(op[i]) for r in found for i in r if flops[i] == 0}:
+        key = (id(dims[o]), id(types[o]), id(strides[o]))
+        if key not in seen:
+            kind = copy_kind(dims[o], types[o], strides[o])
+            seen[key] = kind is not None and kind[0] == "cast"
+        if seen[key]:
+            out.add(o)
+    return out
+
+
 def signature(run: list[int], op: np.ndarray, names: np.ndarray, dims: np.ndarray) -> str:
-    return repr([(str(names[op[i]]), repr(dims[op[i]])) for i in run])
+    return "\n".join(f"{names[op[i]]} {dims[op[i]]!r}" for i in run)
+
+
+def within(part: str, whole: str) -> bool:
+    """Whether chain signature `part` is a contiguous run of links of `whole`."""
+    return f"\n{part}\n" in f"\n{whole}\n"
 
 
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[dict[str, Any] | None]:
@@ -191,16 +234,20 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
     keys = [signature(r, op, names, dims) for r in found]
     distinct, counts = np.unique(keys, return_counts=True)
     kept = set(distinct[counts >= REPEATS])
-    found = [r for r, key in zip(found, keys) if key in kept]
+    # a chain that is a run of links inside a repeated one recurs too (the first layer's norm,
+    # with no residual add before it, is the later layers' add + norm less the add)
+    inside = {key for key in set(keys) - kept if any(within(key, k) for k in kept)}
+    found = [r for r, key in zip(found, keys) if key in kept | inside]
     if not found:
         return []
     read, written = k["bytes_read"].to_numpy(np.float64), k["bytes_written"].to_numpy(np.float64)
     mine = np.zeros(len(k), dtype=bool)
     saved = np.zeros(len(k))
     moved = needed = 0.0
+    casts = cast_ops(a, found)
     for r in found:
         m = float(read[r].sum() + written[r].sum())
-        n = min(bytes_needed(r, op, read, written, inputs), m)
+        n = min(bytes_needed(r, op, read, written, inputs, casts), m)
         mine[r] = True
         saved[r] = time[r] * (1 - n / m)  # memory-bound kernels: time scales with bytes
         moved, needed = moved + m, needed + n

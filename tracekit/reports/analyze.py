@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.analysis import Analysis
+from tracekit.analysis.roofline import OVER_PEAK
 from tracekit.common.format import duration, number, percent, percent_against
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import console, print_section
@@ -35,7 +36,7 @@ def coverage_line(analysis: Analysis) -> str:
     sources = ", ".join(f"{k} {percent(v)}" for k, v in sorted(c["modeled_share_by_source"].items(), key=lambda kv: -kv[1]))
     return (f"{percent(c['modeled_share'])} of GPU kernel time has a cost "
             f"({c['kernels_modeled']:,} of {c['kernels']:,} kernels; {sources or 'none'}); "
-            f"above 105% of peak: {percent(c['over_peak_share'])} of modeled time")
+            f"above {OVER_PEAK:.0%} of peak: {percent(c['over_peak_share'])} of modeled time")
 
 
 def capture_line(analysis: Analysis) -> str | None:
