@@ -38,12 +38,14 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 
 from tracekit.analysis.waste_copies import copy_kind
 from tracekit.analysis.waste_row import row
 from tracekit.analysis.waste_strided import strided_input
 from tracekit.costs.cost import CostError
 from tracekit.costs.inputs import OpInputs
+from tracekit.trace.grouping import combine
 
 if TYPE_CHECKING:
     from tracekit.analysis.measured import Measured
@@ -119,47 +121,52 @@ def chains(a: Measured, free: np.ndarray) -> tuple[list[list[int]], dict[int, li
     op = k["op"].to_numpy()
     ok = candidates(a, free)
     written = k["bytes_written"].to_numpy(np.float64)
-    dims, types, concrete, strides = (ops[c].to_numpy() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides"))
-    inputs: dict[int, list[tuple[float, float]]] = {}
-    seen: dict[tuple, list[tuple[float, float]] | None] = {}  # the parser shares one object per distinct inputs list
-    for i in np.flatnonzero(ok):
-        o = int(op[i])
-        key = (id(dims[o]), id(types[o]), id(strides[o]), float(written[i]))
-        if key not in seen:
-            seen[key] = link(dims[o], types[o], concrete[o], strides[o], float(written[i]))
-        if seen[key] is None:
-            ok[i] = False
-        else:
-            inputs[o] = seen[key]
+    inputs, dense = link_ops(a, ok, op, written)
     tid = ops["tid"].to_numpy()
     step = k["step"].to_numpy() if "step" in k else np.zeros(len(k), dtype=np.int64)
-    stream = k["device"].astype(str).to_numpy() + "/" + k["stream"].astype(str).to_numpy()
+    stream = combine([k["device"].factorize()[0], k["stream"].factorize()[0]])  # any dtype, NaN included
     kernels = np.flatnonzero((k["kind"] == "kernel").to_numpy())
-    out: list[list[int]] = []
-    for s in np.unique(stream[kernels]):
-        order = kernels[stream[kernels] == s]
-        order = order[np.argsort(k["start"].to_numpy()[order], kind="stable")]
-        run: list[int] = []
-        for i in order:
-            i = int(i)
-            if ok[i] and run and handed(run[-1], i, op, tid, step, written, inputs):
-                run.append(i)
-                continue
-            if len(run) >= MIN_LINKS:
-                out.append(run)
-            run = [i] if ok[i] else []
-        if len(run) >= MIN_LINKS:
-            out.append(run)
+    # every stream's kernels in start order, one stream after the other (stable: by stream, then start)
+    order = kernels[np.lexsort((k["start"].to_numpy()[kernels], stream[kernels]))]
+    prev, cur = order[:-1], order[1:]
+    # kernel `cur` continues the run of `prev`: both links, on one stream, thread and step, and
+    # an input of `cur`'s op of exactly the bytes `prev` wrote (arrays, not a test per pair)
+    goes_on = ok[prev] & ok[cur] & (stream[prev] == stream[cur]) & (step[prev] == step[cur])
+    goes_on &= tid[np.maximum(op[prev], 0)] == tid[np.maximum(op[cur], 0)]
+    goes_on &= (dense[cur] == written[prev][:, None]).any(axis=1)
+    starts = np.flatnonzero(~np.concatenate([[False], goes_on]))  # where each run (or lone kernel) begins
+    lengths = np.diff(np.append(starts, len(order)))
+    out = [order[b:b + n].tolist() for b, n in zip(starts.tolist(), lengths.tolist()) if n >= MIN_LINKS and ok[order[b]]]
     return out, inputs
 
 
-def handed(prev: int, i: int, op: np.ndarray, tid: np.ndarray, step: np.ndarray, written: np.ndarray,
-           inputs: dict[int, list[tuple[float, float]]]) -> bool:
-    """Whether kernel `i` takes what kernel `prev` wrote: same thread and step, and an input
-    of exactly the bytes `prev` wrote."""
-    if tid[op[prev]] != tid[op[i]] or step[prev] != step[i]:
-        return False
-    return any(dense == written[prev] for dense, _ in inputs[int(op[i])])
+def link_ops(a: Measured, ok: np.ndarray, op: np.ndarray, written: np.ndarray
+             ) -> tuple[dict[int, list[tuple[float, float]]], np.ndarray]:
+    """Each link op's inputs (link(): (dense bytes, bytes read) per tensor input), and per
+    kernel row its inputs' dense bytes (NaN-padded; all NaN where not a link). A candidate whose
+    op is no link leaves `ok`. Judged once per distinct (inputs lists, bytes written): the
+    parser shares one object per distinct inputs list."""
+    columns = [a.trace.ops[c].to_numpy() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides")]
+    rows_ = np.flatnonzero(ok)
+    of = op[rows_]
+    ids = [np.fromiter(map(id, c[of]), dtype=np.int64, count=len(of)) for c in columns]
+    group = combine(ids + [written[rows_].view(np.int64)]) if len(rows_) else np.zeros(0, dtype=np.int64)
+    _, first, at = np.unique(group, return_index=True, return_inverse=True)
+    dims, types, concrete, strides = columns
+    judged = [link(dims[o], types[o], concrete[o], strides[o], float(written[r]))
+              for o, r in zip(of[first].tolist(), rows_[first].tolist())]
+    good = np.array([j is not None for j in judged], dtype=bool)
+    widest = max((len(j) for j in judged if j is not None), default=1)
+    sizes = np.full((len(judged), widest), np.nan)
+    for g, j in enumerate(judged):
+        if j is not None:
+            sizes[g, :len(j)] = [d for d, _ in j]
+    ok[rows_[~good[at]]] = False
+    dense = np.full((len(ok), widest), np.nan)
+    dense[rows_] = sizes[at]
+    dense[~ok] = np.nan
+    inputs = {o: judged[g] for o, g in zip(of.tolist(), at.tolist()) if good[g]}
+    return inputs, dense
 
 
 def bytes_needed(run: list[int], op: np.ndarray, read: np.ndarray, written: np.ndarray,
@@ -215,8 +222,17 @@ def cast_ops(a: Measured, found: list[list[int]]) -> set[int]:
     return out
 
 
-def signature(run: list[int], op: np.ndarray, names: np.ndarray, dims: np.ndarray) -> str:
-    return "\n".join(f"{names[op[i]]} {dims[op[i]]!r}" for i in run)
+def signatures(found: list[list[int]], op: np.ndarray, names: np.ndarray, dims: np.ndarray) -> list[str]:
+    """Per chain, its ops' names and input shapes as one line per link (a code per distinct
+    (name, shapes), so equal chains have equal lines: the repr of each distinct shapes object
+    once, not once per link)."""
+    flat = op[np.concatenate(found)]
+    text: dict[int, str] = {}
+    shapes = [text.setdefault(id(d), repr(d)) for d in dims[flat]]
+    code = combine([pd.factorize(names[flat])[0], pd.factorize(np.array(shapes, dtype=object))[0]])
+    lines = code.astype(str)
+    ends = np.cumsum([len(r) for r in found])
+    return ["\n".join(lines[e - len(r):e]) for r, e in zip(found, ends.tolist())]
 
 
 def within(part: str, whole: str) -> bool:
@@ -231,7 +247,7 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
         return []
     op = k["op"].to_numpy()
     names, dims = ops["name"].to_numpy(), ops["input_dims"].to_numpy()
-    keys = [signature(r, op, names, dims) for r in found]
+    keys = signatures(found, op, names, dims)
     distinct, counts = np.unique(keys, return_counts=True)
     kept = set(distinct[counts >= REPEATS])
     # a chain that is a run of links inside a repeated one recurs too (the first layer's norm,

@@ -132,7 +132,10 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float) -> list[
          "start": ops["start"].to_numpy(), "end": ops["end"].to_numpy(), "tails": {}}
     rows_ = np.flatnonzero(candidate)
     calls, at = np.unique(op[rows_], return_inverse=True)
-    tables = np.array([_is_table(t["dims"][o]) for o in calls], dtype=bool)
+    # once per distinct shapes object (the parser shares one per distinct inputs list)
+    judged: dict[int, bool] = {}
+    tables = np.array([judged.setdefault(id(d), _is_table(d)) if id(d) not in judged else judged[id(d)]
+                       for d in t["dims"][calls]], dtype=bool)
     for o in calls[~tables]:
         cache[int(o)] = None
     for o, after in zip(calls[tables], readers(t, calls[tables])):
