@@ -227,9 +227,10 @@ def signatures(found: list[list[int]], op: np.ndarray, names: np.ndarray, dims: 
     (name, shapes), so equal chains have equal lines: the repr of each distinct shapes object
     once, not once per link)."""
     flat = op[np.concatenate(found)]
-    text: dict[int, str] = {}
-    shapes = [text.setdefault(id(d), repr(d)) for d in dims[flat]]
-    code = combine([pd.factorize(names[flat])[0], pd.factorize(np.array(shapes, dtype=object))[0]])
+    ids = np.fromiter(map(id, dims[flat]), dtype=np.int64, count=len(flat))
+    distinct, first, at = np.unique(ids, return_index=True, return_inverse=True)
+    shapes = np.array([repr(d) for d in dims[flat[first]]], dtype=object)[at]
+    code = combine([pd.factorize(names[flat])[0], pd.factorize(shapes)[0]])
     lines = code.astype(str)
     ends = np.cumsum([len(r) for r in found])
     return ["\n".join(lines[e - len(r):e]) for r, e in zip(found, ends.tolist())]
