@@ -23,8 +23,8 @@ from tracekit.errors import TraceError
 
 FIELDS = ("range", "frame", "op", "kernel", "class", "kind")
 DEFAULT_PHASE, DEFAULT_BLOCK, UNKNOWN_PHASE = "forward", "other", "unknown"
-# lm_head, conv and optimizer: placed by the trace's structure (structure.py) where no rule names them
-BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "conv", "optimizer", "other")
+# lm_head, logits, conv and optimizer: placed by the trace's structure (structure.py) where no rule names them
+BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "logits", "conv", "optimizer", "other")
 
 
 @dataclass(frozen=True)
