@@ -27,6 +27,12 @@ DEFAULT_PHASE, DEFAULT_BLOCK, UNKNOWN_PHASE = "forward", "other", "unknown"
 BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "logits", "conv", "optimizer", "other")
 
 
+def phased(phase: str, block: str) -> str:
+    """`phase / block`, or the block alone where nothing says its phase: a program with no
+    phases (a CUDA application) reads `advec_mom_kernel`, not `unknown / advec_mom_kernel`."""
+    return block if phase == UNKNOWN_PHASE else f"{phase} / {block}"
+
+
 @dataclass(frozen=True)
 class Rule:
     label: str

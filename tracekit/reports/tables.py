@@ -148,7 +148,7 @@ def block_rows(a: Analysis) -> Section:
              mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
             for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
-    title = "Blocks (phase x block; share: of all GPU time)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
+    title = "Blocks (phase x block; share: of the GPU busy time, whole trace, overlap counted once)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
     basis = a.meta.get("blocks_basis")
     return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1),
                    note=f"blocks: {basis}" if basis else "")
