@@ -248,6 +248,22 @@ def after_final_norm(lane_order: np.ndarray, lane: np.ndarray, layer_work: np.nd
     return out
 
 
+def same_step_as_last(lane_order: np.ndarray, lane: np.ndarray, mark: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per kernel: the nearest `mark` kernel at or before it on its stream is of its step, or
+    the kernel is of no step (a serving engine samples outside its model-step range)."""
+    n = len(lane_order)
+    out = np.zeros(n, dtype=bool)
+    if not n:
+        return out
+    index = np.where(mark[lane_order], np.arange(n), -1)
+    previous = np.maximum.accumulate(index)
+    starts = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
+    lane_start = starts[np.searchsorted(starts, np.arange(n), side="right") - 1]
+    s = steps[lane_order]
+    out[lane_order] = (previous >= lane_start) & ((s[np.maximum(previous, 0)] == s) | (s < 0))
+    return out
+
+
 def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block: np.ndarray, conv: np.ndarray,
                       widths: Widths | None, gemms_only: bool = False) -> np.ndarray:
     """`block` with the kernels left in `other` placed by structure (the module docstring);
@@ -279,10 +295,11 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    steps = kernel_steps(trace, k)
     if widths is not None and widths.vocab:
-        block[last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))] = "lm_head"
+        block[last_gemm_of_steps(k, gemm, phase, block, steps)] = "lm_head"
     elif widths is None:  # no shapes: the position says it, after the final norm (see after_final_norm)
-        last = last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))
+        last = last_gemm_of_steps(k, gemm, phase, block, steps)
         block[last & after_final_norm(order, lane, gemm | conv | (kernel_class == "attention"), norm_like)] = "lm_head"
     anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "").astype(object)
     anchor[conv] = "conv"
@@ -294,5 +311,7 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
         found = between_anchors(order, lane, anchor, todo)
         # backward: after the lm_head's gradient GEMMs come their accumulation, not the logits
         found[(found == LOGITS) & np.isin(phase, ["backward", "recompute"])] = "lm_head"
+        # the logits end where the next step begins: its input copies before its first anchor are not sampling
+        found[(found == LOGITS) & ~same_step_as_last(order, lane, gemm & (block == "lm_head"), steps)] = None
         fill(found)
     return block
