@@ -114,3 +114,6 @@ def test_cloverleaf_blocks_without_a_phase():
     first = headline(a.findings)[0]
     assert first.startswith(f"GPU time went to advec_mom_kernel {advec / busy:.1%}, ")  # 32.9%
     assert "unknown / " not in first
+    from tracekit.reports.tables import block_rows
+    table = block_rows(a)  # no phase column of "unknown" on every row
+    assert table.head[:3] == ["block", "GPU time", "share"] and table.rows[0][:3] == ["advec_mom_kernel", duration(advec), f"{advec / busy:.1%}"]
