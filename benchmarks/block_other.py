@@ -5,6 +5,10 @@
 For each trace (default: every trace in ../shared/fixtures/torch, ../shared/fixtures/nsys,
 the rank dir v100_dlrm_8ranks, and the project's own recordings fixtures/gpu/ and
 fixtures/cpu_*): "other"'s share of the kernel time (kind kernel, memcpy/memset left out),
+summed over kernels, the whole trace. That is the right denominator for "other": it measures
+how much of the kernels' work no rule or structure placed, and kernels are what attribution
+places (copies are block memory by kind, idle is no kernel's). It is not the headline's or
+the blocks table's share (of GPU busy time, overlap counted once) nor the causes' (of step time).
 its largest kernels, and what the blocks are (attribution.program_blocks: an ML program's
 layer parts, or a program's own kernel functions).
 """
@@ -53,7 +57,7 @@ def main(paths: list[str]) -> int:
         miss = share > LIMIT
         misses += miss
         tops = "; ".join(f"{n[:40]} {s:.1%}" for n, s in top)
-        print(f"{path.name[:70]:70s} {share:6.1%} {'MISS' if miss else '  ok'} {kind:8s} {time.perf_counter() - t0:5.1f}s  {tops}", flush=True)
+        print(f"{path.name[:70]:70s} {share:6.1%} of kernel time {'MISS' if miss else '  ok'} {kind:8s} {time.perf_counter() - t0:5.1f}s  {tops}", flush=True)
     print(f"{misses} trace(s) above {LIMIT:.0%}")
     return 0
 

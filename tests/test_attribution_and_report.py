@@ -271,7 +271,7 @@ def test_bundle_files_and_contents(tmp_path):
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html  # self-contained
     assert html.count("data:image/png;base64,") == 2
     md = (out / "report.md").read_text()
-    assert "## Blocks (phase x block; share: of all GPU time)" in md and "| backward | collective |" in md
+    assert "## Blocks (phase x block; share: of the GPU busy time, whole trace, overlap counted once)" in md and "| backward | collective |" in md
 
 
 def test_names_from_the_trace_are_escaped_in_html(tmp_path):

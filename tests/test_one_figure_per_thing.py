@@ -29,7 +29,7 @@ def test_headline_block_shares_are_the_blocks_tables(runs, name):
     a = runs[name]
     table = block_rows(a)
     printed = {(r[0], r[1]): r[3] for r in table.rows}
-    assert table.head[3] == "share" and "share: of all GPU time" in table.title
+    assert table.head[3] == "share" and "share: of the GPU busy time, whole trace, overlap counted once" in table.title
     found = re.findall(r"(\w+) / (\w+) (\d+\.\d%)", headline_words(a.findings)[0])
     assert len(found) == 3
     for phase, block, share in found:

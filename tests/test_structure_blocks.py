@@ -121,7 +121,21 @@ def test_tinyllama_small_kernels_follow_their_op_tensors_and_place(tinyllama):
     assert blocks_of("aten::mean", "[[8, 2048, 2048], [], [], []]") == {"norm"}  # RMSNorm's mean over hidden
     assert blocks_of("aten::rsqrt", "[[8, 2048, 1]]") == {"norm"}  # between that mean and the next projection (the
     # last layer's too, before the lm_head)
-    assert blocks_of("aten::_log_softmax", "[[16384, 32000], [], []]") == {"lm_head"}  # the loss on the logits
+    # the loss on the logits and its gradient: block logits, apart from the vocabulary projection's GEMMs
+    assert blocks_of("aten::_log_softmax", "[[16384, 32000], [], []]") == {"logits"}
+    assert blocks_of("aten::_log_softmax_backward_data", "[[16384, 32000], [16384, 32000], [], []]") == {"logits"}
+    # every non-GEMM kernel whose op holds a vocabulary-wide tensor ([.., 32000]) is the logits' work,
+    # and nothing else is (2 steps: log_softmax, nll_loss, their gradients, the logits' casts: 13.198 ms)
+    ops = tinyllama.trace.ops
+    vocab_op = np.array([any(isinstance(s, (list, tuple)) and len(s) and s[-1] == 32000 for s in (d or [])) for d in ops["input_dims"]])
+    op = k["op"].to_numpy()
+    kernel = (k["kind"].astype(str) == "kernel").to_numpy() & (k["kernel_class"].astype(str) != "gemm").to_numpy()
+    vocab = (op >= 0) & vocab_op[np.maximum(op, 0)] & kernel  # (a GEMM's workspace memset is block memory)
+    logits = (k["block"].astype(str) == "logits").to_numpy()
+    assert (vocab == logits).all() and vocab.sum() == 14
+    assert round(k["duration_ns"].to_numpy()[logits].sum() / 1e6, 3) == 13.198
+    forward_head = ((k["block"].astype(str) == "lm_head") & (k["phase"].astype(str) == "forward")).to_numpy()
+    assert set(k["kernel_class"].astype(str).to_numpy()[forward_head]) == {"gemm", "copy"}  # the GEMM, autocast's casts
     assert set(k["block"].astype(str).to_numpy()[k["phase"].astype(str).to_numpy() == "optimizer"]) == {"optimizer"}  # fused AdamW
 
 
@@ -268,6 +282,7 @@ def test_hand_built_decoder_blocks_from_shapes_and_order(tmp_path):
     # every kernel runs 5 us: 5 norm kernels per RMSNorm x 5 RMSNorms, 2 residual adds x 2 layers
     time = a.blocks.groupby("block")["gpu_time_ns"].sum()
     assert time["norm"] == 25 * 5_000 and time["elementwise"] == 4 * 5_000
-    assert blocks_of("aten::_softmax", "[[4, 32000], [], []]") == {"lm_head"}  # the logits
-    assert blocks_of("aten::argmax", "[[4, 32000], [], []]") == {"lm_head"}
+    assert blocks_of("aten::_softmax", "[[4, 32000], [], []]") == {"logits"}  # the logits: softmax, sampling
+    assert blocks_of("aten::argmax", "[[4, 32000], [], []]") == {"logits"}
+    assert time["logits"] == 2 * 5_000 and time["lm_head"] == 1 * 5_000  # the GEMM alone
     assert "other" not in set(a.kernels["block"].astype(str))

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.ops import shape_key
+from tracekit.attribution.rules import phased
 from tracekit.trace.grouping import Key, group_rows, label_column
 
 if TYPE_CHECKING:
@@ -84,7 +85,8 @@ def ranked(work: dict[str, np.ndarray], keys: dict[str, Key], basis_ns: float, r
     })
     names = list(keys)
     g = g[g["recoverable_ns"] > 0].sort_values("recoverable_ns", ascending=False, kind="stable").reset_index(drop=True)
-    g["what"] = g[names[0]].astype(str) if len(names) == 1 or names[0] != "phase" else g["phase"] + " / " + g["block"]
+    g["what"] = g[names[0]].astype(str) if len(names) == 1 or names[0] != "phase" else pd.Series(
+        [phased(p, b) for p, b in zip(g["phase"].astype(str), g["block"].astype(str))], index=g.index, dtype=object)
     g["detail"] = g[names[1]].astype(str) if len(names) > 1 and names[0] != "phase" else ""
     g["share"] = g["recoverable_ns"] / basis_ns if basis_ns else np.nan
     g["cumulative_share"] = g["share"].cumsum()

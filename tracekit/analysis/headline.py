@@ -37,7 +37,8 @@ class Headline:
     """The figures of the 3 to 5 headline sentences (tracekit.reports.headline says them)."""
 
     kind: str  # "gpu"; without GPU activity: "times_lost", "cut_short" or "cpu"
-    blocks: tuple[tuple[str, str, float], ...] = ()  # the top 3 (phase, block, share of GPU time)
+    blocks: tuple[tuple[str, str, float], ...] = ()  # the top 3 (phase, block, share of busy_ns)
+    busy_ns: float = 0.0  # the blocks' denominator: GPU busy time of the whole trace (overlap counted once)
     idle_share: float | None = None  # GPU idle / the causes' denominator (None: no denominator)
     denominator: str = ""
     bounds: tuple[tuple[str, float], ...] = ()  # (bound, share of the costed kernel time), >= 0.5%, largest first
@@ -108,6 +109,9 @@ def headline(a: Measured, f) -> Headline:
     facts: dict = {"kind": "gpu", "denominator": f.denominator}
     if len(a.blocks):
         facts["blocks"] = tuple((phase, block, share) for (phase, block), share in _block_shares(a)[:3])
+        # a block's share is of the GPU's busy time (the blocks table's, kernels before the first
+        # step included), the idle share of the step time: two denominators, each said where printed
+        facts["busy_ns"] = float(a.blocks["gpu_time_ns"].sum())
         idle = (f.idle["idle_ns"].sum() if len(f.idle) else 0.0) + float(f.outside.get("idle_ns") or 0.0)
         facts["idle_share"] = idle / f.denominator_ns if f.denominator_ns else None
     k = a.kernels

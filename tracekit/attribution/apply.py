@@ -160,6 +160,32 @@ def _generation_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> 
     return out
 
 
+def _step_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """Kernels of unknown phase (a CUDA-graph replay: launched by cudaGraphLaunch, no op) owned
+    by a step whose other kernels are all of one phase: that phase. A serving step replays its
+    layers as a graph and runs its lm_head eagerly; both are the step's one forward (or decode),
+    not two phases. A step of several phases (training) leaves them unknown."""
+    unknown = (phase == UNKNOWN_PHASE) & ~matched
+    if not unknown.any() or trace.ranges.empty:
+        return phase
+    owner = kernel_steps(trace, trace.kernels)
+    known = (owner >= 0) & (phase != UNKNOWN_PHASE)
+    if not known.any():
+        return phase
+    steps, step_code = np.unique(owner[known], return_inverse=True)
+    phases, phase_code = np.unique(phase[known].astype(str), return_inverse=True)
+    seen = np.zeros((len(steps), len(phases)), dtype=bool)
+    seen[step_code, phase_code] = True
+    single = seen.sum(axis=1) == 1
+    step_phase = np.where(single, phases[seen.argmax(axis=1)], UNKNOWN_PHASE)
+    at = np.searchsorted(steps, owner)
+    hit = unknown & (owner >= 0) & (at < len(steps))
+    hit[hit] &= steps[at[hit]] == owner[hit]
+    out = phase.copy()
+    out[hit] = step_phase[at[hit]]
+    return out
+
+
 def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None, widths: Widths | None = None) -> pd.DataFrame:
     """Columns `phase` and `block`, one row per kernel (same index as trace.kernels).
     `widths`: the model's (attribution.widths.from_architecture); default: inferred from the trace."""
@@ -179,6 +205,7 @@ def attribute(trace: Trace, kernel_class: pd.Series, rules: Rules | None = None,
     phase = np.where(blind, UNKNOWN_PHASE, phase)
     phase = _backward_threads(trace, phase, matched, states)
     phase = _generation_phases(trace, phase, matched)
+    phase = _step_phases(trace, phase, matched)
     rule_block, _ = _first_match(matcher, rules.block, DEFAULT_BLOCK)
     widths = widths if widths is not None else (infer_widths(trace) if len(k) else None)
     phase, block = infer_missing(trace, kernel_class, phase, rule_block, widths)

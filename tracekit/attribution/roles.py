@@ -279,7 +279,7 @@ def role_blocks(trace, kernel_class: np.ndarray, block: np.ndarray, rule_block: 
     return _blind_again(k, kernel_class, out, rule_block)
 
 
-FORWARD_BLOCKS = ("norm", "attention", "ffn", "lm_head", "embedding")
+FORWARD_BLOCKS = ("norm", "attention", "ffn", "lm_head", "logits", "embedding")
 
 
 def backward_blocks(ops: pd.DataFrame, op: np.ndarray, block: np.ndarray, parent: np.ndarray, node: np.ndarray) -> np.ndarray:

@@ -23,8 +23,14 @@ from tracekit.errors import TraceError
 
 FIELDS = ("range", "frame", "op", "kernel", "class", "kind")
 DEFAULT_PHASE, DEFAULT_BLOCK, UNKNOWN_PHASE = "forward", "other", "unknown"
-# lm_head, conv and optimizer: placed by the trace's structure (structure.py) where no rule names them
-BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "conv", "optimizer", "other")
+# lm_head, logits, conv and optimizer: placed by the trace's structure (structure.py) where no rule names them
+BLOCKS = ("attention", "ffn", "collective", "norm", "embedding", "memory", "lm_head", "logits", "conv", "optimizer", "other")
+
+
+def phased(phase: str, block: str) -> str:
+    """`phase / block`, or the block alone where nothing says its phase: a program with no
+    phases (a CUDA application) reads `advec_mom_kernel`, not `unknown / advec_mom_kernel`."""
+    return block if phase == UNKNOWN_PHASE else f"{phase} / {block}"
 
 
 @dataclass(frozen=True)

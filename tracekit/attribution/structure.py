@@ -10,7 +10,8 @@ nothing named says which block a kernel serves. The structure does, in this orde
    autocast's weight cast): they take its GEMM's block. The walk up the op tree stops at an
    autograd node, which encloses a whole recomputed layer under checkpointing.
 3. A kernel's own tensors: the vocabulary width is the logits (loss, softmax, sampling:
-   lm_head), the FFN width is the activation (silu x mul and its gradient: ffn), a
+   block `logits`, beside the lm_head's GEMM: "lm_head 18%" must read as the vocabulary
+   projection, not as a serving engine's sampler), the FFN width is the activation (silu x mul and its gradient: ffn), a
    [B, heads, T, head_dim] or [B, T, heads, head_dim] tensor is split into heads (rotary,
    head transposes: attention).
 4. Its place on its stream between kernels whose block is certain (anchors: GEMMs and
@@ -19,7 +20,9 @@ nothing named says which block a kernel serves. The structure does, in this orde
    core's reshapes, the activation, a conv block's activations, also between a norm and a
    convolution); next to a norm, on the
    side of a layer part, it is the layer boundary (the residual add and the normalisation's
-   elementwise steps: norm); after the lm_head it is the logits' (loss, softmax, sampling).
+   elementwise steps: norm); after the lm_head in the forward it is the logits' (loss, softmax,
+   sampling: `logits`); in the backward, between the lm_head's gradients and the next anchor,
+   the lm_head's (its gradient's accumulation, not the logits').
    A serving step's last GEMM, when no shape placed it, is its lm_head: a decoder's forward
    ends with the vocabulary projection (only with a vocabulary among the widths).
 5. Convolutions are block `conv`; the optimizer's kernels (phase optimizer) block `optimizer`.
@@ -37,6 +40,7 @@ from tracekit.attribution.widths import Widths, weight_pairs
 from tracekit.trace.step_ownership import kernel_steps
 
 TRANSFORMER_BLOCKS = ("attention", "ffn", "lm_head")
+LOGITS = "logits"  # the work on the lm_head's output (loss, softmax, sampling), apart from its GEMM
 LAYER_PARTS = ("attention", "ffn", "embedding", "norm", "lm_head")  # what sits next to a normalisation (the final one precedes the lm_head)
 # autograd nodes: the op tree above them is the backward pass, not the module that ran the op
 AUTOGRAD_NODE = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function|^torch::autograd::")
@@ -131,7 +135,7 @@ def tensor_blocks(op: np.ndarray, dims: np.ndarray, widths: Widths, wanted: np.n
         shapes = _tensor_shapes(dims[row])
         last = {s[-1] for s in shapes}
         if last & widths.vocab:
-            by_op[row] = "lm_head"
+            by_op[row] = LOGITS
         elif experts and any((len(s) == 3 and s[0] in experts and widths.hidden in s[1:]) or (len(s) == 2 and s[-1] in experts)
                              for s in shapes):
             by_op[row] = "ffn"
@@ -193,7 +197,7 @@ def between_anchors(lane_order: np.ndarray, lane: np.ndarray, anchor: np.ndarray
     verdict[inside] = prev_block[inside]
     # the logits after the lm_head (loss, softmax, sampling) up to the next anchor, even when that is
     # the next step's first norm (a serving step's embedding may be graph-replayed, with no op)
-    verdict[prev_block == "lm_head"] = "lm_head"
+    verdict[(prev_block == "lm_head") & (next_block != "lm_head")] = LOGITS
     placed = np.full(len(a), None, dtype=object)
     placed[lane_order] = verdict[segment]
     return np.where(todo, placed, None)
@@ -244,6 +248,22 @@ def after_final_norm(lane_order: np.ndarray, lane: np.ndarray, layer_work: np.nd
     return out
 
 
+def same_step_as_last(lane_order: np.ndarray, lane: np.ndarray, mark: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per kernel: the nearest `mark` kernel at or before it on its stream is of its step, or
+    the kernel is of no step (a serving engine samples outside its model-step range)."""
+    n = len(lane_order)
+    out = np.zeros(n, dtype=bool)
+    if not n:
+        return out
+    index = np.where(mark[lane_order], np.arange(n), -1)
+    previous = np.maximum.accumulate(index)
+    starts = np.r_[0, np.flatnonzero(lane[1:] != lane[:-1]) + 1]
+    lane_start = starts[np.searchsorted(starts, np.arange(n), side="right") - 1]
+    s = steps[lane_order]
+    out[lane_order] = (previous >= lane_start) & ((s[np.maximum(previous, 0)] == s) | (s < 0))
+    return out
+
+
 def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block: np.ndarray, conv: np.ndarray,
                       widths: Widths | None, gemms_only: bool = False) -> np.ndarray:
     """`block` with the kernels left in `other` placed by structure (the module docstring);
@@ -268,15 +288,18 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
     if widths is not None and len(names):
         known = np.where(gemm & np.isin(block, TRANSFORMER_BLOCKS), block, None)
         fill(enclosing_op_blocks(op, known, parent, autograd_node))
-        fill(tensor_blocks(op, dims, widths, block == DEFAULT_BLOCK))
+        found = tensor_blocks(op, dims, widths, block == DEFAULT_BLOCK)
+        found[gemm & (found == LOGITS)] = "lm_head"  # a GEMM on the vocabulary width is the projection (its input gradient)
+        fill(found)
         norm_like |= hidden_reductions(op, kernel_class, dims, trace.ops["concrete_inputs"].to_numpy(), widths.hidden)
     block[(block == DEFAULT_BLOCK) & norm_like] = "norm"
     order = np.lexsort((k["start"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     lane = (k["device"].to_numpy()[order].astype(np.int64) << 32) ^ k["stream"].to_numpy()[order]
+    steps = kernel_steps(trace, k)
     if widths is not None and widths.vocab:
-        block[last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))] = "lm_head"
+        block[last_gemm_of_steps(k, gemm, phase, block, steps)] = "lm_head"
     elif widths is None:  # no shapes: the position says it, after the final norm (see after_final_norm)
-        last = last_gemm_of_steps(k, gemm, phase, block, kernel_steps(trace, k))
+        last = last_gemm_of_steps(k, gemm, phase, block, steps)
         block[last & after_final_norm(order, lane, gemm | conv | (kernel_class == "attention"), norm_like)] = "lm_head"
     anchor = np.where(gemm, np.where(np.isin(block, TRANSFORMER_BLOCKS), block, "other"), "").astype(object)
     anchor[conv] = "conv"
@@ -285,5 +308,10 @@ def structural_blocks(trace, kernel_class: np.ndarray, phase: np.ndarray, block:
     anchor[(anchor == "") & (block == "embedding")] = "embedding"
     todo = (block == DEFAULT_BLOCK) & (k["kind"].astype(str).to_numpy() == "kernel") & (anchor == "")
     if todo.any():
-        fill(between_anchors(order, lane, anchor, todo))
+        found = between_anchors(order, lane, anchor, todo)
+        # backward: after the lm_head's gradient GEMMs come their accumulation, not the logits
+        found[(found == LOGITS) & np.isin(phase, ["backward", "recompute"])] = "lm_head"
+        # the logits end where the next step begins: its input copies before its first anchor are not sampling
+        found[(found == LOGITS) & ~same_step_as_last(order, lane, gemm & (block == "lm_head"), steps)] = None
+        fill(found)
     return block

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tracekit.analysis.causes import IDLE_WHAT, STEP_TIME, STEP_TIME_MEANS
+from tracekit.attribution.rules import phased
 from tracekit.common.format import cut, duration, middle, percent, percent_against, rounded_percent
 from tracekit.costs.unknown import MIN_COVERAGE
 
@@ -103,10 +104,11 @@ def headline(f: Findings) -> list[str]:
         return _no_gpu(h)
     lines = []
     if h.blocks:
-        parts = [f"{phase} / {block} {percent(share)}" for phase, block, share in h.blocks]
-        where = f"GPU time went to {', '.join(parts)}"
+        parts = [f"{phased(phase, block)} {percent(share)}" for phase, block, share in h.blocks]
+        where = f"GPU time went to {', '.join(parts)} (of the GPU's busy time, {duration(h.busy_ns)}, whole trace)"
         if h.idle_share is not None:
-            where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}"
+            of = f" ({duration(f.denominator_ns)})" if f.denominator_ns else ""
+            where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}{of}"
         lines.append(where + ".")
     lines.append(_bound(h))
     if h.causes:

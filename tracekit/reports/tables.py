@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracekit.analysis.causes import STEP_TIME, STEP_TIME_MEANS
+from tracekit.attribution.rules import UNKNOWN_PHASE
 from tracekit.reports.section import Named, Section
 from tracekit.trace.kernel_names import labels, trace_labels
 from tracekit.trace.readable_names import demangle
@@ -148,10 +149,15 @@ def block_rows(a: Analysis) -> Section:
              mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
             for i, r in enumerate(a.blocks.to_dict(orient="records"))]
     devices = a.kernels["device"].nunique() if len(a.kernels) else 0
-    title = "Blocks (phase x block; share: of all GPU time)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
+    title = "Blocks (phase x block; share: of the GPU busy time, whole trace, overlap counted once)" + (f": GPU time summed over {devices} devices" if devices > 1 else "")
     basis = a.meta.get("blocks_basis")
-    return Section(title, head, rows, [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0], flex=1, left=(0, 1),
-                   note=f"blocks: {basis}" if basis else "")
+    note = f"blocks: {basis}" if basis else ""
+    priority = [0, 0, 0, 0, 2, 1, 1, 2, 2, 0, 3, 0]
+    if len(a.blocks) and set(a.blocks["phase"].astype(str)) == {UNKNOWN_PHASE}:
+        # nothing in the trace says a phase (a CUDA application): a column of "unknown" says nothing
+        return Section(title.replace("phase x block", "block"), head[1:], [r[1:] for r in rows], priority[1:], flex=0, left=(0,),
+                       note=note)
+    return Section(title, head, rows, priority, flex=1, left=(0, 1), note=note)
 
 
 def device_rows(a: Analysis) -> Section:
