@@ -120,6 +120,8 @@ def chains(a: Measured, free: np.ndarray) -> tuple[list[list[int]], dict[int, li
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
     ok = candidates(a, free)
+    if not ok.any():  # no link (an Nsight export has no ops to read)
+        return [], {}
     written = k["bytes_written"].to_numpy(np.float64)
     inputs, dense = link_ops(a, ok, op, written)
     tid = ops["tid"].to_numpy()
