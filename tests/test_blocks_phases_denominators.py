@@ -117,3 +117,13 @@ def test_cloverleaf_blocks_without_a_phase():
     from tracekit.reports.tables import block_rows
     table = block_rows(a)  # no phase column of "unknown" on every row
     assert table.head[:3] == ["block", "GPU time", "share"] and table.rows[0][:3] == ["advec_mom_kernel", duration(advec), f"{advec / busy:.1%}"]
+
+
+def test_a_program_without_framework_ops_is_told_to_measure_bytes_not_to_record_shapes():
+    """CloverLeaf (CUDA C++, no torch): none of its 303 ms of kernels has a cost, and the way to
+    one is Nsight Compute's measured bytes (--ncu), not record_shapes or a model config."""
+    a = tracekit.analyze(shared("nsys", CLOVER), workers=1)
+    assert a.meta["blocks_basis"].startswith("the program's own units")
+    efficiency = headline(a.findings)[1]
+    assert "--ncu NCU.csv --bytes measured" in efficiency
+    assert "emit_nvtx" not in efficiency and "--model" not in efficiency

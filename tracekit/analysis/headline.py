@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from tracekit.attribution.program_blocks import PROGRAM_BASIS
+
 from tracekit.costs.unknown import MIN_COVERAGE
 from tracekit.trace.grouping import key_of
 from tracekit.trace.health import kernel_times_unknown
@@ -86,6 +88,8 @@ def _how_to_cost(a: Measured) -> HowToCost:
     reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
     # a TensorRT engine: layers are NVTX ranges without shapes; no PyTorch op to record
     recorder = "tensorrt" if _tensorrt(a) else "nsys" if a.meta.get("format") == "nsys" else "torch"
+    if a.meta.get("blocks_basis") == PROGRAM_BASIS:  # no framework op: no shapes to record, no model to pass
+        return HowToCost("program", None, False, None)
     notes = getattr(a, "model_notes", None)
     if notes is not None:  # --model was given: say what it lacked, not to pass it again
         flags = tuple(f for f in ("--batch", "--context") if any(f in n for n in notes))

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 HEADLINE_NAME = 60  # characters of an op, kernel or host-code name in the headline
 _RECORD = {"tensorrt": "a TensorRT engine records its layers without tensor shapes (emit_nvtx does not apply to it)",
            "nsys": "record with torch.autograd.profiler.emit_nvtx(record_shapes=True)",
-           "torch": "record with torch.profiler.profile(record_shapes=True)"}
+           "torch": "record with torch.profiler.profile(record_shapes=True)",
+           # a program no framework launched (CUDA C++, Kokkos, OpenMP offload): its kernels have
+           # no tensor shapes to record, and no model config describes them; measured bytes do
+           "program": "no framework op launched these kernels, so none has tensor shapes to cost: pass --ncu NCU.csv "
+                      "--bytes measured (Nsight Compute's DRAM bytes per kernel)"}
 
 
 
@@ -74,7 +78,7 @@ def _how_to_cost(h: HowToCost) -> str:
         return f"{missing}{', or pass --capture CAPTURE.json (the graph capture profile)' if h.graphs else ''}, or {record}"
     if h.graph_reason is not None:
         return f"most of it is {h.graph_reason.split(':')[0]}: pass --model config.json to cost it from the model"
-    return f"{record}, or pass --model config.json"
+    return record if h.recorder == "program" else f"{record}, or pass --model config.json"
 
 
 def _no_gpu(h: Headline) -> list[str]:
