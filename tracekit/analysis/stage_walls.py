@@ -31,7 +31,13 @@ def stage_walls(rows: np.ndarray, cols: dict[str, np.ndarray], out: dict[str, di
     'label' (str per kernel), 'key' (int per kernel: equal keys continue a run)."""
     rows = rows[np.argsort(cols["start"][rows], kind="stable")]
     start, labels = cols["start_f"][rows], cols["label"][rows]
-    first, last, run_end = runs(start, cols["end_f"][rows], cols["key"][rows])
+    add_runs(out, labels, start, *runs(start, cols["end_f"][rows], cols["key"][rows]))
+
+
+def add_runs(out: dict[str, dict[str, float]], labels: np.ndarray, start: np.ndarray, first: np.ndarray,
+             last: np.ndarray, run_end: np.ndarray) -> None:
+    """Add each run (kernels first..last, ending at run_end) to its stage's row in `out`:
+    kernels, runs and wall_ns (the union of the stage's runs)."""
     spans: dict[str, list] = {}
     for a, b, e in zip(first, last, run_end):
         row = out.setdefault(labels[a], {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})

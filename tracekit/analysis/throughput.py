@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.stage_walls import length, per_step_shares, runs
+from tracekit.analysis.stage_walls import add_runs, length, per_step_shares, runs
 from tracekit.trace.column_text import as_text, rows_where
 from tracekit.trace.step_ownership import PIPELINE_CALL, step_rows
 from tracekit.trace.timeline import difference, intersection, union
@@ -205,15 +205,7 @@ def stage_table(kernels: pd.DataFrame, stage: str = "phase", windows: np.ndarray
         window += steps_window if in_steps else float(end.max() - start.min())
         labels = k[stage].astype(object).fillna("unknown").astype(str).to_numpy()
         key = pd.factorize(pd.Series(labels) + "\x00" + k["step"].astype(str).to_numpy())[0] if in_steps else labels
-        first, last, run_end = runs(start, end, key)
-        spans: dict[str, list] = {}
-        for a, b, e in zip(first, last, run_end):
-            row = out.setdefault(labels[a], {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})
-            row["kernels"] += int(b - a)
-            row["runs"] += 1
-            spans.setdefault(labels[a], []).append((start[a], e))
-        for name, found in spans.items():  # runs of one stage on concurrent streams overlap: their union
-            out[name]["wall_ns"] += length(np.array(found, dtype=np.float64))
+        add_runs(out, labels, start, *runs(start, end, key))
         busy = k.groupby(stage, observed=True, sort=False)["exclusive_ns"].sum()
         for name, value in busy.items():
             out.setdefault(str(name), {"kernels": 0, "busy_ns": 0.0, "wall_ns": 0.0, "runs": 0})["busy_ns"] += float(value)
