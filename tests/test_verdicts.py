@@ -205,8 +205,8 @@ def test_a_tensorrt_engine_is_not_told_to_record_with_emit_nvtx(tmp_path):
     shapes: "record with emit_nvtx" is advice for PyTorch, wrong for an engine. A copy of a
     real export gets that domain and a layer range around its kernels."""
     src = shared("nsys", "a100_saxpy_mpi_nsys2022.2.sqlite")
-    before = tracekit.analyze(src)
-    assert "emit_nvtx" in " ".join(headline_words(before.findings))
+    before = tracekit.analyze(src)  # a CUDA program with no framework ops: told to measure bytes
+    assert "--ncu NCU.csv --bytes measured" in " ".join(headline_words(before.findings))
     path = tmp_path / "trt.sqlite"
     shutil.copy(src, path)
     db = sqlite3.connect(path)
@@ -218,7 +218,7 @@ def test_a_tensorrt_engine_is_not_told_to_record_with_emit_nvtx(tmp_path):
     db.commit()
     db.close()
     text = " ".join(headline_words(tracekit.analyze(path).findings))
-    assert "TensorRT engine" in text and "emit_nvtx(" not in text
+    assert "TensorRT engine" in text and "emit_nvtx(" not in text and "--ncu" not in text
 
 
 # -- a flagged figure is printed flagged --------------------------------------------------------

@@ -88,7 +88,7 @@ def _how_to_cost(a: Measured) -> HowToCost:
     reasons = pd.Series({r["reason"]: r["time_ns"] for r in a.coverage.get("top_unmodeled") or []}, dtype=float)
     # a TensorRT engine: layers are NVTX ranges without shapes; no PyTorch op to record
     recorder = "tensorrt" if _tensorrt(a) else "nsys" if a.meta.get("format") == "nsys" else "torch"
-    if a.meta.get("blocks_basis") == PROGRAM_BASIS:  # no framework op: no shapes to record, no model to pass
+    if recorder != "tensorrt" and a.meta.get("blocks_basis") == PROGRAM_BASIS:  # no framework op: no shapes to record, no model
         return HowToCost("program", None, False, None)
     notes = getattr(a, "model_notes", None)
     if notes is not None:  # --model was given: say what it lacked, not to pass it again

@@ -57,7 +57,8 @@ def step_flops(trace: Trace, kernels: pd.DataFrame, steps: pd.DataFrame, device:
             d = dominant_matrix_dtype(kind[mine], dtype[mine], time[mine])
             p = device.peak_flops("matrix", d) if d else None
             peak[i] = p if p else np.nan
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero-length step: its rates are unknown (NaN), not a warning
+        mfu = np.where(known, (achieved - np.where(seconds > 0, redo / seconds, np.nan)) / peak, np.nan)
+        hfu = np.where(known, achieved / peak, np.nan)
     return steps.assign(flops=np.where(known, total, np.nan), recompute_flops=np.where(known, redo, np.nan), flop_coverage=coverage,
-                        achieved_tflops=np.where(known, achieved / 1e12, np.nan),
-                        mfu=np.where(known, (achieved - np.where(seconds > 0, redo / seconds, np.nan)) / peak, np.nan),
-                        hfu=np.where(known, achieved / peak, np.nan))
+                        achieved_tflops=np.where(known, achieved / 1e12, np.nan), mfu=mfu, hfu=hfu)
