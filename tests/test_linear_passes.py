@@ -201,8 +201,8 @@ def test_the_copy_and_strided_checks_run_once_per_distinct_inputs(tmp_path, monk
 
     monkeypatch.setattr(waste_copies, "copy_kind", counted("copy", copy_kind))
     monkeypatch.setattr(waste_strided, "strided_input", counted("strided", strided_input))
-    # the detectors run a fixed number of passes (the copy rows: rewrites and layouts, then the
-    # casts before and after the chains): each pass judges the one distinct inputs list once,
+    # the detectors run a fixed number of passes (the copies are judged once for the three copy
+    # passes; strided once): each pass judges the one distinct inputs list once,
     # so the count is the same for 40 calls as for 400, and far below either
     counts = []
     for n in (40, 400):

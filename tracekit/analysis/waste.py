@@ -41,13 +41,14 @@ def detect(a: Measured, time: np.ndarray, of_ns: float, recoverable: np.ndarray)
                 out.append(r)
 
     claim(waste_recompute.rows(a, free, time, of_ns))
-    claim(waste_copies.rows(a, free, time, of_ns, kinds=("rewrite", "layout")))
+    copies = waste_copies.classify(a, free)  # every copy judged once; each pass asks about its free kernels
+    claim(waste_copies.rows(a, free, time, of_ns, kinds=("rewrite", "layout"), copies=copies))
     # a repeated cast is held back from the gathers and attention (a softmax's fp32 upcast is a
     # cast, not attention's work) but offered to the chains: a cast of an activation inside an
     # elementwise chain (HF's RMSNorm: cast up, pow .. mul, cast down, mul(weight)) is one of
     # its links, and its fix is the chain's (fuse the norm); the casts left are the casts row's
     casts = np.zeros(len(free), dtype=bool)
-    for r in waste_copies.rows(a, free, time, of_ns, kinds=("cast",)):
+    for r in waste_copies.rows(a, free, time, of_ns, kinds=("cast",), copies=copies):
         if r is not None:
             casts |= r["kernel_rows"]
     free &= ~casts
@@ -57,7 +58,7 @@ def detect(a: Measured, time: np.ndarray, of_ns: float, recoverable: np.ndarray)
     claim(waste_attention.rows(a, free, time, of_ns))
     free |= casts
     claim(waste_fusion.rows(a, free, time, of_ns))
-    claim(waste_copies.rows(a, free & casts, time, of_ns, kinds=("cast",)))
+    claim(waste_copies.rows(a, free & casts, time, of_ns, kinds=("cast",), copies=copies))
     for r in waste_strided.rows(a, free, time, of_ns, recoverable):
         if r is not None:
             out.append(r)

@@ -28,7 +28,7 @@ weight: a 2-D shape a matmul takes after its first matrix), so it is true of eve
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -90,10 +90,17 @@ def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tupl
     return group, np.unique(group, return_index=True)[1]
 
 
-def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
-         kinds: tuple[str, ...] = tuple(KINDS)) -> list[dict[str, Any] | None]:
-    """One row per kind of copy in `kinds` (analysis.waste offers the casts to the elementwise
-    chains before it rows them)."""
+class Copies(NamedTuple):
+    """Per kernel: its kind of copy ('' if none), the tensor it copies and its bytes; and the
+    weights' shapes. Judged once per analysis (waste.detect asks for copies in three passes)."""
+    kind: np.ndarray
+    shape: np.ndarray
+    nbytes: np.ndarray
+    weights: set
+
+
+def classify(a: Measured, free: np.ndarray) -> Copies:
+    """Every copy among the kernels `free` (each later pass asks about a subset of them)."""
     k, ops = a.kernels, a.trace.ops
     op = k["op"].to_numpy()
     flops = k["flops"].to_numpy(np.float64)
@@ -107,7 +114,6 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
     matmuls = np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
     operand_sizes = {math.prod(d) for o in matmuls for d in (dims[o] or []) if isinstance(d, list) and d
                      and all(isinstance(x, int) for x in d)}
-    weights = weight_shapes(dims[matmuls])
     # once per distinct inputs (the parser shares one object per distinct list): the calls
     # grouped by the identity of their three input lists, without a Python step per call
     calls = np.unique(op[candidate])
@@ -126,6 +132,19 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float,
         if c[0] == "rewrite" and math.prod(c[1]) in operand_sizes:
             continue
         kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
+    return Copies(kind, shape, nbytes, weight_shapes(dims[matmuls]))
+
+
+def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float, kinds: tuple[str, ...] = tuple(KINDS),
+         copies: Copies | None = None) -> list[dict[str, Any] | None]:
+    """One row per kind of copy in `kinds` among the kernels `free` (analysis.waste offers the
+    casts to the elementwise chains before it rows them). `copies`: classify() of a superset
+    of `free`, made once by the caller (made here when not given)."""
+    k = a.kernels
+    if copies is None:
+        copies = classify(a, free)
+    kind = np.where(free, copies.kind, "")
+    shape, nbytes, weights = copies.shape, copies.nbytes, copies.weights
     step = k["step"].to_numpy() if len(a.steps) else np.zeros(len(k), dtype=np.int64)
     steps = max(len(np.unique(step[kind != ""])), 1)
     keys = np.full(len(k), "", dtype=object)
