@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.attribution.rules import DEFAULT_BLOCK
+from tracekit.trace.cpp_text import closing_bracket, drop_scope_params, split_template_args
 
 LAYER_PARTS = ("attention", "ffn", "norm", "embedding", "lm_head")
 RANGE_COVER = 0.5  # user ranges describe the program when they enclose at least this share of its kernel time
@@ -40,27 +41,13 @@ MAX_UNITS = 30  # blocks listed by name; the smaller units share one block
 SMALLER = "smaller kernel functions"
 PROGRAM_BASIS = "the program's own units (no framework ops or model structure in this trace)"
 NAMELESS = ("<unnamed>::", "(anonymous namespace)::", "{anonymous}::")
+LAMBDAS = ("::[lambda", "::{lambda")  # how nvcc and clang name a lambda inside its function
 
 
 def has_ml_structure(trace, rule_block: np.ndarray, widths) -> bool:
     """Does the trace hold an ML program (see the module docstring)?"""
     k = trace.kernels
     return bool(widths is not None or (k["op"].to_numpy() >= 0).any() or np.isin(rule_block, LAYER_PARTS).any())
-
-
-def _closing(text: str, start: int) -> int:
-    """The index of the bracket closing the one at `start` (len(text) when unbalanced)."""
-    pairs = {"<": ">", "(": ")", "[": "]", "{": "}"}
-    stack = []
-    for i in range(start, len(text)):
-        c = text[i]
-        if c in pairs:
-            stack.append(pairs[c])
-        elif stack and c == stack[-1]:
-            stack.pop()
-            if not stack:
-                return i
-    return len(text)
 
 
 def _first_bracket(text: str) -> int:
@@ -75,21 +62,6 @@ def _last_component(qualified: str) -> str:
     return name.rsplit("::", 1)[-1]
 
 
-def _first_argument(text: str, at: int) -> str:
-    """The first template argument of the template whose '<' is at `at`."""
-    end = _closing(text, at)
-    i = at + 1
-    while i < end:
-        c = text[i]
-        if c in "<([{":
-            i = _closing(text, i) + 1
-            continue
-        if c == ",":
-            break
-        i += 1
-    return text[at + 1:i].strip()
-
-
 def kernel_function(name: str) -> str:
     """A kernel's function (module docstring): a launcher's lambda's enclosing function, else
     the kernel's own unqualified name."""
@@ -99,12 +71,14 @@ def kernel_function(name: str) -> str:
     at = _first_bracket(text)
     base = _last_component(text[:at]) or text[:MAX_UNIT]
     if at < len(text) and text[at] == "<":
-        first = _first_argument(text, at)
-        call = first.find("(")
-        if call > 0:
-            after = first[_closing(first, call) + 1:]
-            if after.startswith("::[lambda") or after.startswith("::{lambda"):
-                base = _last_component(first[:call]) or base
+        close = closing_bracket(text, at)  # -1: a name cut short, its arguments read to the end
+        args = split_template_args(text[at + 1:close if close >= 0 else len(text)])
+        # `build_field(global_variables &)::[lambda(int, int) (instance 1)]` -> `build_field::[lambda…]`
+        first = drop_scope_params(args[0]) if args else ""
+        for lam in LAMBDAS:
+            if lam in first:
+                base = _last_component(first.split(lam)[0]) or base
+                break
     return base[:MAX_UNIT]
 
 
