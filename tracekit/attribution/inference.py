@@ -191,7 +191,7 @@ def _signals(gemm: np.ndarray, activation: np.ndarray, attention: np.ndarray, la
 
 
 def infer_missing(trace: Trace, kernel_class: pd.Series, phase: np.ndarray, block: np.ndarray,
-                  widths: Widths | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  widths: Widths | None = None, conv: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Phase and block for kernels the rules left without one (see the module docstring), then
     the blocks the trace's structure gives (attribution.structure) to what is still `other`:
     GEMMs by their weight shape against `widths` (the model's, else inferred from the trace)."""
@@ -204,7 +204,7 @@ def infer_missing(trace: Trace, kernel_class: pd.Series, phase: np.ndarray, bloc
     phase = from_identical_kernels(phase, blind, signatures, grid_known, UNKNOWN_PHASE)
     block = from_identical_kernels(block, blind, signatures, grid_known, DEFAULT_BLOCK)
     klass = np.asarray(kernel_class, dtype=object)
-    conv = convolutions(k, trace.ops["name"])
+    conv = convolutions(k, trace.ops["name"]) if conv is None else conv  # (the caller's, made once)
     widths = widths if widths is not None else infer_widths(trace)
     # weight shapes first: they say what a GEMM is; the neighbours only what it sits next to
     block = structural_blocks(trace, klass, phase, block, conv, widths, gemms_only=True)
