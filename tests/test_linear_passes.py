@@ -151,7 +151,8 @@ def test_plain_template_names_are_labelled_without_a_call_per_name(monkeypatch):
     from tracekit.trace import kernel_names
 
     plain = [f"void elementwise_kernel_{i}<float, {i % 7}>(float*, int)" for i in range(3000)]
-    scoped = [f"void flash::fwd_{i}<128, true>(Params)" for i in range(50)] + [f"void at::native::k_{i}<4>()" for i in range(50)]
+    scoped = [f"void flash::fwd_{i}<128, true>(Params)" for i in range(50)] + [f"void at::native::k_{i}<4>()" for i in range(50)] \
+        + [f"ns::inner::k_{i}<T, 2>(int)" for i in range(20)] + [f"void void_{i}<a>(b)" for i in range(20)]  # (no `void `; a name like it)
     others = ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1>>(int)",
               "void kernel_ſ<float>(int)", "_ZN5flash7fwd_maxILi4EEEvv", "Cijk_Alik_Bljk_HB_MT128x128x32_MI16x16x1",
               "void cutlass::Kernel<Gemm>(Params)", "void k<>(int)", "void k_x<" + "x" * 70 + ">(int)"]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracekit.common.text_match import TextSearch
+from tracekit.common.text_match import shared_search
 from tracekit.trace.column_text import category_text
 from tracekit.trace.intervals import NO_ROW, levels_down
 
@@ -33,7 +33,7 @@ class NameSearch:
         cat = names if isinstance(names.dtype, pd.CategoricalDtype) else names.astype("category")
         self.codes = cat.cat.codes.to_numpy().astype(np.int64)
         self.text = category_text(cat.cat.categories)
-        self._search = TextSearch(self.text)
+        self._search = shared_search(self.text)
         self._done: dict[str, np.ndarray] = {}  # pattern -> per code: 1 match, 0 no match, -1 not searched
 
     def hits(self, pattern: Pattern, codes: np.ndarray | None = None) -> np.ndarray:

@@ -9,7 +9,7 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from tracekit.common.text_match import TextSearch, first_matches
+from tracekit.common.text_match import first_matches, shared_search
 from tracekit.trace.column_text import category_text
 
 # Work per name is bounded: only a name's first MAX_MATCHED_CHARS characters are classified.
@@ -107,7 +107,7 @@ def is_auxiliary(names: pd.Series) -> np.ndarray:
     """Per kernel: is it a layout / workspace / setup kernel (matched once per distinct name)."""
     cat = names.astype("category")
     bases = _bases(cat.cat.categories)
-    search = TextSearch(bases)  # (one Arrow array of the names for both patterns)
+    search = shared_search(bases)  # (one Arrow array of the names for both patterns, and classify's)
     aux = search.searches(AUXILIARY)
     for i in np.flatnonzero(aux):  # a GEMM kernel is never a layout one (few names get here)
         aux[i] = classify_name(bases[i]) != "gemm"

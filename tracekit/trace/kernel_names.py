@@ -229,19 +229,36 @@ def _plain_labels(names: list[str]) -> list[str | None]:
     (readable rewrites them), wrappers, empty argument lists and labels to be cut (_fit)."""
     if len(names) < 64:  # (a few names: not worth the conversion)
         return [None] * len(names)
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     text = pa.array(names, type=pa.large_string())
-    parts = pc.extract_regex(text, _PLAIN_NAME)
-    ok = pc.and_(parts.is_valid(), pc.string_is_ascii(text))
+    # RE2 only says which names are plain (a match without captures runs in its DFA: ~10x
+    # faster than extracting groups); a plain name has one `<`, `>(`, so splits take it apart.
+    ok = pc.and_(pc.match_substring_regex(text, _PLAIN_NAME), pc.string_is_ascii(text))
     for odd in ("\n", "anonymous namespace", "unnamed"):
         ok = pc.and_(ok, pc.invert(pc.match_substring(text, odd)))
     for prefix in ("_Z", "Cijk_"):
         ok = pc.and_(ok, pc.invert(pc.starts_with(text, prefix)))
     ok = pc.and_(ok, pc.less_equal(pc.binary_length(text), MAX_CHARS))
-    scope, short, args = (pc.struct_field(parts, i) for i in range(3))
-    ok = pc.and_(ok, pc.invert(pc.is_in(short, value_set=pa.array(sorted(_WRAPPERS), type=pa.large_string()))))
+    rows = np.flatnonzero(pc.fill_null(ok, False).to_numpy(zero_copy_only=False))
+    out: list[str | None] = [None] * len(names)
+    if not len(rows):
+        return out
+    plain = text.take(pa.array(rows))
+    head_args = pc.split_pattern(plain, "<", max_splits=1)  # [`void scope::short`, `args>(params)`]
+    head = pc.list_element(head_args, 0)
+    head = pc.if_else(pc.starts_with(head, "void "), pc.utf8_slice_codeunits(head, 5), head)
+    args = pc.list_element(pc.split_pattern(pc.list_element(head_args, 1), ">(", max_splits=1), 0)
+    scoped = pc.split_pattern(head, "::", max_splits=1, reverse=True)  # [scope less its `::`, short] or [short]
+    flat, ends = pc.list_flatten(scoped), scoped.offsets.to_numpy()[1:]
+    short = flat.take(pa.array(ends - 1))
+    colons = pa.scalar("::", pa.large_string())
+    empty = pa.scalar("", pa.large_string())
+    scope = pc.if_else(pc.greater(pc.list_value_length(scoped), 1),  # (a list of one: its element, unused)
+                       pc.binary_join_element_wise(flat.take(pa.array(np.maximum(ends - 2, 0))), colons, empty), empty)
+    ok = pc.invert(pc.is_in(short, value_set=pa.array(sorted(_WRAPPERS), type=pa.large_string())))
 
     def per_distinct(column, make):  # make(value) once per distinct value, spread back to the names
         distinct = pc.unique(column)
@@ -257,7 +274,10 @@ def _plain_labels(names: list[str]) -> list[str | None]:
     mark = {c: pa.scalar(c, pa.large_string()) for c in ("<", ">", "")}
     built = pc.binary_join_element_wise(kept_scope, short, mark["<"], per_distinct(args, leaves), mark[">"], mark[""])
     ok = pc.and_(ok, pc.less_equal(pc.utf8_length(built), MAX_LABEL))  # longer: _fit cuts it, in label()
-    return pc.if_else(pc.fill_null(ok, False), built, pa.scalar(None, pa.large_string())).to_pylist()
+    made = pc.if_else(pc.fill_null(ok, False), built, pa.scalar(None, pa.large_string())).to_pylist()
+    for row, text_ in zip(rows.tolist(), made):
+        out[row] = text_
+    return out
 
 
 @lru_cache(maxsize=8)  # one trace asks for its map from every table, cause and the bundle
