@@ -223,6 +223,10 @@ def test_the_cast_row_names_every_shape_it_counts_weights_apart(train):
     assert (8, 2048, 2048) not in weights  # the normed activation, cast before each projection
     # a weight's bytes: its elements x 4 (the fp32 source, the wider of the two dtypes)
     assert {tuple(t["shape"]): t["bytes"] for t in tensors}[(5632, 2048)] == 5632 * 2048 * 4
+    # what the casts move: each reads its fp32 source and writes its bf16 copy, 4 + 2 bytes an
+    # element (not twice the wider tensor): fp32 <-> bf16 casts only, so 6 / 4 of the tensors' bytes
+    steps = e["kernels"] / e["per_step"]
+    assert e["bytes_moved"] == pytest.approx(sum(t["bytes"] / 4 * 6 * t["per_step"] for t in tensors) * steps, rel=1e-9)
     # every weight shape is a matmul's second operand (or its transpose) in the trace
     ops = train.trace.ops
     second = {tuple(d[1]) for n, d in zip(ops["name"].astype(str), ops["input_dims"]) if n == "aten::mm" and len(d) > 1}

@@ -54,8 +54,10 @@ KINDS = {
 }
 
 
-def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] | None:
-    """(kind, shape, bytes) of the largest tensor shape an op takes twice, None without one."""
+def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float, float] | None:
+    """(kind, shape, bytes, bytes moved) of the largest tensor shape an op takes twice, None
+    without one. bytes: the tensor in its wider dtype; moved: one read of it and one write, each
+    in its own dtype (a bf16 -> fp32 cast of n elements moves 2n + 4n bytes, not 2 x 4n)."""
     if not isinstance(dims, list):
         return None
     tensors = [(tuple(d), i) for i, d in enumerate(dims) if isinstance(d, list) and len(d) > 0
@@ -74,13 +76,14 @@ def copy_kind(dims: Any, types: Any, strides: Any) -> tuple[str, tuple, float] |
     dtypes = [canonical(types[i]) if i < len(types) else None for i in pair]
     if any(d is None for d in dtypes):
         return None
-    nbytes = math.prod(largest) * max(element_bytes(d) for d in dtypes)
+    sizes = [element_bytes(d) for d in dtypes]
+    nbytes, moved = math.prod(largest) * max(sizes), math.prod(largest) * (max(sizes) + min(sizes))
     if len(set(dtypes)) > 1:
-        return "cast", largest, nbytes
+        return "cast", largest, nbytes, moved
     layouts = {repr(strides[i]) if i < len(strides) else None for i in pair}
     if len(layouts) > 1 and None not in layouts:
-        return "layout", largest, nbytes
-    return "rewrite", largest, nbytes
+        return "layout", largest, nbytes, moved
+    return "rewrite", largest, nbytes, moved
 
 
 def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -91,11 +94,13 @@ def _distinct_inputs(calls: np.ndarray, columns: tuple[np.ndarray, ...]) -> tupl
 
 
 class Copies(NamedTuple):
-    """Per kernel: its kind of copy ('' if none), the tensor it copies and its bytes; and the
-    weights' shapes. Judged once per analysis (waste.detect asks for copies in three passes)."""
+    """Per kernel: its kind of copy ('' if none), the tensor it copies, its bytes and the bytes
+    the copy moves (copy_kind); and the weights' shapes. Judged once per analysis
+    (waste.detect asks for copies in three passes)."""
     kind: np.ndarray
     shape: np.ndarray
     nbytes: np.ndarray
+    moved: np.ndarray
     weights: set
 
 
@@ -109,7 +114,7 @@ def classify(a: Measured, free: np.ndarray) -> Copies:
     inductor = (k["cost_source"] == "Inductor kernel arguments").to_numpy()
     kind = np.full(len(k), "", dtype=object)
     shape = np.full(len(k), None, dtype=object)
-    nbytes = np.zeros(len(k))
+    nbytes, moved = np.zeros(len(k)), np.zeros(len(k))
     dims, types, strides = ops["input_dims"].to_numpy(), ops["input_types"].to_numpy(), ops["input_strides"].to_numpy()
     matmuls = np.unique(op[(op >= 0) & (k["cost_kind"] == "matrix").to_numpy()])
     operand_sizes = {math.prod(d) for o in matmuls for d in (dims[o] or []) if isinstance(d, list) and d
@@ -131,8 +136,8 @@ def classify(a: Measured, free: np.ndarray) -> Copies:
         # a rewrite is of state, not of an activation: a tensor of as many elements is no matmul's operand
         if c[0] == "rewrite" and math.prod(c[1]) in operand_sizes:
             continue
-        kind[i], shape[i], nbytes[i] = c[0], c[1], c[2]
-    return Copies(kind, shape, nbytes, weight_shapes(dims[matmuls]))
+        kind[i], shape[i], nbytes[i], moved[i] = c
+    return Copies(kind, shape, nbytes, moved, weight_shapes(dims[matmuls]))
 
 
 def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float, kinds: tuple[str, ...] = tuple(KINDS),
@@ -164,12 +169,11 @@ def rows(a: Measured, free: np.ndarray, time: np.ndarray, of_ns: float, kinds: t
             continue
         held = group_sums(time, keys, mine)
         top = max(kept, key=lambda s: held[s])
-        copied = float(nbytes[mine].sum())
         evidence = {"tensor": top, "tensor_bytes": float(nbytes[mine & (keys == top)][0]),
                     "per_step": float(np.count_nonzero(mine)) / steps,
                     "tensors": breakdown(mine, keys, nbytes, time, steps, weights),
-                    # a copy reads its source and writes its destination: twice the tensor per copy
-                    "bytes_moved": 2 * copied, "bytes_needed": None if name == "rewrite" else 0.0}
+                    # a copy reads its source and writes its destination, each in its own dtype
+                    "bytes_moved": float(copies.moved[mine].sum()), "bytes_needed": None if name == "rewrite" else 0.0}
         out.append(row(a, f"waste_copies_{name}", f"{what}: {sentence(evidence['per_step'], evidence['tensors'])}",
                        mine, time, of_ns, fix, evidence))
     return out
