@@ -13,6 +13,7 @@ return type and parameters).
 from __future__ import annotations
 
 import re
+import sys
 from functools import lru_cache
 
 from tracekit.common.format import cut
@@ -218,6 +219,13 @@ def labels(names) -> dict[str, str]:
 _PLAIN_NAME = r"^(?:void )?(?P<scope>(?:[A-Za-z_]\w*::)*)(?P<short>[A-Za-z_]\w*)<(?P<args>[^<>()\[\]{}]*)>\([^<>()\[\]{}]*\)$"
 
 
+# pyarrow imports pandas the first time it converts Python objects (its pandas shim checks
+# for pandas types): ~0.3-0.5 s, more than `tracekit info` spends on a whole 10 MB trace. In
+# a process without pandas (info on a Kineto trace), names are labelled one by one (~40 µs a
+# name) below this many; analyze has pandas already, and uses Arrow from 64 names.
+ARROW_WITHOUT_PANDAS = 8000
+
+
 def _plain_labels(names: list[str]) -> list[str | None]:
     """label(name, 0) of every plain template name at once, None for the others (which
     label() reads one by one): a trace with 100k distinct kernel names spent seconds
@@ -227,8 +235,8 @@ def _plain_labels(names: list[str]) -> list[str | None]:
     Left to label(): non-ASCII text and newlines (where RE2's and Python's classes differ),
     mangled and Tensile names, names cut by demangle's bound, anonymous / unnamed scopes
     (readable rewrites them), wrappers, empty argument lists and labels to be cut (_fit)."""
-    if len(names) < 64:  # (a few names: not worth the conversion)
-        return [None] * len(names)
+    if len(names) < 64 or (len(names) < ARROW_WITHOUT_PANDAS and "pandas" not in sys.modules):
+        return [None] * len(names)  # (a few names: not worth the conversion; see ARROW_WITHOUT_PANDAS)
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
