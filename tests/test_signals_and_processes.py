@@ -394,3 +394,51 @@ def test_an_interrupt_that_arrives_as_another_error_is_aborted(capsys, monkeypat
     finally:
         INTERRUPTS.clear()
     assert code == 143 and err == "tracekit: aborted\n", (code, err)
+
+
+_NO_FEEDER_THREAD = """
+import sys
+import multiprocessing.queues
+
+
+def cannot_start(self):
+    raise RuntimeError("can't start new thread")
+
+
+multiprocessing.queues.Queue._start_thread = cannot_start  # as under `ulimit -v` / `ulimit -u`
+sys.argv = ["tracekit", *sys.argv[1:]]
+from tracekit.cli.main import run
+run()
+"""
+
+
+@pytest.mark.skipif(not (SHARED / "torch" / "v100_dlrm_8ranks").exists(), reason="needs ../shared/fixtures")
+def test_a_pool_that_cannot_start_its_feeder_thread_falls_back_to_one_process(tmp_path):
+    """The edge fuzz's hang (a rank directory under a 200 MB address-space limit, as a normal
+    user): the pool's manager thread could not start the call queue's feeder thread, died with
+    its traceback on stderr, and the ranks' results were waited for forever. Now the wait sees
+    the manager gone, the pool is stopped and the ranks are read in this process: the same
+    result as with --workers 1, no traceback, no hang."""
+    ranks = SHARED / "torch" / "v100_dlrm_8ranks"
+    for r in (0, 1):
+        shutil.copy(ranks / f"rank{r}.json.gz", tmp_path / f"rank{r}.json.gz")
+    argv = ["analyze", str(tmp_path), "--format", "json"]
+    broken = subprocess.run([sys.executable, "-c", _NO_FEEDER_THREAD, *argv, "--workers", "2"],
+                            capture_output=True, text=True, timeout=120)
+    serial = subprocess.run([sys.executable, "-m", "tracekit", *argv, "--workers", "1"], capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 0 == serial.returncode, broken.stderr
+    assert "Traceback" not in broken.stderr and "Exception in thread" not in broken.stderr
+    assert json.loads(broken.stdout)["ranks"] == json.loads(serial.stdout)["ranks"] == 2
+    assert json.loads(broken.stdout)["per_rank"] == json.loads(serial.stdout)["per_rank"]
+
+
+def test_a_parallel_parse_whose_feeder_thread_cannot_start_reads_in_one_process(big_trace):
+    """The same for the parallel parse of one large trace: no hang, no traceback, the serial
+    parse's result."""
+    broken = subprocess.run([sys.executable, "-c", _NO_FEEDER_THREAD, "info", str(big_trace), "--format", "json", "--workers", "2"],
+                            capture_output=True, text=True, timeout=120)
+    serial = subprocess.run([sys.executable, "-m", "tracekit", "info", str(big_trace), "--format", "json", "--workers", "1"],
+                            capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 0 == serial.returncode, broken.stderr
+    assert "Traceback" not in broken.stderr and "Exception in thread" not in broken.stderr
+    assert json.loads(broken.stdout) == json.loads(serial.stdout)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
 STOP_WAIT_S = 5.0  # how long a stopped pool's manager thread may take to end
+CHECK_S = 0.25  # how often a wait for results checks that the pool can still deliver them
 
 
 class PoolUnavailable(Exception):
@@ -37,22 +38,75 @@ def process_pool(count: int) -> Iterator["ProcessPoolExecutor"]:
     from concurrent.futures.process import BrokenProcessPool
 
     pool = None
-    try:
-        with interrupts_deferred():  # the workers fork in the first submit
-            pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("fork"),
-                                       initializer=die_with_parent, initargs=(os.getpid(),))
-        yield pool
-        pool.shutdown(wait=True)
-    except (OSError, BrokenProcessPool, RuntimeError) as exc:
-        stop_pool(pool)
-        from tracekit.errors import TraceError
+    with pool_threads_quiet():  # a pool thread that dies is said by completed(), not by its traceback
+        try:
+            with interrupts_deferred():  # the workers fork in the first submit
+                pool = ProcessPoolExecutor(max_workers=count, mp_context=multiprocessing.get_context("fork"),
+                                           initializer=die_with_parent, initargs=(os.getpid(),))
+            yield pool
+            pool.shutdown(wait=True)
+        except (OSError, BrokenProcessPool, RuntimeError) as exc:
+            stop_pool(pool)
+            from tracekit.errors import TraceError
 
-        if isinstance(exc, TraceError):
+            if isinstance(exc, TraceError):
+                raise
+            raise PoolUnavailable(f"worker processes could not run ({type(exc).__name__}: {exc})") from None
+        except BaseException:
+            stop_pool(pool)
             raise
-        raise PoolUnavailable(f"worker processes could not run ({type(exc).__name__}: {exc})") from None
-    except BaseException:
-        stop_pool(pool)
-        raise
+
+
+def results(pool: "ProcessPoolExecutor", fn, *iterables) -> list:
+    """pool.map(fn, *iterables) as a list, in order; BrokenProcessPool (a RuntimeError) where
+    the pool can no longer deliver them (completed())."""
+    futures = [pool.submit(fn, *args) for args in zip(*iterables)]
+    for _ in completed(pool, futures):
+        pass
+    return [f.result() for f in futures]
+
+
+def completed(pool: "ProcessPoolExecutor", futures) -> Iterator:
+    """The futures as they complete (concurrent.futures.as_completed), but never a wait for
+    results that cannot come: the pool's manager thread sends the work to the workers, and
+    where it cannot start a thread it needs (the call queue's feeder, under `ulimit -v` or
+    `ulimit -u`) it dies with the futures still pending, and as_completed would wait forever
+    (a hang seen by the edge fuzz on a rank directory at a 200 MB address-space limit).
+    Raises BrokenProcessPool then: the caller stops the pool and does the work itself."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=CHECK_S, return_when=FIRST_COMPLETED)
+        yield from done
+        manager = getattr(pool, "_executor_manager_thread", None)
+        if pending and not done and manager is not None and not manager.is_alive():
+            raise BrokenProcessPool("the pool's manager thread ended with work pending (a thread it needed could not start)")
+
+
+@contextlib.contextmanager
+def pool_threads_quiet():
+    """A pool thread that dies (its manager, when it cannot start the call queue's feeder
+    thread) would print its traceback to stderr through threading.excepthook; completed()
+    turns its death into one handled error, so its traceback is dropped. Other threads'
+    exceptions go to the hook that was there."""
+    import threading
+
+    before = threading.excepthook
+
+    def hook(args) -> None:
+        if type(args.thread).__module__ in ("concurrent.futures.process", "multiprocessing.queues") \
+                or getattr(args.thread, "name", "").startswith("QueueFeederThread"):
+            return
+        before(args)
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        if threading.excepthook is hook:
+            threading.excepthook = before
 
 
 def stop_pool(pool: ProcessPoolExecutor | None) -> None:

@@ -132,8 +132,17 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
 
 
 def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, meanwhile=None) -> list | None:
+    from tracekit.common.pools import pool_threads_quiet
+
+    with pool_threads_quiet():  # a pool thread that dies is said by completed(), not by its traceback
+        return _run_pool(pieces, workers, progress, total, meanwhile)
+
+
+def _run_pool(pieces: list[tuple[int, int]], workers: int, progress, total: int, meanwhile=None) -> list | None:
     import multiprocessing  # here, not at the top: a trace too small for workers (most of them) pays no ~12 ms of imports
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import ProcessPoolExecutor
+
+    from tracekit.common.pools import completed
 
     try:
         context = multiprocessing.get_context("fork")
@@ -163,7 +172,7 @@ def _run(pieces: list[tuple[int, int]], workers: int, progress, total: int, mean
             except BaseException as exc:  # the caller's error, raised once the pool is stopped
                 caller_error = exc
                 raise
-        for future in as_completed(futures):
+        for future in completed(pool, futures):  # (never a wait on a pool that can no longer deliver)
             result = future.result()
             if result is None or result == _NO_MEMORY:
                 stop_pool(pool)

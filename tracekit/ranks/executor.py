@@ -107,10 +107,11 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
             results = [analyze_one(p, *args, parse_workers=asked) for p in paths]
         else:
             from tracekit.common.pools import PoolUnavailable, process_pool
+            from tracekit.common.pools import results as pool_results
 
             try:
                 with process_pool(workers) as pool:  # (stopped, no worker left, whatever ends it)
-                    results = list(pool.map(analyze_one, paths, *([a] * len(paths) for a in args)))
+                    results = pool_results(pool, analyze_one, paths, *([a] * len(paths) for a in args))
             except PoolUnavailable:  # no processes to be had (`ulimit -u`, `ulimit -n`): one rank at a time, here
                 results = [analyze_one(p, *args, parse_workers=1) for p in paths]
     for i, r in enumerate(results):
