@@ -58,7 +58,7 @@ def test_info_of_a_trace_with_hundreds_of_kernel_names_imports_no_pandas(tmp_pat
     # 300 distinct plain template names: the labels' Arrow path would convert them, and
     # pyarrow imports pandas on its first conversion of Python objects (~0.3-0.5 s, more than
     # info spends on a 10 MB trace: A100 DDP's info was 1.45 s, 0.6 s without it). Below
-    # ARROW_WITHOUT_PANDAS names, info labels them one by one, with the same labels.
+    # text_match.ARROW_WITHOUT_PANDAS names, info labels them one by one, with the same labels.
     b = KinetoBuilder()
     for i in range(300):
         b.op("aten::add", 10.0 * i, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])

@@ -17,6 +17,7 @@ The answer is exactly `bool(pattern.search(text))` for every text:
 from __future__ import annotations
 
 import re
+import sys
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -43,6 +44,26 @@ def first_matches(texts: Sequence[str], patterns: Sequence[Any]) -> np.ndarray:
             break
         first[todo[search.searches(pattern, todo)[todo]]] = index
     return first
+
+
+# pyarrow imports pandas the first time it converts Python objects (its pandas shim checks
+# for pandas types): ~0.3-0.5 s, more than `tracekit info` spends on a whole 10 MB trace.
+# In a process without pandas (info on a Kineto trace), texts are searched and labelled one
+# by one (~40 µs a text) below this many; analyze has pandas already.
+ARROW_WITHOUT_PANDAS = 8000
+MIN_ARROW_TEXTS = 64  # fewer: not worth the conversion
+
+
+def arrow_pays(count: int) -> bool:
+    """Whether `count` texts are worth one Arrow array rather than a Python call each."""
+    return count >= MIN_ARROW_TEXTS and (count >= ARROW_WITHOUT_PANDAS or "pandas" in sys.modules)
+
+
+def arrow_text(texts: Sequence[str]):
+    """The texts as one Arrow large_string array (UnicodeEncodeError on a lone surrogate)."""
+    import pyarrow as pa
+
+    return pa.array(texts, type=pa.large_string())
 
 
 def shared_search(texts: Sequence[str]) -> "TextSearch":
@@ -74,7 +95,7 @@ class TextSearch:
         if not len(rows):
             return out
         stdlib = isinstance(pattern, re.Pattern)
-        if not stdlib or not (pattern.flags & ~_SAME_IN_RE2):
+        if arrow_pays(len(self.texts)) and (not stdlib or not (pattern.flags & ~_SAME_IN_RE2)):
             by_re2 = rows[self.plain()[rows]] if stdlib else rows
             found = self._re2_searches(by_re2, pattern.pattern, ignore_case=stdlib and bool(pattern.flags & re.IGNORECASE))
             if found is not None:
@@ -100,9 +121,7 @@ class TextSearch:
 
     def arrow(self):
         if self._arrow is None:
-            import pyarrow as pa
-
-            self._arrow = pa.array(self.texts, type=pa.large_string())
+            self._arrow = arrow_text(self.texts)
         return self._arrow
 
     def _re2_searches(self, rows: np.ndarray, pattern: str, ignore_case: bool) -> np.ndarray | None:

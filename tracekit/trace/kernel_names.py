@@ -13,10 +13,10 @@ return type and parameters).
 from __future__ import annotations
 
 import re
-import sys
 from functools import lru_cache
 
 from tracekit.common.format import cut
+from tracekit.common.text_match import arrow_pays, arrow_text
 from tracekit.trace.cpp_text import base_and_args, drop_scope_params, last_name, outside_templates, split_scope, split_template_args
 from tracekit.trace.readable_names import MAX_CHARS, readable
 
@@ -216,14 +216,7 @@ def labels(names) -> dict[str, str]:
 # A plain template kernel, `void elementwise_kernel_7<float, 4>(float*, int)`: (scoped) identifiers,
 # no bracket inside its arguments or parameters. readable() keeps `scope::short<args>` of it
 # as it is (its _PLAIN_TEMPLATE), so its detail-0 label is `qualified scope + short<leaves>`.
-_PLAIN_NAME = r"^(?:void )?(?P<scope>(?:[A-Za-z_]\w*::)*)(?P<short>[A-Za-z_]\w*)<(?P<args>[^<>()\[\]{}]*)>\([^<>()\[\]{}]*\)$"
-
-
-# pyarrow imports pandas the first time it converts Python objects (its pandas shim checks
-# for pandas types): ~0.3-0.5 s, more than `tracekit info` spends on a whole 10 MB trace. In
-# a process without pandas (info on a Kineto trace), names are labelled one by one (~40 µs a
-# name) below this many; analyze has pandas already, and uses Arrow from 64 names.
-ARROW_WITHOUT_PANDAS = 8000
+_PLAIN_NAME = r"^(?:void )?(?:[A-Za-z_]\w*::)*[A-Za-z_]\w*<[^<>()\[\]{}]*>\([^<>()\[\]{}]*\)$"  # scope::short<args>(params)
 
 
 def _plain_labels(names: list[str]) -> list[str | None]:
@@ -235,13 +228,13 @@ def _plain_labels(names: list[str]) -> list[str | None]:
     Left to label(): non-ASCII text and newlines (where RE2's and Python's classes differ),
     mangled and Tensile names, names cut by demangle's bound, anonymous / unnamed scopes
     (readable rewrites them), wrappers, empty argument lists and labels to be cut (_fit)."""
-    if len(names) < 64 or (len(names) < ARROW_WITHOUT_PANDAS and "pandas" not in sys.modules):
-        return [None] * len(names)  # (a few names: not worth the conversion; see ARROW_WITHOUT_PANDAS)
+    if not arrow_pays(len(names)):  # (a few names, or no pandas loaded yet: text_match.ARROW_WITHOUT_PANDAS)
+        return [None] * len(names)
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    text = pa.array(names, type=pa.large_string())
+    text = arrow_text(names)
     # RE2 only says which names are plain (a match without captures runs in its DFA: ~10x
     # faster than extracting groups); a plain name has one `<`, `>(`, so splits take it apart.
     ok = pc.and_(pc.match_substring_regex(text, _PLAIN_NAME), pc.string_is_ascii(text))
