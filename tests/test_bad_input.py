@@ -269,3 +269,48 @@ def test_concatenated_gzip_members_larger_than_a_read_are_read_whole(tmp_path, i
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [str(len(trace) + 3), "0"]
+
+
+def test_utf8_repair_counts_each_bad_sequence_and_not_the_files_own_replacement_chars():
+    """The repair is the parser's, not the JSON library's (msgspec 0.23 raises DecodeError
+    where 0.22 raised UnicodeDecodeError): valid text is returned as it is, bad sequences are
+    replaced one U+FFFD each, a U+FFFD already in the file is not counted, and a sequence
+    cut by a chunk boundary is still one sequence."""
+    from tracekit.parsers import utf8
+
+    clean = "naïve ✓ \ufffd".encode()
+    assert utf8.repaired(clean) == (clean, 0) and utf8.repaired(bytearray(b"ascii")) == (b"ascii", 0)
+    bad = b"a\xffb\xfe\xfdc" + "\ufffd".encode() + b"\xe2\x9c"  # 0xff, 0xfe, 0xfd, then a cut 3-byte char
+    fixed, count = utf8.repaired(bad)
+    assert count == 4 and fixed.decode("utf-8") == "a\ufffdb\ufffd\ufffdc\ufffd\ufffd"
+    # a valid 3-byte character split across the 16 MiB chunk boundary is not a bad sequence
+    boundary = b"x" * ((16 << 20) - 1) + "✓".encode() + b"\xff"
+    fixed, count = utf8.repaired(boundary)
+    assert count == 1 and fixed.endswith("✓\ufffd".encode())
+
+
+@pytest.mark.parametrize("command", ["info", "analyze"])
+def test_a_kernel_name_that_is_not_utf8_exits_0_with_the_count(tmp_path, command):
+    """The issue-47 reproduction as a user runs it: one non-UTF-8 byte in a kernel name, the
+    command succeeds and says how many sequences were replaced."""
+    data = _bert_json()
+    name = b"void at::native::(anonymous namespace)::indexSelectLargeIndex"
+    path = tmp_path / "one_bad_byte.json"
+    path.write_bytes(data.replace(name, b"void \xffindexSelect", 1))
+    proc = run_cli(command, str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert f"tracekit: warning: {path}: 1 byte sequences that are not UTF-8 were replaced with U+FFFD" in proc.stderr.splitlines()
+
+
+def test_matplotlib_warnings_from_its_own_import_are_not_printed(tmp_path):
+    """Under an address-space limit matplotlib's optional 3D toolkit fails to import and
+    matplotlib warns "Unable to import Axes3D" before tracekit's own lines; the plots use
+    no 3D, so that warning is not the user's. The failed import is made here directly."""
+    code = ("import sys; sys.modules['mpl_toolkits.mplot3d'] = None\n"
+            "from tracekit.cli.main import main\n"
+            f"main(['analyze', {str(BERT)!r}, '--out', {str(tmp_path / 'b')!r}])\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "b" / "roofline.png").exists()
+    assert "Axes3D" not in proc.stderr and "UserWarning" not in proc.stderr, proc.stderr

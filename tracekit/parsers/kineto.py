@@ -15,6 +15,7 @@ from tracekit.errors import TraceError
 from tracekit.parsers.kineto_decode import EventDecoder, decode_document
 from tracekit.parsers.kineto_tables import CHUNK_EVENTS, KinetoTables
 from tracekit.parsers.source import read_source
+from tracekit.parsers.utf8 import repaired
 from tracekit.trace.tables import ColumnTrace
 
 
@@ -26,6 +27,8 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
     kineto_parallel.py); 1 reads it in this process. `meanwhile()`: called once while the
     workers decode, for work that needs no trace (importing the next stages)."""
     source = read_source(path)
+    # Valid UTF-8 from here on, whatever the JSON library does with bad bytes (utf8.py).
+    source.data, source.replaced_utf8 = repaired(source.data)
     fallback = None
     if workers != 1:
         from tracekit.parsers.kineto_parallel import OutOfMemory, parse_parallel
@@ -45,14 +48,13 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
         if progress:
             progress(min(first + CHUNK_EVENTS, len(raws)), len(raws))
     del document.raw_events, raws
-    decoder.count_in(source.data)
     if tables.empty():
         lost = tables.checks.warnings() + decoder.warnings()  # all of them unreadable, perhaps
         raise TraceError(path, "no profiler events: `traceEvents` holds no kernels, ops, runtime calls or ranges"
                                + (f" that can be read ({'; '.join(lost)})" if lost else ""))
     trace = tables.build(path, source, document)
     trace.meta["cut_short"] = source.cut_short or document.cut_short
-    trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
+    trace.warnings[:0] = source.all_warnings() + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
     if fallback:
         trace.warnings.insert(0, fallback)

@@ -6,7 +6,7 @@ input buffer), and `decode_events` turns a chunk of those into typed Structs tha
 parser reduces to columns before the next chunk. Slow paths run only when needed:
 
 - a trace cut short (a job that died mid-write) is closed after its last whole event;
-- bytes that are not UTF-8 are replaced (U+FFFD) in the chunk that holds them;
+- bytes that are not UTF-8 never get here: they are replaced before decoding (utf8.py);
 - events whose fields have the wrong type are skipped one by one and counted.
 """
 
@@ -80,11 +80,7 @@ _MAX_CUT_ATTEMPTS = 64
 def decode_document(path: str, data: Any) -> Document:
     warnings: list[str] = []
     try:
-        try:
-            doc = _decode(path, data, warnings)
-        except UnicodeDecodeError:  # in the header: rare, so the whole text is repaired
-            data = _replace_invalid_utf8(bytes(data), warnings)
-            doc = _decode(path, data, warnings)
+        doc = _decode(path, data, warnings)
     except RecursionError:
         # msgspec recurses per nesting level, even to skip a value: a profiler never nests
         # deeper than a handful of levels, so such a file is not a trace (or is damaged).
@@ -122,22 +118,15 @@ class EventDecoder:
         self._decode_list = msgspec.json.Decoder(list[AnyEvent]).decode
         self._decode_one = msgspec.json.Decoder(AnyEvent).decode
         self._phase = msgspec.json.Decoder(_Phase).decode
-        self.replaced_utf8 = 0
-        self.bad_utf8 = False  # some event held bytes that are not UTF-8 (then see replaced_in)
         self.skipped = 0
         self.first_error: str | None = None
 
-    def decode(self, raws: list[msgspec.Raw], *, repaired: bool = False) -> list[Event]:
-        # A repaired chunk holds copies: it must be joined, not sliced from the buffer.
-        blob = json_array(raws) if repaired else (self._slice(raws) or json_array(raws))
+    def decode(self, raws: list[msgspec.Raw]) -> list[Event]:
+        blob = self._slice(raws) or json_array(raws)
         try:
             events = self._decode_list(blob)
         except RecursionError:
             events = self._one_by_one(raws)
-        except UnicodeDecodeError:
-            if repaired:
-                raise
-            return self.decode([self._repaired(r) for r in raws], repaired=True)
         except msgspec.ValidationError:
             events = self._one_by_one(raws)
         return [e for e in events if type(e) is Event]
@@ -151,29 +140,12 @@ class EventDecoder:
             return None  # not views into this buffer (a repaired copy): join instead
         return b"".join((b"[", self._buffer[first:last], b"]"))
 
-    def _repaired(self, raw: msgspec.Raw) -> msgspec.Raw:
-        data = bytes(raw)
-        try:
-            data.decode("utf-8")
-            return raw
-        except UnicodeDecodeError:
-            self.bad_utf8 = True
-            text = data.decode("utf-8", errors="replace")
-            self.replaced_utf8 += text.count("\ufffd") - data.count(b"\xef\xbf\xbd")
-            return msgspec.Raw(text.encode("utf-8"))
-
     def _one_by_one(self, raws: list[msgspec.Raw]) -> list[Any]:
         events = []
         for raw in raws:
             try:
-                try:
-                    events.append(self._decode_one(raw))
-                except UnicodeDecodeError:  # this chunk failed for a type error first: repair here
-                    raw = self._repaired(raw)
-                    events.append(self._decode_one(raw))
+                events.append(self._decode_one(raw))
             except (msgspec.ValidationError, msgspec.DecodeError, RecursionError) as exc:
-                if not self.bad_utf8:
-                    self._repaired(raw)  # a type error came first: its bad bytes still say the file has some
                 # A phase tracekit does not read is no error; a broken "X" event is.
                 try:
                     broken = self._phase(raw).ph == "X"
@@ -184,17 +156,8 @@ class EventDecoder:
                     self.first_error = self.first_error or _plain(exc)
         return events
 
-    def count_in(self, data) -> None:
-        """Once any event was found to hold bytes that are not UTF-8, the count given is the
-        file's: the same whatever the events were decoded in (chunks, worker pieces), and
-        whether or not the bad bytes sat in a field tracekit reads."""
-        if self.bad_utf8 or self.replaced_utf8:
-            self.replaced_utf8 = replaced_in(data)
-
     def warnings(self) -> list[str]:
         out = []
-        if self.replaced_utf8:
-            out.append(f"{self.replaced_utf8:,} byte sequences that are not UTF-8 were replaced with U+FFFD")
         if self.skipped:
             out.append(f"{self.skipped:,} events skipped: a field has the wrong type (first: {self.first_error})")
         return out
@@ -224,12 +187,6 @@ def raw_bytes(raws: list[msgspec.Raw]) -> list[bytes]:
         return []
     pieces = b"\x00".join(raws).split(b"\x00")
     return pieces if len(pieces) == len(raws) else list(map(bytes, raws))
-
-
-def _replace_invalid_utf8(data: bytes, warnings: list[str]) -> bytes:
-    text = data.decode("utf-8", errors="replace")
-    warnings.append(f"{text.count(chr(0xFFFD)):,} byte sequences that are not UTF-8 were replaced with U+FFFD")
-    return text.encode("utf-8")
 
 
 def _looks_truncated(exc: Exception, data: Any) -> bool:
@@ -272,23 +229,3 @@ def _salvage_truncated(path: str, data: Any, warnings: list[str]) -> _Document:
 
 def _plain(exc: Exception) -> str:
     return str(exc).replace("`$.", "`")
-
-
-def replaced_in(data, chunk: int = 16 << 20) -> int:
-    """How many U+FFFD decoding `data` as UTF-8 with replacement adds (the byte sequences
-    that are not UTF-8), read in chunks so that no copy of the whole file is made."""
-    import codecs
-
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    view = memoryview(data).cast("B")
-    added = 0
-    for start in range(0, len(view), chunk):
-        added += decoder.decode(view[start:start + chunk]).count("\ufffd")
-    added += decoder.decode(b"", final=True).count("\ufffd")
-    # U+FFFD written in the file itself is no replacement
-    finder = data if hasattr(data, "find") else bytes(view)
-    literal, at = 0, finder.find(b"\xef\xbf\xbd")
-    while at != -1:
-        literal += 1
-        at = finder.find(b"\xef\xbf\xbd", at + 3)
-    return added - literal

@@ -11,8 +11,8 @@ the array's `[`; a piece that decodes whole as a JSON array ends where the real 
 event ends, so the next cut is a true event start too, and so on down the file. The
 header is checked the same way: the bytes before the `[` and after the `]`, with nothing
 (and then one value) between them, must decode as a trace whose `traceEvents` is exactly
-that array. Anything unexpected (a piece that does not decode, a file cut short, bytes that
-are not UTF-8 in the header, no worker processes on this platform) hands the file back to
+that array. Anything unexpected (a piece that does not decode, a file cut short, no worker
+processes on this platform) hands the file back to
 the serial parser, which says what is wrong with it.
 
 Running out of memory (this process or a worker, under `ulimit -v` or a cgroup) stops the
@@ -115,18 +115,15 @@ def parse_parallel(path: str, source: Source, workers: int | None, progress: Cal
     if document is None:
         return None
     tables, decoder = KinetoTables(), EventDecoder()
-    for piece_tables, replaced, skipped, first_error, _ in results:
+    for piece_tables, skipped, first_error, _ in results:
         tables.merge(piece_tables)
-        decoder.bad_utf8 = decoder.bad_utf8 or replaced > 0
-        decoder.replaced_utf8 += replaced
         decoder.skipped += skipped
         decoder.first_error = decoder.first_error or first_error
-    decoder.count_in(data)  # the file's count: not the sum of what each piece happened to repair
     if tables.empty():
         return None  # the serial parser words the error
     trace = tables.build(path, source, document)
     trace.meta["cut_short"] = source.cut_short or document.cut_short
-    trace.warnings[:0] = source.warnings + document.warnings + decoder.warnings()
+    trace.warnings[:0] = source.all_warnings() + document.warnings + decoder.warnings()
     trace.warnings += tables.checks.warnings()
     return trace
 
@@ -287,7 +284,7 @@ def _decode_piece(start: int, stop: int, last: bool):
             if events is None:
                 return None
             tables.add_events(events)
-        return tables, decoder.replaced_utf8, decoder.skipped, decoder.first_error, stop
+        return tables, decoder.skipped, decoder.first_error, stop
     except Exception as exc:  # noqa: BLE001 - a worker never guesses: the serial parser decides
         return _NO_MEMORY if memory_ran_out(exc) else None
 
@@ -297,12 +294,12 @@ def _decode_events(blob: bytes, decoder: EventDecoder) -> list | None:
 
     try:
         return [e for e in decoder._decode_list(blob) if type(e) is Event]
-    except (msgspec.ValidationError, UnicodeDecodeError):
-        pass  # wrong types or bad bytes in some event: the serial decoder's repairs, per event
+    except msgspec.ValidationError:
+        pass  # wrong types in some event: the serial decoder skips those one by one
     except msgspec.DecodeError:
         return None
     try:
         raws = msgspec.json.decode(blob, type=list[msgspec.Raw])
-    except (msgspec.DecodeError, UnicodeDecodeError):
+    except msgspec.DecodeError:
         return None
     return decoder.decode(raws)

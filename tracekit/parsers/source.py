@@ -25,6 +25,12 @@ class Source:
     compressed: bool
     warnings: list[str] = field(default_factory=list)
     cut_short: bool = False  # the gzip stream ended early or broke: what follows is lost
+    replaced_utf8: int = 0  # byte sequences that were not UTF-8, replaced in `data` (utf8.py)
+
+    def all_warnings(self) -> list[str]:
+        from tracekit.parsers.utf8 import replaced_warning
+
+        return self.warnings + replaced_warning(self.replaced_utf8)
 
 
 def check_readable(path: str | os.PathLike) -> str:

@@ -14,10 +14,17 @@ from tracekit.common.format import cut
 
 
 def _pyplot():
-    import matplotlib
+    import warnings
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # matplotlib warns from inside its own import when an optional part fails to load (under
+    # an address-space limit: "Unable to import Axes3D"): the plots use no 3D projection and
+    # the user can do nothing about it, so its import-time UserWarnings are not printed.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"matplotlib(\.|$)")
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     return plt
 
