@@ -9,6 +9,12 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "fixtures"
 PROJECT_FIXTURES = REPO / "fixtures"
 
+# A terminal's size from the environment changes how the CLI wraps its tables: pytest-xdist's
+# workers run with COLUMNS=80, a plain run has none (piped: 120). Tests that depend on a width
+# set it themselves; every other test sees the same output in a worker or a plain run.
+for _size in ("COLUMNS", "LINES"):
+    os.environ.pop(_size, None)
+
 
 # The shared fixtures (real traces; see README "Shared fixtures") live beside the
 # repository. Without them the tests that need them skip with this one reason; CI
@@ -164,6 +170,23 @@ def raw_step_ns(path, name):
 
 
 def pytest_configure(config):
-    # `heavy`: a test that runs many processes (tests/test_memory_limit_sweep.py). The README's
-    # test command runs it; `-m "not heavy"` leaves it out of a quick local run.
-    config.addinivalue_line("markers", "heavy: runs many processes for minutes; in the README's test command, `-m 'not heavy'` skips it")
+    config.addinivalue_line("markers", "slow(reason): a sweep that runs for minutes (memory limits, fuzzing, edge cases, "
+                                       "a browser, a Dask cluster); the README's slow command runs them, its quick command "
+                                       "(-m 'not slow') leaves them out")
+
+
+# The slow set is for sweeps only: each says why it is slow, and together they stay under a
+# fifth of the suite, so the quick command still runs (nearly) everything.
+SLOW_SHARE = 0.2
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the whole suite is counted
+def pytest_collection_modifyitems(session, config, items):
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    unexplained = [item.nodeid for item in slow if not (item.get_closest_marker("slow").kwargs.get("reason") or "").strip()]
+    if unexplained:
+        raise pytest.UsageError(f"a slow test must say why it is slow (pytest.mark.slow(reason=...)): {unexplained[:5]}")
+    whole_suite = not config.getoption("keyword") and len({item.path for item in items}) > 20
+    if whole_suite and len(slow) >= SLOW_SHARE * len(items):
+        raise pytest.UsageError(f"{len(slow)} of {len(items)} tests are marked slow: the slow set must stay under "
+                                f"{SLOW_SHARE:.0%} of the suite")

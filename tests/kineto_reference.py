@@ -6,6 +6,7 @@ obvious slow way (dicts, per-launch scans), and is small enough to check by eye.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 import re
@@ -40,14 +41,22 @@ def innermost_ops(ref: dict, launch: dict) -> list[dict]:
     """The shortest ops on the launch's thread whose span holds the launch's start.
 
     A list, because a parent and child op can share start and duration to the microsecond
-    (the 2021 schema has integer microseconds): either is a correct "innermost".
+    (the 2021 schema has integer microseconds): either is a correct "innermost". The ops a
+    launch can sit in start at most the thread's longest op before it: only those are
+    looked at (ops sorted by start, a bisect), the same answer as scanning them all.
     """
-    by_thread = ref.setdefault("_by_thread", defaultdict(list))
+    by_thread = ref.setdefault("_by_thread", {})
     if not by_thread:
+        grouped = defaultdict(list)
         for op in ref["ops"]:
-            by_thread[(op["pid"], str(op["tid"]))].append(op)
+            grouped[(op["pid"], str(op["tid"]))].append(op)
+        for key, ops in grouped.items():
+            ops.sort(key=lambda op: op["ts"])
+            by_thread[key] = ([op["ts"] for op in ops], ops, max(op["dur"] for op in ops))
+    starts, ops, longest = by_thread.get((launch["pid"], str(launch["tid"])), ([], [], 0))
     t = launch["ts"]
-    enclosing = [op for op in by_thread[(launch["pid"], str(launch["tid"]))] if op["ts"] <= t <= op["ts"] + op["dur"]]
+    candidates = ops[bisect.bisect_left(starts, t - longest):bisect.bisect_right(starts, t)]
+    enclosing = [op for op in candidates if op["ts"] <= t <= op["ts"] + op["dur"]]
     if not enclosing:
         return []
     shortest = min(op["dur"] for op in enclosing)

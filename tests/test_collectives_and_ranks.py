@@ -16,6 +16,8 @@ import tracekit
 from conftest import shared
 from tracekit.ranks.executor import analyze_ranks
 
+DASK = 'starts a local Dask cluster (scheduler and workers in new processes)'
+
 DLRM = shared("torch", "v100_dlrm_8ranks")
 
 
@@ -211,6 +213,7 @@ def test_parallel_workers_give_the_serial_result(dlrm_ranks):
     pd.testing.assert_frame_equal(serial.skew, dlrm_ranks.skew)
 
 
+@pytest.mark.slow(reason=DASK)
 def test_dask_local_cluster_gives_the_same_result(dlrm_ranks):
     distributed = pytest.importorskip("dask.distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:

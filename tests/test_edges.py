@@ -22,6 +22,8 @@ import pytest
 
 from conftest import run_main as run
 
+EDGE_FUZZ = 'eight fuzzed edge cases, each in fresh processes under limits (~6 s)'
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "fixtures" / "cpu_tiny_llama_decode.json.gz"
 BERT = REPO.parent / "shared" / "fixtures" / "torch" / "h100_bert_small_hf_inference.json.gz"
@@ -326,6 +328,7 @@ def test_the_soft_cpu_time_limit_is_one_line():
 FUZZ_SEEDS = range(20_261_127, 20_261_127 + 8)
 
 
+@pytest.mark.slow(reason=EDGE_FUZZ)
 def test_a_few_fuzzed_edges_end_in_one_line_without_a_hang_or_orphan(tmp_path):
     import fuzz_edges
 

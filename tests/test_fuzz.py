@@ -8,6 +8,8 @@ import pytest
 
 from fuzz_cases import run_case
 
+FUZZ = 'a seeded mutation fuzz: hundreds of mutated traces and config files through every command (~40 s)'
+
 SEED = 20_261_122
 CASES = 50
 TIME_BOUND_S = 10.0
@@ -26,17 +28,20 @@ def _failing(results, *checks):
     return [f"seed {r['seed']} [{'; '.join(r['mutations'])[:120]}]: {r['problems'][c]}" for r in results for c in checks if c in r["problems"]]
 
 
+@pytest.mark.slow(reason=FUZZ)
 def test_the_cases_exercise_both_outcomes_and_both_formats(fuzz_results):
     codes = {run["code"] for r in fuzz_results for run in r["runs"]}
     assert {0, 2} <= codes
     assert {r["kind"] for r in fuzz_results} == {"kineto", "nsys"}
 
 
+@pytest.mark.slow(reason=FUZZ)
 def test_every_case_exits_0_or_2_with_one_line_and_strict_json_in_bounded_time(fuzz_results):
     failing = _failing(fuzz_results, "exit", "stderr", "json", "time", "input")
     assert not failing, "\n".join(failing)
 
 
+@pytest.mark.slow(reason=FUZZ)
 def test_no_raw_control_characters_or_markup_reach_the_terminal(fuzz_results):
     # Trace strings reach the terminal through tracekit/reports/text.py (issue 12); until
     # that is merged this check finds the hostile names the fuzzer plants.
@@ -64,6 +69,7 @@ def test_file_cases_that_overflowed_the_harness_build(tmp_path):
     assert [c["kind"] for c in cases] == ["expect", "expect"] and sys.getrecursionlimit() == limit
 
 
+@pytest.mark.slow(reason=FUZZ)
 def test_model_config_cases_exit_0_or_2(tmp_path):
     """A CI-sized run of the model-config kind (mutated HF config.json for --model through
     analyze, calibrate and project; thousands: benchmarks/fuzz_inputs.py --kinds model)."""
@@ -77,6 +83,7 @@ def test_model_config_cases_exit_0_or_2(tmp_path):
     assert {0, 2} <= codes
 
 
+@pytest.mark.slow(reason=FUZZ)
 def test_profiler_pathology_cases_exit_0_or_2(tmp_path):
     """The ways profilers fail (tests/fuzz_pathologies.py: lost kernel times, kernels before
     their launch, clock offsets, duplicated ids, missing markers, caps and cuts), a CI-sized

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import re
 import subprocess
 
 import numpy as np
@@ -19,6 +20,8 @@ from tracekit.api import device_name
 from tracekit.hardware import resolve
 from conftest import shared
 from tracekit.reports.bundle import write_bundle
+
+BROWSER = 'renders report.html in headless Chromium (a browser start per test)'
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
@@ -35,8 +38,13 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory):
+def report(html):
     _chromium()
+    return html
+
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory):
     out = tmp_path_factory.mktemp("bundle")
     # The hostile name goes in before the analysis, so it reaches every table built from it
     # (the kernel summary is computed once, inside build).
@@ -54,6 +62,7 @@ def _run(args: list[str], tmp_path) -> subprocess.CompletedProcess:
     return subprocess.run([_chromium(), *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow(reason=BROWSER)
 def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
     dom = _run(["--dump-dom", report.as_uri()], tmp_path).stdout
     assert dom.count("<table>") >= 5  # blocks, devices, steps, kernels, ops
@@ -72,6 +81,7 @@ def test_dom_has_the_tables_and_the_name_stays_text(report, tmp_path):
     assert dom.count('src="data:image/png;base64,') == 2
 
 
+@pytest.mark.slow(reason=BROWSER)
 def test_screenshot_shows_tables_and_plots(report, tmp_path):
     import matplotlib.image as mpimg
 
@@ -85,3 +95,15 @@ def test_screenshot_shows_tables_and_plots(report, tmp_path):
     orange = (np.abs(pixels - np.array([1.0, 0.5, 0.055])) < 0.12).all(axis=2).sum()
     red = (np.abs(pixels - np.array([0.84, 0.15, 0.16])) < 0.12).all(axis=2).sum()
     assert orange > 100 and red > 100
+
+
+def test_the_hostile_name_is_escaped_in_the_file_and_no_script_may_run(html):
+    """Without a browser: the file as written. The hostile kernel name is text (escaped
+    wherever it appears, never a tag), and the page's policy allows no script at all."""
+    text = html.read_text()
+    assert "<script>alert(1)</script>" not in text
+    assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 1
+    policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]*)"', text)
+    assert policy is not None, "report.html has no Content-Security-Policy"
+    assert "default-src 'none'" in policy.group(1) and "script-src" not in policy.group(1), policy.group(1)
+

@@ -53,12 +53,11 @@ def test_counts_and_links_match_a_plain_reading(path, load_cached, reference_cac
     by_corr_row = {}
     for row, corr in enumerate(k["correlation"].tolist()):
         by_corr_row.setdefault(corr, row)
-    sample = [g for g, l in zip(ref["gpu"], launches) if l is not None][:: max(1, len(ref["gpu"]) // 300)]
+    sample = [(g, l) for g, l in zip(ref["gpu"], launches) if l is not None][:: max(1, len(ref["gpu"]) // 300)]
     op_names = trace.ops["name"].astype(str).to_numpy()
     op_dims = trace.ops["input_dims"].to_numpy()
-    for g in sample:
+    for g, launch in sample:
         row = by_corr_row[g["args"]["correlation"]]
-        launch = launches[ref["gpu"].index(g)]
         expected = ref_reader.innermost_ops(ref, launch)
         op = int(k["op"].iat[row])
         if not expected:

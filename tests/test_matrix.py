@@ -7,15 +7,20 @@ from __future__ import annotations
 import pathlib
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import matrix  # noqa: E402
 
+MATRIX = 'a sample of 40 command x fixture x option cases (~20 s); benchmarks/matrix.py runs them all'
+
 SAMPLE = 40  # ~1-2 min in one process on 2 cores
 SHARED = matrix.SHARED  # the sample draws from the shared fixtures too (skipped without them)
 
 
+@pytest.mark.slow(reason=MATRIX)
 def test_matrix_sample():
     result = matrix.run_matrix(SAMPLE, seed=22, in_process=True)
     assert result["cases"] == SAMPLE

@@ -8,8 +8,9 @@ with a 60 s timeout:
 - no staging directory (`.NAME.tracekit-*`) is left beside the bundle;
 - and SIGTERM sent 2 s into `analyze --out` of the tile ends the run within 5 s.
 
-Heavy (~119 runs, ~3-5 minutes on 2 cores, run 2 at a time): marked `heavy`, which the
-README's test command still runs (`-m "not heavy"` leaves it out locally)."""
+Slow (~119 runs, ~2-5 minutes on 2 cores, run 2 at a time): the whole sweep is in the slow
+set (the README's slow command); the quick set runs each command at the smallest and the
+largest limit on the 1 MB trace."""
 
 from __future__ import annotations
 
@@ -31,7 +32,6 @@ LIMITS_MB = range(300, 701, 25)
 COMMANDS = {"analyze --out": ("analyze", "--format", "json", "--out"), "analyze": ("analyze", "--format", "json"), "info": ("info",)}
 TILE_BYTES = 50e6
 
-pytestmark = pytest.mark.heavy
 
 
 @pytest.fixture(scope="module")
@@ -111,15 +111,34 @@ def problems(r: dict) -> list[str]:
     return found
 
 
+SWEEP = "~119 fresh processes under address-space limits, ~2-5 minutes on 2 cores"
+
+
+def _judged(runs: list[dict]) -> list[str]:
+    return [f"{r['trace'].name} `{r['command']}` at {r['limit_mb']} MB"
+            f"{' (SIGTERM at 2 s)' if r['after_signal'] is not None else ''}: {'; '.join(problems(r))}: {r['stderr'][-300:]!r}"
+            for r in runs if problems(r)]
+
+
+def test_each_command_ends_at_the_smallest_and_largest_limit(traces):
+    """The quick set's share of the sweep: every command on the 1 MB trace, where the smallest
+    limit runs out of memory and the largest holds."""
+    cases = [(traces["bert"], command, mb) for command in COMMANDS for mb in (LIMITS_MB[0], LIMITS_MB[-1])]
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda case: one_run(*case), cases))
+    assert not _judged(runs), "\n".join(_judged(runs))
+    assert any(r["rc"] == 2 for r in runs if r["limit_mb"] == LIMITS_MB[0])
+    assert all(r["rc"] == 0 for r in runs if r["limit_mb"] == LIMITS_MB[-1])
+
+
+@pytest.mark.slow(reason=SWEEP)
 def test_every_command_ends_under_every_memory_limit(traces):
     cases = [(traces[name], command, mb) for name in ("bert", "tile") for command in COMMANDS for mb in LIMITS_MB]
     with ThreadPoolExecutor(2) as pool:
         runs = list(pool.map(lambda case: one_run(*case), cases))
         # SIGTERM 2 s into the longest run (the tile's bundle), at every limit
         runs += list(pool.map(lambda mb: one_run(traces["tile"], "analyze --out", mb, sigterm_after=2.0), LIMITS_MB))
-    bad = [f"{r['trace'].name} `{r['command']}` at {r['limit_mb']} MB"
-           f"{' (SIGTERM at 2 s)' if r['after_signal'] is not None else ''}: {'; '.join(problems(r))}: {r['stderr'][-300:]!r}"
-           for r in runs if problems(r)]
+    bad = _judged(runs)
     assert not bad, "\n".join(bad)
     # the sweep spans both outcomes: the smallest limits run out, the largest hold every command
     assert any(r["rc"] == 2 for r in runs) and all(r["rc"] == 0 for r in runs if r["limit_mb"] == 700 and r["after_signal"] is None)

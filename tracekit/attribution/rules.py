@@ -8,14 +8,10 @@ lookaround or backreferences; a rule using them is refused with a plain message.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from importlib import resources
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 
 import re2
 

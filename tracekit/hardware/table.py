@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from typing import Any
 
 from tracekit.errors import TraceError
@@ -64,10 +63,8 @@ def name_pattern(pattern: str):
 
 def _toml():
     """The TOML reader, imported when a device table is read (`tracekit info` reads none)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
+    import tomllib
+
     return tomllib
 
 
