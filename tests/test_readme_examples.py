@@ -86,3 +86,21 @@ def test_the_first_command_shows_a_gpu_report_and_the_excerpt_is_what_it_prints(
         row = f"| {r['phase']} | {r['block']} | ".replace("_", "\\_")
         assert any(line.startswith(row) and f"| {r['gpu_time_ns'] / 1e3:,.3f} us |" in line or line.startswith(row) and
                    f"| {r['gpu_time_ns'] / 1e6:,.3f} ms |" in line for line in README.splitlines()), row
+
+
+def test_ci_runs_the_readme_test_commands_verbatim_and_installs_at_the_lock():
+    """Issue 47: `.ci/run` runs exactly the README's test lines (quick, slow, newest releases),
+    and the first command installs at the lock, which names no editable install and no
+    local version label."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+    tests = [line for block in blocks for line in block.splitlines() if "pytest -q" in line]
+    assert len(tests) == 3, tests
+    assert any('-m "not slow"' in t and "ci-newest" not in t for t in tests) and any("-m slow" in t for t in tests)
+    for line in tests:
+        assert line in ci, line
+    assert "-c constraints.txt" in blocks[0]
+    lock = [line for line in (ROOT / "constraints.txt").read_text().splitlines() if line and not line.startswith("#")]
+    assert all("==" in line and "+" not in line and not line.startswith("-e") for line in lock)
+    names = {line.split("==")[0].lower() for line in lock}
+    assert {"msgspec", "numpy", "pandas", "torch", "pytest-xdist", "mlflow", "mlflow-skinny"} <= names
