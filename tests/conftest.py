@@ -190,3 +190,59 @@ def pytest_collection_modifyitems(session, config, items):
     if whole_suite and len(slow) >= SLOW_SHARE * len(items):
         raise pytest.UsageError(f"{len(slow)} of {len(items)} tests are marked slow: the slow set must stay under "
                                 f"{SLOW_SHARE:.0%} of the suite")
+
+
+class SealedAnalyses:
+    """Each shared trace analysed once per test process (an xdist worker, or the one process)
+    and handed to every test that reads it (the goldens, the widths walk, the verdicts). Sealed:
+    the digest of what it holds (its summary.json with every row, and each table's shape and
+    columns) is taken when it is made and checked when the module that used it ends; a test
+    that changed it fails there, with the trace named."""
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[str, str | None], object] = {}
+        self._digests: dict[tuple[str, str | None], str] = {}
+        self.handed_out: set[tuple[str, str | None]] = set()
+
+    def __call__(self, path, device: str | None = None):
+        import tracekit
+
+        key = (str(path), device)
+        if key not in self._made:
+            self._made[key] = tracekit.analyze(path, device=device, workers=1)
+            self._digests[key] = self.digest(self._made[key])
+        self.handed_out.add(key)
+        return self._made[key]
+
+    @staticmethod
+    def digest(analysis) -> str:
+        import hashlib
+
+        import pandas as pd
+        import tracekit
+
+        rows = max(len(analysis.ops), len(analysis.kernel_summary), len(analysis.copy_summary), 1)
+        parts = [tracekit.summary_json(analysis, top=rows)]
+        for name, value in sorted(vars(analysis).items()):
+            if isinstance(value, pd.DataFrame):
+                parts.append(f"{name}:{value.shape}:{list(value.columns)}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def check(self) -> list[str]:
+        changed = [key[0] for key in sorted(self.handed_out) if self.digest(self._made[key]) != self._digests[key]]
+        self.handed_out.clear()
+        return changed
+
+
+@pytest.fixture(scope="session")
+def sealed_analyses() -> SealedAnalyses:
+    return SealedAnalyses()
+
+
+@pytest.fixture(scope="module")
+def shared_analysis(sealed_analyses):
+    """`shared_analysis(path, device=None)`: the sealed, cached Analysis of a trace."""
+    yield sealed_analyses
+    changed = sealed_analyses.check()
+    if changed:
+        pytest.fail(f"a test changed the cached Analysis of {changed} (copy it before changing it)", pytrace=False)

@@ -31,11 +31,13 @@ def golden_name(path: pathlib.Path) -> str:
     return rel + ".summary.json"
 
 
-def summary(path: pathlib.Path) -> dict:
+def summary(path: pathlib.Path, analysis=None) -> dict:
+    """The golden form of a fixture's summary.json; `analysis`: its Analysis, if already made
+    (on DEVICES' device)."""
     import tracekit
     from tracekit.reports import summary_json
 
-    a = tracekit.analyze(path, device=DEVICES.get(path.name))
+    a = analysis if analysis is not None else tracekit.analyze(path, device=DEVICES.get(path.name))
     out = summary_json.summary(a, TOP)  # what summary.json holds, the headline's words included
     out["trace"]["path"] = path.relative_to(SHARED).as_posix()  # machine-independent
     capture = out.get("capture") or {}

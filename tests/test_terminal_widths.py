@@ -18,10 +18,8 @@ WIDTHS = (60, 80, 120, 200)
 
 
 @pytest.fixture(scope="module")
-def analyses():
-    import tracekit
-
-    return {p.name: tracekit.analyze(p, device=DEVICES.get(p.name), workers=1) for p in fixtures()}
+def analyses(shared_analysis):
+    return {p.name: shared_analysis(p, DEVICES.get(p.name)) for p in fixtures()}
 
 
 def _sections(analyses):
