@@ -6,7 +6,7 @@ Reads the freeze on stdin and writes the lock on stdout:
 - local version labels are dropped (`torch==2.13.0+cpu` -> `torch==2.13.0`): `==2.13.0`
   admits the CPU build where one is on the index, and the same release elsewhere;
 - a package tracekit requires only on some platforms or Pythons keeps that marker from
-  setup.cfg (isal, tomli), so the lock says where the pin applies.
+  setup.cfg (isal), so the lock says where the pin applies.
 Run by .ci/refresh-lock after the quick suite passed on the newest releases.
 """
 

@@ -202,6 +202,7 @@ class SealedAnalyses:
     def __init__(self) -> None:
         self._made: dict[tuple[str, str | None], object] = {}
         self._digests: dict[tuple[str, str | None], str] = {}
+        self._full: dict[tuple[str, str | None], str] = {}
         self.handed_out: set[tuple[str, str | None]] = set()
 
     def __call__(self, path, device: str | None = None):
@@ -210,19 +211,29 @@ class SealedAnalyses:
         key = (str(path), device)
         if key not in self._made:
             self._made[key] = tracekit.analyze(path, device=device, workers=1)
-            self._digests[key] = self.digest(self._made[key])
+            self._full[key] = self.full_summary(self._made[key])
+            self._digests[key] = self.digest(self._made[key], self._full[key])
         self.handed_out.add(key)
         return self._made[key]
 
+    def full_summary_of(self, path, device: str | None = None) -> str:
+        """The cached Analysis's summary.json with every row of every table (not the top 15)."""
+        self(path, device)
+        return self._full[(str(path), device)]
+
     @staticmethod
-    def digest(analysis) -> str:
+    def full_summary(analysis) -> str:
+        import tracekit
+
+        return tracekit.summary_json(analysis, top=max(len(analysis.ops), len(analysis.kernel_summary), len(analysis.copy_summary), 1))
+
+    @classmethod
+    def digest(cls, analysis, full_summary: str | None = None) -> str:
         import hashlib
 
         import pandas as pd
-        import tracekit
 
-        rows = max(len(analysis.ops), len(analysis.kernel_summary), len(analysis.copy_summary), 1)
-        parts = [tracekit.summary_json(analysis, top=rows)]
+        parts = [full_summary if full_summary is not None else cls.full_summary(analysis)]
         for name, value in sorted(vars(analysis).items()):
             if isinstance(value, pd.DataFrame):
                 parts.append(f"{name}:{value.shape}:{list(value.columns)}")
