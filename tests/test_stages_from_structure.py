@@ -14,7 +14,7 @@ import pytest
 from tracekit.analysis.load import analyze
 from tracekit.analysis.stage_names import layer_ranges
 from tracekit.analysis.stage_segments import host_segments
-from tracekit.analysis.stage_structure import segments
+from tracekit.structure.segments import segments
 from tracekit.analysis.tensor_items import decoder_outputs
 from tracekit.parsers import parse
 from tracekit.trace.column_text import as_text
@@ -130,7 +130,7 @@ def test_kernels_take_the_stage_of_the_op_that_launched_them():
     import pandas as pd
 
     from tracekit.analysis.stage_names import kernel_stages
-    from tracekit.analysis.stage_structure import outermost_ops
+    from tracekit.structure.segments import outermost_ops
 
     trace = link(parse(str(FIXTURES / "cpu_t2v_clip.json.gz")))
     found = segments(trace.ops)

@@ -1,4 +1,4 @@
-"""Steps from what repeats (tracekit.trace.inferred_steps.find_steps, structure_finder,
+"""Steps from what repeats (tracekit.structure.steps.find_steps, structure_finder,
 repetition), checked against the truth the recorders measured in the runs themselves
 (fixtures/record_cpu_video_pipelines.py, record_cpu_generate_gpt2.py,
 record_cpu_block_ranges.py) and against a real nsys export given NCCL-domain ranges."""
@@ -17,8 +17,8 @@ import pytest
 
 from tracekit.analysis.load import load
 from tracekit.trace.column_text import as_text
-from tracekit.trace.inferred_steps import find_steps, with_inferred_steps
-from tracekit.trace.repetition import outermost_repeat
+from tracekit.structure.steps import find_steps, with_inferred_steps
+from tracekit.structure.repeats import outermost_repeat
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures"

@@ -224,7 +224,7 @@ def test_range_cycles_find_the_period():
     import pandas as pd
 
     from tracekit.trace.frames import Trace
-    from tracekit.trace.inferred_steps import range_cycles
+    from tracekit.structure.steps import range_cycles
 
     names = ["a", "a", "b", "c"] * 3
     start = [10 * i for i in range(12)]
@@ -288,8 +288,8 @@ def test_per_layer_ranges_are_not_steps():
     """The graph-capture trace: one forward (a single token embedding, indices [16, 1])
     under 32 cycles of per-layer ranges `attention`, `mlp`: the layers, not 32 steps."""
     from tracekit.api import load
-    from tracekit.trace.forwards import token_forwards
-    from tracekit.trace.inferred_steps import inferred_windows, range_cycles
+    from tracekit.structure.forwards import token_forwards
+    from tracekit.structure.steps import inferred_windows, range_cycles
 
     trace = load(shared("torch", "h200_llama3-8b_cudagraph_decode_bs16_capture.json.gz"))
     assert len(range_cycles(trace)) == 32 and len(token_forwards(trace.ops)) == 1
@@ -345,7 +345,7 @@ def test_the_first_cycle_takes_its_lead_not_the_warm_up_before_the_loop():
     import pandas as pd
 
     from tracekit.trace.frames import Trace
-    from tracekit.trace.inferred_steps import range_cycles
+    from tracekit.structure.steps import range_cycles
 
     names = ["a", "a", "b", "c"] * 3
     start = [10 * i for i in range(12)]

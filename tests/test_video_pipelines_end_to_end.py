@@ -1,5 +1,5 @@
 """Steps and stages together on the video pipelines recorded on the CPU (issue 36): the step
-finder (tracekit.trace.inferred_steps) and the stages / throughput from tensors
+finder (tracekit.structure.steps) and the stages / throughput from tensors
 (tracekit.analysis.throughput) on the same traces, against what the recorder measured of its
 own run (fixtures/record_cpu_video_pipelines.py: perf_counter around each stage and chunk)."""
 

@@ -82,7 +82,7 @@ def analyze(path: str | os.PathLike, device: str | None = None, device_file: str
     the ops and shapes of the kernels captured into their graphs (tracekit.trace.capture_pairing;
     what was paired is in `analysis.meta["capture"]`). `workers`: processes that decode a
     large JSON trace (default: the cores available; 1: this process only). `step`: the range or
-    Python frame (name or regex) that marks one step (tracekit.trace.inferred_steps). `meanwhile()`:
+    Python frame (name or regex) that marks one step (tracekit.structure.steps). `meanwhile()`:
     as for `load`, after the analysis stages have been imported in that time. `ncu`: a Nsight
     Compute CSV of the same work (--csv --page raw with DRAM bytes and time): the kernels are
     compared with it (`coverage["ncu"]`); `bytes_from="measured"` puts its bytes on the roofline."""

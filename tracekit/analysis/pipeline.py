@@ -28,7 +28,7 @@ from tracekit.model import ModelOptions
 from tracekit.trace.column_text import as_text as text_of
 from tracekit.trace.frames import Trace
 from tracekit.trace.health import kernel_times_unknown, lost_time_counts
-from tracekit.trace.inferred_steps import with_inferred_steps
+from tracekit.structure.steps import with_inferred_steps
 from tracekit.trace.step_ownership import kernel_steps
 from tracekit.trace.timeline import activity_tiers, device_time, exclusive_time
 

@@ -9,7 +9,7 @@ outside all of them is OUTSIDE_RANGES. Without such ranges but with Python frame
 (torch.profiler with_stack), the stages are the user's own functions: below the frames
 every such kernel's stack shares, the functions the stacks branch into, when they are the
 user's code (not an installed library's, not an nn.Module) and more than one. Otherwise the
-stages come from the structure of the op sequence (tracekit.analysis.stage_structure: a
+stages come from the structure of the op sequence (tracekit.structure.segments: a
 repeated forward, a forward of the same weights after it, the networks before and after),
 and where it finds no repeated forward the stage stays `forward`. A user range inside a
 forward (a DiT block's `self_attention`: it never holds a network's entry and occurs more
@@ -97,14 +97,14 @@ def kernel_stages(trace, kernels: pd.DataFrame, windows: np.ndarray | None = Non
 
 def layer_ranges(trace, is_step: np.ndarray) -> np.ndarray:
     """Mask of the user ranges that are inside a forward (a DiT block's `self_attention`): no
-    occurrence of the name holds a network's entry (tracekit.analysis.stage_structure.entry_ops)
+    occurrence of the name holds a network's entry (tracekit.structure.segments.entry_ops)
     and the name occurs more than once per step (per capture without steps)."""
     r, o = trace.ranges, trace.ops
     out = np.zeros(len(r), dtype=bool)
     user = ~np.isin(as_text(r["domain"]), ["python", "gpu"]) & ~is_step
     if not len(o) or not user.any():
         return out
-    from tracekit.analysis.stage_structure import entry_ops
+    from tracekit.structure.segments import entry_ops
 
     entry = entry_ops(o)
     starts = np.sort(o["start"].to_numpy()[entry])
@@ -120,12 +120,12 @@ def layer_ranges(trace, is_step: np.ndarray) -> np.ndarray:
 
 def structure_stages(trace, kernels: pd.DataFrame, phase: np.ndarray, windows: np.ndarray | None) -> np.ndarray:
     """The default-phase kernels' stages from the op sequence's structure
-    (tracekit.analysis.stage_structure), each kernel by the start of the op that launched it."""
+    (tracekit.structure.segments), each kernel by the start of the op that launched it."""
     default = phase == DEFAULT_PHASE
     op = kernels["op"].to_numpy() if "op" in kernels else np.full(len(kernels), -1)
     if not default.any() or trace is None or not len(trace.ops) or not (op[default] >= 0).any():
         return phase
-    from tracekit.analysis.stage_structure import entry_ops, outermost_ops, segments
+    from tracekit.structure.segments import entry_ops, outermost_ops, segments
 
     found = []
     outer, entry = outermost_ops(trace.ops), entry_ops(trace.ops)  # once: each window takes its slice

@@ -6,7 +6,7 @@ Inside a window (a step, or the whole capture), the stages are, first found firs
    the level (`main`, `run_chunk` x4); the first level with two or more functions
    (`denoise`, `refresh_cache`, `decode_frames`) gives the stages, each the union of its
    frames' spans;
-2. else the structure of the op sequence (tracekit.analysis.stage_structure: a repeated
+2. else the structure of the op sequence (tracekit.structure.segments: a repeated
    forward, a single forward of the same weights, the networks before and after).
 A function of the user is one whose file is the user's (tracekit.analysis.stage_names.user_function).
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.analysis.stage_names import user_function
-from tracekit.analysis.stage_structure import entry_ops, outermost_ops, segments
+from tracekit.structure.segments import entry_ops, outermost_ops, segments
 from tracekit.trace.column_text import as_text
 
 MAX_FRAMES = 200_000  # user frames walked per window; past it, the structure alone

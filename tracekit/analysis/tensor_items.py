@@ -1,7 +1,7 @@
 """The work a step or a clip did, read from its tensors when nothing names it.
 
 - frames: what a conv decoder after the repeated forwards writes (the time axis x batch of its
-  last convolution's 5-D output, the images of a 4-D one; tracekit.analysis.stage_structure);
+  last convolution's 5-D output, the images of a 4-D one; tracekit.structure.segments);
   for a step, the decoders that ran inside its host window; for a clip (a trace without
   steps), all of them over the clip's time.
 - images: an image model's input: the batch of every outermost convolution over a 4-D
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.stage_structure import CONV, decoder_frames, segments
+from tracekit.structure.segments import CONV, decoder_frames, segments
 from tracekit.trace.column_text import as_text
 
 IMAGE_CHANNELS = (1, 3)
@@ -36,7 +36,7 @@ class TensorItems:
 
     def images(self, lo: float, hi: float, forwards) -> int | None:
         """Images of the step [lo, hi], unless a token model ran more than one forward in it."""
-        from tracekit.trace.forwards import tokens_between
+        from tracekit.structure.forwards import tokens_between
 
         if self._images is None:
             self._images = image_inputs(self.trace.ops if self.trace is not None else None)

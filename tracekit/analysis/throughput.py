@@ -16,7 +16,7 @@ Per step, the work it did and in what unit:
   frames    a conv decoder found from structure inside the step (tracekit.analysis.tensor_items)
   images    an image model: the batch of its image input (a detector's text queries are not it)
   tokens    a token model's steps: the tokens its forward passes inside the step took, from
-            the token embedding's indices [B, T] (tracekit.trace.forwards): B x T for a
+            the token embedding's indices [B, T] (tracekit.structure.forwards): B x T for a
             training step or a prefill, B at decode
   steps     otherwise (the work is not known: throughput is steps per second)
 throughput = items / step time, the step time being its GPU window (the step table's
@@ -64,7 +64,7 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     """Per step: items, unit and where the count came from (see the module docstring)."""
     from tracekit.analysis.tensor_items import TensorItems, frames_between
     from tracekit.model.batch_annotations import from_annotation
-    from tracekit.trace.forwards import token_forwards, tokens_between
+    from tracekit.structure.forwards import token_forwards, tokens_between
 
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them

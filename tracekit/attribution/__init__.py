@@ -5,7 +5,7 @@ nodes is backward, forward ops recorded for autograd inside them are recompute; 
 ops, no backward), then from what encloses the kernel's launch (ranges, Python frames, ops):
 decode, prefill, recompute, forward, backward, optimizer, a pipeline stage (vae_decode,
 denoise, text_encode) or a user-named phase; a step inferred from a generation's forwards
-(tracekit.trace.inferred_steps) gives prefill / decode to what no rule placed; "unknown" for
+(tracekit.structure.steps) gives prefill / decode to what no rule placed; "unknown" for
 a kernel with no launch and no GPU-side range (launched before the capture began). Blocks: attention,
 ffn, collective, norm, embedding, memory, other.
 """

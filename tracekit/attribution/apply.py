@@ -143,7 +143,7 @@ GENERATION_STEP = re.compile(r"^(prefill|decode)#\d+ ")
 
 def _generation_phases(trace: Trace, phase: np.ndarray, matched: np.ndarray) -> np.ndarray:
     """Kernels no rule placed, owned by a step inferred from a generation's forwards
-    (tracekit.trace.inferred_steps: `prefill#0 [B=1 T=512]`, `decode#1 [B=1]`): that step's kind."""
+    (tracekit.structure.steps: `prefill#0 [B=1 T=512]`, `decode#1 [B=1]`): that step's kind."""
     r = trace.ranges
     if r.empty:
         return phase

@@ -76,7 +76,7 @@ def diff_summaries(b: dict[str, Any], n: dict[str, Any], min_change: float = DEF
 
 
 def _step_sources(b: dict[str, Any], n: dict[str, Any]) -> list[str]:
-    """A warning where the two runs' steps came from different sources (tracekit.trace.inferred_steps):
+    """A warning where the two runs' steps came from different sources (tracekit.structure.steps):
     then a step of one is not a step of the other, and per-step figures compare unlike things."""
     sb, sn = ((s.get("trace") or {}).get("step_source") for s in (b, n))
     if sb == sn or sb is None and sn is None:

@@ -30,7 +30,7 @@ def sections(a: Analysis) -> list[Section]:
     total = t.total
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
-    if a.meta.get("step_source"):  # where the steps came from (tracekit.trace.inferred_steps.STEP_SOURCES)
+    if a.meta.get("step_source"):  # where the steps came from (tracekit.structure.steps.STEP_SOURCES)
         note = f"steps from: {a.meta['step_source']}" + (f"; {note}" if note else "")
     for stage, g in ((total or {}).get("by_main_stage") or {}).items():
         note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "

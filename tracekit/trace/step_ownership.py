@@ -48,7 +48,7 @@ SERVING_STEP = re.compile(r"^execute_(\d+_)?context_\d+\(|^execute_new_\d+_cache
 # video), a step of its own where no step range overlaps it. The outermost call only (an
 # xDiT pipeline calls into diffusers').
 PIPELINE_CALL = re.compile(r"(diffusers|xfuser)/(.*/)?pipelines?/.*\.py\(\d+\): __call__$")
-# The domain of the steps tracekit.trace.inferred_steps adds to a trace that marks none.
+# The domain of the steps tracekit.structure.steps adds to a trace that marks none.
 INFERRED_DOMAIN = "inferred"
 
 def step_rows(trace: Trace) -> np.ndarray:

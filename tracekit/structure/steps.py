@@ -17,14 +17,14 @@ order, the first that finds any:
    forwards: not more cycles than forwards, and no recurring weight read outside its ranges
    (a DiT block's `self_attention`, `cross_attention`, `ffn` skip its modulation and the
    patch embedding: per-layer ranges, never steps). Library and profiler ranges
-   (tracekit.trace.library_ranges: NCCL's domain, `aten::` ranges) never form a cycle.
-4. a token model: one step per forward pass (tracekit.trace.forwards: the token embedding's
+   (tracekit.structure.library_ranges: NCCL's domain, `aten::` ranges) never form a cycle.
+4. a token model: one step per forward pass (tracekit.structure.forwards: the token embedding's
    indices [B, T]), from its embedding op to the next one's (the last: to the end of the
    thread's last op). In a generation (some forward has T = 1) a forward of T > 1 tokens is
    `prefill`, one of T = 1 is `decode`; otherwise each is a `forward`. Only where the model
    ran two or more forwards.
 5. any model: the outermost repeat of the host's top-level ops (name + input shapes) whose
-   units read weights (tracekit.trace.structure_finder): the 8 denoise steps of a video
+   units read weights (tracekit.structure.repeated_steps): the 8 denoise steps of a video
    DiT profiled with default options, the chunks of a streaming pipeline.
 
 The steps are added to the ranges table as host ranges of domain INFERRED_DOMAIN, so every
@@ -44,11 +44,11 @@ import pandas as pd
 from tracekit.errors import TraceError
 from tracekit.trace.autograd import op_states
 from tracekit.trace.column_text import as_text, rows_in, rows_where
-from tracekit.trace.forwards import token_forwards
+from tracekit.structure.forwards import token_forwards
 from tracekit.trace.frames import Trace
-from tracekit.trace.library_ranges import library_ranges
+from tracekit.structure.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
-from tracekit.trace.structure_finder import holds_layer_stack, holds_whole_forwards, repeated_steps, weight_reads
+from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_steps, weight_reads
 
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
@@ -195,7 +195,7 @@ def cycles_hold_forwards(trace: Trace, cycles: list[Window], reads, forwards: in
     """A cycle of ranges is steps only if it holds whole forwards: no more cycles than the
     forwards the trace shows (`forwards`, 0: unknown), no weight that the run reads again and
     again read outside its ranges, and a stack of layers read inside each cycle
-    (tracekit.trace.structure_finder)."""
+    (tracekit.structure.repeated_steps)."""
     if forwards and len(cycles) > forwards:
         return False
     r = trace.ranges

@@ -13,7 +13,7 @@ And by name, in any domain: `aten::` ranges (torch.autograd.profiler.emit_nvtx w
 per op; a torch op is an op, not a range of the user's), `autograd::` ranges (the autograd
 engine's own nodes), and the profiler's own span (Kineto's `PyTorch Profiler (0)`). No
 cuBLAS or cuDNN NVTX domain name was found in their published headers: a library range not
-listed here is caught by the whole-forward test (tracekit.trace.structure_finder).
+listed here is caught by the whole-forward test (tracekit.structure.repeated_steps).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The structure of a run from what its host ops repeat: the steps, and whether a window holds
 a whole forward of the model.
 
-Two sequences per thread, both integer-coded (tracekit.trace.repetition):
+Two sequences per thread, both integer-coded (tracekit.structure.repeats):
 
 - the top-level ops (no op above them, outside autograd), coded by name and input shapes:
   a step of a loop (a denoise step, a video chunk, an iteration) runs the same ops on the
@@ -27,73 +27,14 @@ import pandas as pd
 from tracekit.trace.autograd import NONE, op_states
 from tracekit.trace.column_text import as_text
 from tracekit.trace.frames import Trace
-from tracekit.trace.repetition import outermost_repeat
+from tracekit.structure.repeats import outermost_repeat
+from tracekit.structure.weights import WeightReads, code_of, weight_reads
 
-# op -> the input that is its weight (aten signatures: linear(input, weight, bias),
-# addmm(bias, mat1, mat2), mm(self, mat2), convolution(input, weight, ...), embedding(weight, indices))
-WEIGHT_INPUT = {"aten::linear": 1, "aten::addmm": 2, "aten::mm": 1, "aten::conv1d": 1, "aten::conv2d": 1,
-                "aten::conv3d": 1, "aten::convolution": 1, "aten::_convolution": 1, "aten::conv_transpose1d": 1,
-                "aten::conv_transpose2d": 1, "aten::conv_transpose3d": 1, "aten::embedding": 0}
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
 # Steps are what the run is made of: a repeat whose units take less than this share of the
 # thread's host time (from its first top-level op to its last) is a loop inside the run (the
 # warm-up forwards of a CUDA-graph capture at one batch size among many), not its steps.
 MIN_STEP_SHARE = 0.5
-
-
-@dataclass(frozen=True)
-class WeightReads:
-    """The outermost weight-reading ops outside autograd, in start order: their op rows,
-    start times, threads and codes (name + weight shape)."""
-    rows: np.ndarray
-    start: np.ndarray
-    pid: np.ndarray
-    tid: np.ndarray
-    code: np.ndarray
-
-
-def _code(keys: list) -> np.ndarray:
-    return pd.factorize(pd.Series(keys, dtype=object))[0].astype(np.int64) if keys else np.zeros(0, dtype=np.int64)
-
-
-def weight_reads(ops: pd.DataFrame, states: np.ndarray | None = None) -> WeightReads:
-    """The model's weight reads (see the module docstring); none where ops carry no shapes."""
-    empty = WeightReads(*(np.zeros(0, dtype=np.int64) for _ in range(5)))
-    if not len(ops) or "input_dims" not in ops:
-        return empty
-    names = as_text(ops["name"])
-    category = ops["name"] if isinstance(ops["name"].dtype, pd.CategoricalDtype) else ops["name"].astype("category")
-    by_code = np.array([WEIGHT_INPUT.get(str(c), -1) for c in category.cat.categories] + [-1], dtype=np.int64)
-    slot = by_code[category.cat.codes.to_numpy()]  # once per distinct name, not per op
-    is_weight = slot >= 0
-    if not is_weight.any():
-        return empty
-    states = op_states(ops) if states is None else states
-    parent = ops["parent"].to_numpy() if "parent" in ops else np.full(len(ops), -1)
-    # outermost: no weight op above it (linear -> addmm is one read)
-    under = np.zeros(len(ops), dtype=bool)
-    depth = ops["depth"].to_numpy() if "depth" in ops else np.zeros(len(ops), dtype=np.int64)
-    for d in range(1, int(depth.max()) + 1 if len(depth) else 0):
-        at = np.flatnonzero(depth == d)
-        p = parent[at]
-        ok = p >= 0
-        under[at[ok]] = is_weight[p[ok]] | under[p[ok]]
-    rows = np.flatnonzero(is_weight & ~under & (states == NONE))
-    dims = ops["input_dims"].to_numpy()
-    keys, kept = [], []
-    for i in rows:
-        d = dims[i]
-        if isinstance(d, (list, tuple)) and len(d) > slot[i] and isinstance(d[slot[i]], (list, tuple)) and len(d[slot[i]]) >= 2:
-            first = d[0] if slot[i] != 0 else d[1]  # what it multiplies: the activation (an embedding's: its indices)
-            keys.append((names[i], tuple(d[slot[i]]), tuple(first) if isinstance(first, (list, tuple)) else None))
-            kept.append(i)
-    rows = np.array(kept, dtype=np.int64)
-    if not len(rows):
-        return empty
-    start = ops["start"].to_numpy()[rows]
-    order = np.argsort(start, kind="stable")
-    rows = rows[order]
-    return WeightReads(rows, start[order], ops["pid"].to_numpy()[rows], ops["tid"].to_numpy()[rows], _code(keys)[order])
 
 
 def holds_whole_forwards(reads: WeightReads, windows: list[tuple[int, int]], pid: int, tid: int) -> bool | None:
@@ -105,7 +46,7 @@ def holds_whole_forwards(reads: WeightReads, windows: list[tuple[int, int]], pid
     mine = (reads.pid == pid) & (reads.tid == tid)
     if not mine.any() or not windows:
         return None
-    start, code = reads.start[mine], reads.code[mine]
+    start, code = reads.start[mine], reads.context_code[mine]
     lo, hi = min(w[0] for w in windows), max(w[1] for w in windows)
     span = (start >= lo) & (start < hi)
     if not span.any():
@@ -131,7 +72,7 @@ def holds_layer_stack(reads: WeightReads, windows: list[tuple[int, int]], pid: i
     mine = (reads.pid == pid) & (reads.tid == tid)
     if not mine.any():
         return None
-    start, code = reads.start[mine], reads.code[mine]
+    start, code = reads.start[mine], reads.context_code[mine]
     for lo, hi in windows:
         inside = code[(start >= lo) & (start < hi)]
         if outermost_repeat(inside) is None:
@@ -176,7 +117,7 @@ def repeated_steps(trace: Trace, reads: WeightReads | None = None, states: np.nd
     rows, (pid, tid) = found
     names = as_text(ops["name"])[rows]
     dims = ops["input_dims"].to_numpy()[rows]
-    codes = _code([(n, repr(d)) for n, d in zip(names.tolist(), dims.tolist())])
+    codes = code_of([(n, repr(d)) for n, d in zip(names.tolist(), dims.tolist())])
     repeat = outermost_repeat(codes)
     if repeat is None:
         return None
@@ -193,8 +134,8 @@ def repeated_steps(trace: Trace, reads: WeightReads | None = None, states: np.nd
         if not in_step.any():
             return None  # a loop that reads no weight (a data loader, a copy loop) is no step
         # a forward begins with the same read each time it runs: count the step's first one
-        first = reads.code[np.flatnonzero(in_step)[0]]
-        forwards.append(int((reads.code[in_step] == first).sum()))
+        first = reads.context_code[np.flatnonzero(in_step)[0]]
+        forwards.append(int((reads.context_code[in_step] == first).sum()))
         windows.append((lo, hi))
     span = int(ends.max()) - int(starts.min())
     if span <= 0 or sum(hi - lo for lo, hi in windows) < MIN_STEP_SHARE * span:

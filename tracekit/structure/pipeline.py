@@ -1,0 +1,275 @@
+"""The pipeline: the sequence of calls (tracekit.structure.calls), the loop that repeats them,
+its steps, and the stages as network x role.
+
+The **loop** is the tandem repeat of the call sequence that covers the most calls. Its period
+is read from the calls' signatures (a call and the host work after it: under guidance as two
+calls, the unconditional call is followed by nothing and the conditional one by the guidance
+and the sampler's update, so a step is two calls), then stretched over the calls' networks
+alone (a KV cache that fills over the first chunks changes their shapes, not their networks);
+where no signature repeats (a decode whose cache grows every token), the networks alone give
+it. A **step** is one period of the loop; it runs from its first call's entry to the next
+step's (the last: to the end of its last call's work).
+
+The **stages** are each call's role, found from the places the networks take:
+- the body: the network called most in a period (the denoiser, the decoder, the draft);
+  among its calls, those doing the same work as most of them are the repeated body, one that
+  does other work after them is the same weights once more after the repeats (a streaming
+  pipeline's KV recompute), one before them the same weights once before;
+- a network after the body: a conv decoder (mostly convolutions: a VAE), or another network
+  (a reward model scoring what a policy wrote); a small network whose calls come before a
+  larger one's single call that reads the same token table is a draft, the large one verifies;
+- a network before: an encoder (text, image or audio, by its entry), run once before the loop.
+A body followed by a conv decoder, its calls all alike, is a denoiser. Names come from the
+role and the network's size ("text encoder (2 layers, d=32)"); the user's own names (frames,
+ranges) label them where the trace has them (tracekit.analysis.stage_names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracekit.structure.calls import Calls, Network, find_calls
+from tracekit.structure.repeats import Repeat, outermost_repeat
+from tracekit.structure.weights import main_thread, weight_reads
+from tracekit.trace.autograd import op_states
+
+CONV_NETWORK = 0.5  # a network whose reads are mostly convolutions is a conv network (a VAE, a UNet's decoder)
+DRAFT_SIZE = 0.5
+SIMILAR_WORK = 0.6  # share of the distinct op names two calls' after-work share to be alike  # a draft reads at most this share of the weight elements its verifier reads
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One call's part in the pipeline: [start, end) on the host (to the next call's entry)."""
+    start: int
+    end: int
+    name: str
+    kind: str  # body | same_weights_after | same_weights_before | conv_decoder | encoder | draft | verify | network_after | network_before
+    network: int
+    call: int
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    calls: Calls
+    loop: Repeat | None  # over the calls
+    stages: list[Stage]  # one per call, in call order
+
+    @property
+    def networks(self) -> list[Network]:
+        return self.calls.networks
+
+    def period_calls(self) -> int:
+        return self.loop.period if self.loop is not None else 0
+
+    def step_windows(self) -> list[tuple[int, int]]:
+        """(start, end) host ns of each period of the loop."""
+        if self.loop is None:
+            return []
+        c = self.calls
+        out = []
+        for j in range(self.loop.count):
+            a = self.loop.start + j * self.loop.period
+            b = a + self.loop.period
+            end = int(c.start[b]) if j + 1 < self.loop.count else int(c.span_end[b - 1])
+            out.append((int(c.start[a]), end))
+        return out
+
+    def body(self) -> Network | None:
+        kinds = [s for s in self.stages if s.kind == "body"]
+        return self.networks[kinds[0].network] if kinds else None
+
+    def outside_loop(self) -> bool:
+        """Calls before or after the loop (an encoder, a decoder run once)."""
+        return self.loop is not None and (self.loop.start > 0 or self.loop.start + self.loop.covered < len(self.calls))
+
+
+_CACHE: dict[int, tuple[object, Pipeline | None]] = {}
+
+
+def find_pipeline(trace, states: np.ndarray | None = None) -> Pipeline | None:
+    """The trace's pipeline (see the module docstring); None where its weight reads show no two
+    calls. Found once per ops table."""
+    ops = trace.ops
+    key = id(ops)
+    if key in _CACHE and _CACHE[key][0] is ops:
+        return _CACHE[key][1]
+    found = None
+    if len(ops) and "input_dims" in ops:
+        states = op_states(ops) if states is None else states
+        reads = weight_reads(ops, states)
+        thread = main_thread(reads)
+        calls = find_calls(reads.on(*thread), ops, states) if thread is not None else None
+        if calls is not None and len(calls) >= 2:
+            loop = find_loop(calls)
+            found = Pipeline(calls, loop, roles(calls, loop))
+    if len(_CACHE) > 4:
+        _CACHE.clear()
+    _CACHE[key] = (ops, found)
+    return found
+
+
+def find_loop(calls: Calls) -> Repeat | None:
+    """The loop over the calls (see the module docstring); None where nothing repeats."""
+    by_signature = outermost_repeat(calls.signature, min_period=1)
+    if by_signature is not None:
+        by_signature = _stretched(by_signature, calls.network)
+    by_network = outermost_repeat(calls.network, min_period=1)
+    if by_signature is None:
+        found = by_network
+    elif by_network is None or by_signature.covered >= by_network.covered:
+        found = by_signature
+    else:
+        found = by_network
+    return _ending_with_the_closer(found, calls.network) if found is not None else None
+
+
+def _ending_with_the_closer(repeat: Repeat, network: np.ndarray) -> Repeat:
+    """The repeat's periods shifted to end with a call of the network the period calls least
+    (a round of speculative decoding ends with its one verify, a chunk with its one decode):
+    a tandem repeat's first period starts wherever the pattern does (a draft's and a target's
+    prefill before the first round read as drafting and verifying too)."""
+    p = repeat.period
+    unit = network[repeat.start:repeat.start + p]
+    counts = {int(n): int((unit == n).sum()) for n in np.unique(unit)}
+    if len(set(counts.values())) < 2:
+        return repeat
+    least = {n for n, c in counts.items() if c == min(counts.values())}
+    shift = next(r for r in range(p) if int(network[repeat.start + r + p - 1 if repeat.start + r + p - 1 < len(network) else repeat.start + r - 1]) in least)
+    if not shift:
+        return repeat
+    return _stretched(Repeat(repeat.start + shift, p, repeat.count - 1), network)
+
+
+def _stretched(repeat: Repeat, network: np.ndarray) -> Repeat:
+    """The repeat extended over the periods before and after it whose calls are of the same
+    networks in the same order."""
+    p = repeat.period
+    unit = network[repeat.start:repeat.start + p]
+    start, count = repeat.start, repeat.count
+    while start - p >= 0 and np.array_equal(network[start - p:start], unit):
+        start -= p
+        count += 1
+    end = start + count * p
+    while end + p <= len(network) and np.array_equal(network[end:end + p], unit):
+        end += p
+        count += 1
+    return Repeat(start, p, count)
+
+
+def roles(calls: Calls, loop: Repeat | None) -> list[Stage]:
+    """Each call's stage (see the module docstring)."""
+    n = len(calls)
+    kind = np.array(["network_before"] * n, dtype=object)
+    if loop is None:
+        lo, hi, period = 0, n, n
+    else:
+        lo, hi, period = loop.start, loop.start + loop.covered, loop.period
+    unit = np.arange(lo, lo + period)
+    nets = calls.network[unit]
+    counts = np.bincount(nets, minlength=len(calls.networks))
+    duration = np.bincount(nets, weights=(calls.end - calls.start)[unit].astype(np.float64), minlength=len(calls.networks))
+    body = int(np.lexsort((-duration, -counts))[0])
+    unit_kind = _unit_roles(calls, unit, body)
+    for j in range(lo, hi):
+        kind[j] = unit_kind[(j - lo) % period]
+    after_body = {int(calls.network[j]) for j in range(lo, hi) if kind[j] == "body"}
+    for j in range(hi, n):
+        kind[j] = _other_role(calls.networks[int(calls.network[j])], after=True) if int(calls.network[j]) not in after_body else "same_weights_after"
+    in_loop = {int(calls.network[j]) for j in range(lo, hi)}
+    for j in range(0, lo):
+        # a network of the loop run before it is its first call (a prompt's prefill); another is an encoder
+        kind[j] = "same_weights_before" if int(calls.network[j]) in in_loop else _other_role(calls.networks[int(calls.network[j])], after=False)
+    denoiser = _is_denoiser(calls, kind, body)
+    out = []
+    for j in range(n):
+        net = calls.networks[int(calls.network[j])]
+        end = int(calls.start[j + 1]) if j + 1 < n else int(calls.span_end[j])
+        out.append(Stage(int(calls.start[j]), end, _name(str(kind[j]), net, denoiser), str(kind[j]), net.id, j))
+    return out
+
+
+def _unit_roles(calls: Calls, unit: np.ndarray, body: int) -> list[str]:
+    """The roles of one period's calls: the body's calls that do the work most of them do (their
+    own ops, and the host work after them: a sampler's update) are the body; one that differs
+    is the same weights once more after the repeats (or once before them)."""
+    nets, own = calls.network[unit], calls.own[unit]
+    mine = np.flatnonzero(nets == body)
+    values, counts = np.unique(own[mine], return_counts=True)
+    usual = values[np.argmax(counts)] if counts.max() >= 2 else None
+    after = [calls.after[int(unit[i])] for i in mine]
+    usual_after = _usual(after)
+    alike = {int(i) for i, a in zip(mine, after) if (usual is None or own[i] == usual) and (usual_after is None or _similar(a, usual_after))}
+    first_usual = min(alike) if alike else int(mine[0])
+    out = []
+    for i in range(len(unit)):
+        if nets[i] == body:
+            out.append("body" if i in alike else ("same_weights_after" if i > first_usual else "same_weights_before"))
+            continue
+        role = _other_role(calls.networks[int(nets[i])], i > mine[0])
+        if i > mine[0] and i == len(unit) - 1 and _drafts_for(calls.networks[body], calls.networks[int(nets[i])], calls, unit, body, int(nets[i])):
+            role = "verify"
+        out.append(role)
+    if "verify" in out:
+        out = ["draft" if r == "body" else r for r in out]
+    return out
+
+
+def _similar(a: frozenset, b: frozenset) -> bool:
+    """Two calls' host work after them is alike: most of the op names agree."""
+    if not a and not b:
+        return True
+    return len(a & b) >= SIMILAR_WORK * len(a | b)
+
+
+def _usual(works: list) -> frozenset | None:
+    """The host work after a call that most of the calls share (alike with it), where two or
+    more share it; None else."""
+    best, best_count = None, 1
+    for w in works:
+        count = sum(_similar(w, v) for v in works)
+        if count > best_count:
+            best, best_count = w, count
+    return best
+
+
+def _drafts_for(small: Network, big: Network, calls: Calls, unit: np.ndarray, body: int, other: int) -> bool:
+    """A small network whose calls feed a big one's single call at the period's end, both token
+    models over one token table: drafting, then verifying."""
+    if not (small.embedding and big.embedding) or int((calls.network[unit] == other).sum()) != 1:
+        return False
+    if small.read_elements > DRAFT_SIZE * big.read_elements:
+        return False
+    reads = calls.reads
+    table = lambda net: {int(reads.code[calls.first[j]]) for j in np.flatnonzero(calls.network == net)}
+    return bool(table(body) & table(other))
+
+
+def _other_role(net: Network, after: bool) -> str:
+    if after:
+        return "conv_decoder" if net.conv_share >= CONV_NETWORK else "network_after"
+    return "encoder"
+
+
+def _is_denoiser(calls: Calls, kind: np.ndarray, body: int) -> bool:
+    """The body is a denoiser where a conv decoder follows it and its calls do alike work."""
+    return "conv_decoder" in set(kind.tolist()) and not calls.networks[body].embedding
+
+
+def _name(kind: str, net: Network, denoiser: bool) -> str:
+    size = net.describe()
+    if kind == "body":
+        if denoiser:
+            return f"denoise ({size})"
+        return f"repeated forward ({size})"
+    return {
+        "same_weights_after": f"same weights once more after the repeats ({size})" + (": KV recompute" if denoiser else ""),
+        "same_weights_before": (f"prefill ({size})" if net.embedding else f"same weights once before the repeats ({size})"),
+        "conv_decoder": f"conv decoder, VAE ({size})",
+        "network_after": f"another network after ({size})",
+        "encoder": ("text encoder" if net.embedding else "encoder") + f" ({size})",
+        "draft": f"draft ({size})",
+        "verify": f"verify ({size})",
+    }.get(kind, f"another network ({size})")
