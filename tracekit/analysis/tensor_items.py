@@ -128,6 +128,21 @@ def clip_total(trace, kernels: pd.DataFrame) -> dict | None:
             "outside_steps_kernels": 0, "outside_steps_busy_ns": 0.0}
 
 
+def loop_inside_pipeline(trace) -> bool:
+    """The steps are a loop with other calls around it (an encoder before a decode loop, the
+    prefills before speculative rounds, a text encoder and a VAE around a denoise loop) and no
+    period decodes frames of its own: the stages then cover the whole pipeline, not the steps."""
+    if trace is None or not len(trace.ops):
+        return False
+    from tracekit.structure.pipeline import find_pipeline
+
+    pipeline = find_pipeline(trace.ops)
+    if pipeline is None or pipeline.loop is None or not pipeline.outside_loop():
+        return False
+    period = pipeline.stages[pipeline.loop.start:pipeline.loop.start + pipeline.loop.period]
+    return not any(s.kind == "conv_decoder" for s in period)
+
+
 def forwards_of_one_clip(trace, steps: pd.DataFrame) -> bool:
     """Steps found by repetition that are the forwards inside one clip: the denoise steps of a
     text-to-video pipeline, with its decoder run after them, outside every step. The clip, not

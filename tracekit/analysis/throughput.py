@@ -257,18 +257,22 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
         row = out.setdefault(rule.label, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
         row["wall_ns"] += float((mine[:, 1] - mine[:, 0]).sum())
         row["runs"] += len(mine)
-    if not out:  # no rule names the work: the user's functions, else the op sequence's structure
-        from tracekit.analysis.stage_segments import HostStages
+    # what no rule names: the user's functions, else the pipeline's structure (an encoder before
+    # a decode loop whose steps a rule names, a VAE after the denoise steps)
+    from tracekit.analysis.stage_segments import HostStages
 
-        found = HostStages(trace)
-        for lo, hi in windows:
-            spans: dict[str, list] = {}
-            for name, a, b in found.segments(lo, hi):
-                spans.setdefault(name, []).append((a, b))
-            for name, pieces in spans.items():
-                row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
-                row["wall_ns"] += length(np.array(pieces, dtype=np.float64))
-                row["runs"] += len(pieces)
+    found = HostStages(trace)
+    for lo, hi in windows:
+        spans: dict[str, list] = {}
+        for name, a, b in found.segments(lo, hi):
+            spans.setdefault(name, []).append((a, b))
+        for name, pieces in spans.items():
+            free = difference(np.array(pieces, dtype=np.float64), claimed) if len(claimed) else np.array(pieces, dtype=np.float64)
+            if not len(free) or not length(free):
+                continue
+            row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
+            row["wall_ns"] += length(free)
+            row["runs"] += len(pieces)
     return _stage_frame(out, length(windows))
 
 
@@ -342,15 +346,17 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
     from tracekit.analysis.denoise import denoise_steps
     from tracekit.analysis.gemm_tokens import tokens_from_gemms
     from tracekit.analysis.stage_names import kernel_stages
-    from tracekit.analysis.tensor_items import clip_total, forwards_of_one_clip
+    from tracekit.analysis.tensor_items import clip_total, forwards_of_one_clip, loop_inside_pipeline
 
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])
     windows = _step_windows(steps)
     clip = not samples_per_step and not frames_per_step and (not len(steps) or forwards_of_one_clip(trace, steps))
+    # a loop with calls around it (an encoder, prefills, a VAE): the stages cover the pipeline
+    whole_pipeline = clip or loop_inside_pipeline(trace)
     # the stages of a clip cover the whole trace (text encoder, denoise loop, decoder); else the steps
-    stage_windows = np.zeros((0, 2)) if clip else windows
+    stage_windows = np.zeros((0, 2)) if whole_pipeline else windows
     if len(kernels):
-        kernels = kernels.assign(stage=kernel_stages(trace, kernels, None if clip else _host_windows(steps)))
+        kernels = kernels.assign(stage=kernel_stages(trace, kernels, None if whole_pipeline else _host_windows(steps)))
         stages = stage_table(kernels, "stage", windows=stage_windows)
         if len(per_step):
             per_step["per_stage"] = _per_step_stages(trace, kernels, steps, windows)

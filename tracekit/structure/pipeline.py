@@ -89,10 +89,9 @@ class Pipeline:
 _CACHE: dict[int, tuple[object, Pipeline | None]] = {}
 
 
-def find_pipeline(trace, states: np.ndarray | None = None) -> Pipeline | None:
-    """The trace's pipeline (see the module docstring); None where its weight reads show no two
-    calls. Found once per ops table."""
-    ops = trace.ops
+def find_pipeline(ops, states: np.ndarray | None = None) -> Pipeline | None:
+    """The pipeline of a trace's ops table (see the module docstring); None where its weight
+    reads show no two calls. Found once per ops table."""
     key = id(ops)
     if key in _CACHE and _CACHE[key][0] is ops:
         return _CACHE[key][1]
@@ -265,11 +264,57 @@ def _name(kind: str, net: Network, denoiser: bool) -> str:
             return f"denoise ({size})"
         return f"repeated forward ({size})"
     return {
-        "same_weights_after": f"same weights once more after the repeats ({size})" + (": KV recompute" if denoiser else ""),
-        "same_weights_before": (f"prefill ({size})" if net.embedding else f"same weights once before the repeats ({size})"),
+        "same_weights_after": (f"KV recompute: same weights once more ({size})" if denoiser
+                               else f"same weights once more after the body ({size})"),
+        "same_weights_before": (f"prefill ({size})" if net.embedding else f"same weights once before the body ({size})"),
         "conv_decoder": f"conv decoder, VAE ({size})",
         "network_after": f"another network after ({size})",
         "encoder": ("text encoder" if net.embedding else "encoder") + f" ({size})",
         "draft": f"draft ({size})",
         "verify": f"verify ({size})",
     }.get(kind, f"another network ({size})")
+
+
+def loop_steps(pipeline: Pipeline) -> list[tuple[str, int, int, int, int]]:
+    """The loop's periods as step windows (name, start, end, pid, tid), named by what a period
+    holds: a chunk (a period that decodes its frames), a round (drafting and verifying, or a
+    network scoring the body's work), a denoise step, else a step."""
+    kinds = {s.kind for s in pipeline.stages[pipeline.loop.start:pipeline.loop.start + pipeline.loop.period]}
+    if "conv_decoder" in kinds:
+        label = "chunk"
+    elif kinds & {"verify", "network_after"}:
+        label = "round"
+    elif any(s.name.startswith("denoise") for s in pipeline.stages):
+        label = "denoise step"
+    else:
+        label = "step"
+    calls = pipeline.calls
+    return [(f"{label}#{j}", lo, hi, calls.pid, calls.tid) for j, (lo, hi) in enumerate(pipeline.step_windows())]
+
+
+def steps_from_loop(pipeline: Pipeline | None) -> bool:
+    """Whether the loop, not a token model's forwards, gives the steps: a loop of two or more
+    periods whose period holds several calls (a guidance pair, a speculative round, a chunk)
+    or whose body is not a token model (a denoiser between a text encoder and a VAE)."""
+    if pipeline is None or pipeline.loop is None or pipeline.loop.count < 2:
+        return False
+    body = pipeline.body()
+    return pipeline.loop.period >= 2 or (body is not None and not body.embedding)
+
+
+def window_stages(pipeline: Pipeline, lo: float, hi: float) -> list[Stage]:
+    """The stages that start inside [lo, hi], clipped to it, neighbours of one name joined; the
+    first reaches back to lo (the host work that prepares a step's first call is the step's)."""
+    out: list[Stage] = []
+    for s in pipeline.stages:
+        if not lo <= s.start < hi:
+            continue
+        start, end = max(s.start, lo), min(s.end, hi)
+        if out and out[-1].name == s.name:
+            out[-1] = Stage(out[-1].start, int(end), s.name, s.kind, s.network, out[-1].call)
+        else:
+            out.append(Stage(int(start), int(end), s.name, s.kind, s.network, s.call))
+    if out and np.isfinite(lo):
+        first = out[0]
+        out[0] = Stage(int(lo), first.end, first.name, first.kind, first.network, first.call)
+    return out

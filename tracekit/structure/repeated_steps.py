@@ -168,3 +168,41 @@ def unit_label(trace: Trace, windows: list[tuple[int, int]], pid: int, tid: int)
     best = np.flatnonzero(holds)[np.argmax(depth[holds])]
     label = str(names[best]).rsplit(": ", 1)[-1]
     return label if (names == names[best]).sum() >= len(windows) else None
+
+
+# the op names that read a weight, where a trace records no shapes to tell the weight by
+WEIGHT_OP_NAMES = ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+                   "aten::convolution", "aten::embedding")
+
+
+def repeated_name_steps(trace: Trace, states: np.ndarray | None = None) -> list[Window]:
+    """Steps of a trace without shapes (torch.profiler's defaults): the outermost repeat of the
+    busiest thread's top-level op names outside autograd, each unit holding two or more
+    weight ops (GEMMs, convolutions) and together most of the thread's time. The weaker
+    evidence: a loop of the same op names is the steps only by its names."""
+    ops = trace.ops
+    if not len(ops):
+        return []
+    states = op_states(ops) if states is None else states
+    found = top_level_codes(ops, states)
+    if found is None:
+        return []
+    rows, (pid, tid) = found
+    names = as_text(ops["name"])[rows]
+    repeat = outermost_repeat(code_of(names.tolist()))
+    if repeat is None:
+        return []
+    unit = names[repeat.start:repeat.start + repeat.period]
+    if sum(1 for n in unit if n in WEIGHT_OP_NAMES) < 2:
+        return []  # a loop that reads no weights (a data loader, a copy loop) is no step
+    starts, ends = ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows]
+    bounds = repeat.unit_starts()
+    windows = []
+    for j in range(repeat.count):
+        a, b = int(bounds[j]), int(bounds[j + 1])
+        hi = int(starts[b]) if j + 1 < repeat.count else int(ends[a:b].max())
+        windows.append((int(starts[a]), hi))
+    span = int(ends.max()) - int(starts.min())
+    if span <= 0 or sum(hi - lo for lo, hi in windows) < MIN_STEP_SHARE * span:
+        return []
+    return [(f"forward#{j}", lo, hi, pid, tid) for j, (lo, hi) in enumerate(windows)]

@@ -39,6 +39,8 @@ import pandas as pd
 
 from tracekit.trace.column_text import as_text
 
+# the pipeline's roles in this module's kinds, so readers of either (decoder_frames) see one vocabulary
+PIPELINE_KINDS = {"body": "repeated", "same_weights_after": "same_weights", "encoder": "network"}
 MAX_PERIODS = 64  # candidate periods tried, most frequent gaps first
 MIN_REPEATS = 2
 CONV = re.compile(r"^aten::(conv\d?d|convolution|_convolution|conv_transpose\d?d)$")
@@ -192,9 +194,13 @@ def _what(ops: pd.DataFrame, rows: np.ndarray, names: list[str], after: bool) ->
 
 def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: np.ndarray | None = None,
              entry: np.ndarray | None = None) -> list[Segment]:
-    """The stages inside [lo, hi] (see the module docstring); [] when no forward repeats.
-    `outer`, `entry`: outermost_ops(ops) of the whole trace and entry_ops(ops), found once by a
-    caller that asks for many windows."""
+    """The stages inside [lo, hi]: the pipeline's (tracekit.structure.pipeline) where its weight
+    reads show a loop, else those of the op sequence (see the module docstring); [] when no
+    forward repeats. `outer`, `entry`: outermost_ops(ops) of the whole trace and entry_ops(ops),
+    found once by a caller that asks for many windows."""
+    found = pipeline_segments(ops, lo, hi)
+    if found:
+        return found
     if outer is None:
         rows = outermost_ops(ops, lo, hi)
     else:
@@ -214,6 +220,25 @@ def segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf, outer: 
         mine = rows[x:y]
         stop = int(start[rows[pieces[i + 1][2]]]) if i + 1 < len(pieces) else int(end[mine].max())
         out.append(Segment(int(start[mine[0]]), stop, name, kind, mine))
+    return out
+
+
+def pipeline_segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf) -> list[Segment]:
+    """The pipeline's stages inside [lo, hi] as segments; [] where it finds no loop or only one
+    stage there."""
+    from tracekit.structure.pipeline import find_pipeline, window_stages
+
+    pipeline = find_pipeline(ops)
+    if pipeline is None or pipeline.loop is None:
+        return []
+    stages = window_stages(pipeline, lo, hi)
+    if len({s.name for s in stages}) < 2:
+        return []
+    calls = pipeline.calls
+    out = []
+    for s in stages:
+        rows = calls.reads.rows[calls.first[s.call]:calls.last[s.call] + 1]
+        out.append(Segment(s.start, s.end, s.name, PIPELINE_KINDS.get(s.kind, s.kind), rows))
     return out
 
 

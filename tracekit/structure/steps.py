@@ -18,14 +18,20 @@ order, the first that finds any:
    (a DiT block's `self_attention`, `cross_attention`, `ffn` skip its modulation and the
    patch embedding: per-layer ranges, never steps). Library and profiler ranges
    (tracekit.structure.library_ranges: NCCL's domain, `aten::` ranges) never form a cycle.
-4. a token model: one step per forward pass (tracekit.structure.forwards: the token embedding's
+4. a pipeline's loop (tracekit.structure.pipeline): one step per period of the repeat of the
+   calls, where a period holds several calls (a guidance pair, a speculative round of drafts
+   and a verify, a streaming chunk) or its body is not a token model (a denoiser between a
+   text encoder and a VAE); a token model's own loop is its forwards (5).
+5. a token model: one step per forward pass (tracekit.structure.forwards: the token embedding's
    indices [B, T]), from its embedding op to the next one's (the last: to the end of the
    thread's last op). In a generation (some forward has T = 1) a forward of T > 1 tokens is
    `prefill`, one of T = 1 is `decode`; otherwise each is a `forward`. Only where the model
    ran two or more forwards.
-5. any model: the outermost repeat of the host's top-level ops (name + input shapes) whose
+6. any model: the outermost repeat of the host's top-level ops (name + input shapes) whose
    units read weights (tracekit.structure.repeated_steps): the 8 denoise steps of a video
    DiT profiled with default options, the chunks of a streaming pipeline.
+7. without shapes (torch.profiler's defaults): the outermost repeat of the top-level op
+   names whose units hold weight ops, the weaker evidence named as the source.
 
 The steps are added to the ranges table as host ranges of domain INFERRED_DOMAIN, so every
 stage that reads steps (ownership, the step table, throughput, the model) reads them as any
@@ -48,7 +54,8 @@ from tracekit.structure.forwards import token_forwards
 from tracekit.trace.frames import Trace
 from tracekit.structure.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
-from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_steps, weight_reads
+from tracekit.structure.pipeline import find_pipeline, loop_steps, steps_from_loop
+from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_name_steps, repeated_steps, weight_reads
 
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
@@ -159,7 +166,8 @@ def forward_steps(trace: Trace, forwards: pd.DataFrame | None = None) -> list[Wi
     return out
 
 
-STEP_SOURCES = ("ProfilerStep", "annotation", "user's --step", "optimizer", "range cycle", "repeated forward")
+STEP_SOURCES = ("ProfilerStep", "annotation", "user's --step", "optimizer", "range cycle", "repeated forward", "pipeline loop",
+                "repeated op names (no record_shapes)")
 
 
 def marked_source(trace: Trace, rows: np.ndarray) -> str:
@@ -234,12 +242,26 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
     inside = int(((forwards["start"] >= cycles[0][1]) & (forwards["start"] < cycles[-1][2])).sum()) if cycles and len(forwards) else 0
     if cycles and cycles_hold_forwards(trace, cycles, reads, inside):
         return cycles, STEP_SOURCES[4]
+    pipeline = find_pipeline(trace.ops, states) if states is not None else None
+    if steps_from_loop(pipeline):
+        return loop_steps(pipeline), STEP_SOURCES[6]
     if len(forwards) >= 2:
         return forward_steps(trace, forwards), STEP_SOURCES[5]
     repeated = repeated_steps(trace, reads, states)
     if repeated is not None:
         return repeated.windows, STEP_SOURCES[5]
+    if states is not None and not _has_shapes(trace.ops):
+        by_names = repeated_name_steps(trace, states)
+        if by_names:
+            return by_names, STEP_SOURCES[7]
     return [], None
+
+
+def _has_shapes(ops: pd.DataFrame) -> bool:
+    """Whether any op records its input shapes (torch.profiler's record_shapes)."""
+    if "input_dims" not in ops:
+        return False
+    return any(isinstance(d, (list, tuple)) and len(d) for d in ops["input_dims"].to_numpy()[:10_000])
 
 
 def inferred_windows(trace: Trace) -> list[Window]:

@@ -1,0 +1,137 @@
+"""Pipelines of several networks (issue 46): steps and stages from the weights each call reads.
+
+The traces are the project's own CPU recordings (fixtures/record_cpu_pipelines.py), none of
+them named by any rule: hand-written models, record_shapes=True only (no ranges, no frames, no
+modules). Their truth (fixtures/cpu_pipelines_truth.json) is what each run measured of itself:
+forward hooks counted the calls, perf_counter timed each stage inside the profiled run. The
+stage shares checked are each stage's host time over the stage table's window (the whole
+pipeline), within 3 points of the truth's share of the run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import tracekit
+from tracekit.structure.calls import entries
+from tracekit.structure.pipeline import find_pipeline
+from tracekit.structure.weights import WeightReads
+
+FIXTURES = pathlib.Path(__file__).resolve().parent.parent / "fixtures"
+SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+TRUTH = json.loads((FIXTURES / "cpu_pipelines_truth.json").read_text())["forms"]
+
+# each truth stage -> the tracekit stage names that are it (by role; the names only label it)
+STAGES = {
+    "cfg_two_calls": {"text_encoder": r"^text encoder", "denoise": r"^denoise", "vae_decode": r"VAE"},
+    "cfg_batch2": {"text_encoder": r"^text encoder", "denoise": r"^denoise", "vae_decode": r"VAE"},
+    "speculative": {"prefill": r"^prefill", "draft": r"^draft", "verify": r"^verify"},
+    "enc_dec": {"encoder": r"^encoder", "decode": r"^decode$"},
+    "policy_reward": {"policy_generate": r"^repeated forward", "reward_score": r"^another network after"},
+}
+
+
+def _stage_shares(analysis) -> dict[str, float]:
+    return {str(r["stage"]): float(r["wall_share"] or 0) for r in analysis.throughput.stages.to_dict(orient="records")}
+
+
+@pytest.mark.parametrize("form", sorted(STAGES))
+def test_steps_and_stage_shares_match_what_ran(form, shared_analysis):
+    truth = TRUTH[form]
+    a = shared_analysis(FIXTURES / truth["trace"])
+    assert len(a.steps) == truth["steps"], (form, len(a.steps))
+    shares = _stage_shares(a)
+    for key, pattern in STAGES[form].items():
+        got = sum(v for name, v in shares.items() if re.search(pattern, name))
+        assert abs(got - truth["stage_share"][key]) <= 0.03, (form, key, got, truth["stage_share"][key], shares)
+    # a VAE decode is never the token "decode" phase, nor a draft a "prefill"
+    assert not any(re.search("VAE", n) and re.search(r"^decode", n) for n in shares)
+
+
+@pytest.mark.parametrize("form, calls", [("cfg_two_calls", [2, 20, 1]), ("cfg_batch2", [2, 10, 1]), ("speculative", [37, 10]),
+                                         ("enc_dec", [1, 12]), ("policy_reward", [24, 3])])
+def test_calls_per_network_are_the_forward_hooks_counts(form, calls, shared_analysis):
+    trace = tracekit.load(str(FIXTURES / TRUTH[form]["trace"]))
+    pipeline = find_pipeline(trace.ops)
+    assert [n.calls for n in pipeline.networks] == calls
+    assert sum(TRUTH[form]["calls"].values()) == sum(calls)
+
+
+def test_guidance_as_two_calls_is_one_step_of_two_unet_calls():
+    """The unconditional and the conditional call read the same weights on the same shapes; the
+    host work after the second (guidance, the sampler's update) makes the pair the period."""
+    pipeline = find_pipeline(tracekit.load(str(FIXTURES / "cpu_pipe_cfg_two_calls.json.gz")).ops)
+    assert (pipeline.loop.period, pipeline.loop.count) == (2, TRUTH["cfg_two_calls"]["steps"])
+    kinds = [s.kind for s in pipeline.stages]
+    assert kinds[:2] == ["encoder", "encoder"] and kinds[-1] == "conv_decoder"
+
+
+def test_speculative_rounds_end_with_the_verify():
+    """9 rounds of 4 drafts and a verify; the two prefills before the first round are not a round."""
+    pipeline = find_pipeline(tracekit.load(str(FIXTURES / "cpu_pipe_speculative.json.gz")).ops)
+    loop = pipeline.loop
+    assert (loop.start, loop.period, loop.count) == (2, 5, 9)
+    period = [s.kind for s in pipeline.stages[loop.start:loop.start + loop.period]]
+    assert period == ["draft"] * 4 + ["verify"]
+    draft, target = pipeline.networks
+    assert draft.layers == 1 and target.layers == 4
+
+
+def _reads(code, in_width, out_width, embedding=None, conv=None) -> WeightReads:
+    n = len(code)
+    z = np.zeros(n, dtype=np.int64)
+    return WeightReads(z, np.arange(n), np.arange(n) + 1, z, z, np.array(code), np.array(code), np.array(in_width), np.array(out_width),
+                       np.array(embedding if embedding is not None else [False] * n), np.array(conv if conv is not None else [False] * n),
+                       np.ones(n, dtype=np.int64))
+
+
+def test_a_layer_modulation_widens_like_an_entry_but_is_no_entry():
+    """A DiT forward: patch embedding 64 -> 512, then 3 blocks of modulation 512 -> 3072 (widens
+    6x, like an entry), q, o, up, down; two forwards. Only the patch embeddings start calls."""
+    block = [(2, 512, 3072), (3, 512, 512), (4, 512, 512), (5, 512, 2048), (6, 2048, 512)]
+    forward = [(1, 64, 512)] + block * 3
+    code, inw, outw = zip(*(forward * 2))
+    assert entries(_reads(code, inw, outw)).tolist() == [0, len(forward)]
+
+
+def test_an_lm_head_is_no_entry_of_the_next_forward():
+    """A token model: embedding, 2 layers, LM head 64 -> 1000 (widens, but into a vocabulary, not
+    the width the next reads work at)."""
+    forward = [(0, 0, 64), (1, 64, 64), (2, 64, 64), (1, 64, 64), (2, 64, 64), (3, 64, 1000)]
+    code, inw, outw = zip(*(forward * 3))
+    embedding = [c == 0 for c in code]
+    assert entries(_reads(code, inw, outw, embedding)).tolist() == [0, 6, 12]
+
+
+@pytest.mark.skipif(not (SHARED / "torch" / "h100_streaming_video_noranges_dit1.3b_chunk3_steps4.json.gz").exists(), reason="needs ../shared/fixtures")
+def test_streaming_dit_stages_without_frames_or_ranges(tmp_path):
+    """The shared H100 streaming trace with every Python frame and user range removed: the stages
+    come from the weights alone (truth: denoise 76.8%, KV recompute 19.5%, VAE decode 3.7%)."""
+    source = SHARED / "torch" / "h100_streaming_video_noranges_dit1.3b_chunk3_steps4.json.gz"
+    truth = json.loads((SHARED / "truth" / "h100_streaming_noranges.truth.json").read_text())
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in ("python_function", "user_annotation")]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(doc))
+    a = tracekit.analyze(str(bare), workers=1)
+    assert len(a.steps) == truth["chunks_profiled"]
+    shares = _stage_shares(a)
+    for key, pattern in (("denoise", r"^denoise"), ("recompute", r"once more"), ("vae", r"VAE")):
+        got = sum(v for n, v in shares.items() if re.search(pattern, n))
+        assert abs(got - truth["stage_share"][key]) <= 0.03, (key, got, shares)
+
+
+def test_default_profiler_options_give_steps_from_repeated_op_names(shared_analysis):
+    """torch.profiler.profile() with nothing set records no shapes: the 5 batches of a conv net
+    are the outermost repeat of its top-level op names, and the report names that evidence."""
+    truth = TRUTH["default_options"]
+    a = shared_analysis(FIXTURES / truth["trace"])
+    assert len(a.steps) == truth["steps"]
+    assert a.meta["step_source"] == "repeated op names (no record_shapes)"
+    walls = a.steps["duration_ns"].to_numpy() / 1e9
+    assert abs(walls.sum() / truth["wall_s"] - 1) <= 0.1
