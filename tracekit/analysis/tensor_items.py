@@ -123,8 +123,10 @@ def clip_total(trace, kernels: pd.DataFrame) -> dict | None:
         wall, where = float(found[-1].end - found[0].start), "the host span of the clip's ops"
     if wall <= 0:
         return None
-    return {"items": float(frames), "unit": "frames", "wall_ns": wall, "throughput": frames / wall * 1e9,
-            "source": f"{decoders[-1][3]}, over {where} (no steps: the whole trace is one clip)",
+    # a 4-D output is images (a latent diffusion's decoded batch), a 5-D one a video's frames
+    unit = "images" if all(d[3].startswith("images") for d in decoders) else "frames"
+    return {"items": float(frames), "unit": unit, "wall_ns": wall, "throughput": frames / wall * 1e9,
+            "source": f"{decoders[-1][3]}, over {where} (the whole trace is one pipeline call)",
             "outside_steps_kernels": 0, "outside_steps_busy_ns": 0.0}
 
 

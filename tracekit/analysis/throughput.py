@@ -365,7 +365,7 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         span = float((trace.meta.get("span_ns") or 0) if trace is not None else 0)
         stages = host_stage_table(trace, stage_windows if len(stage_windows) else np.array([[0.0, span]]), rules)
     total = None
-    if clip:  # the whole trace is one clip
+    if whole_pipeline:  # the whole trace is one clip, or one pipeline call: what its decoders wrote
         total = clip_total(trace, kernels)
     if len(per_step) and total is None:
         wall = float(per_step["duration_ns"].sum())

@@ -55,6 +55,16 @@ class Network:
 
 
 @dataclass(frozen=True)
+class ThreadOps:
+    """The call thread's top-level ops outside autograd in start order (start, a code of name and
+    input shapes), and per call the index of its first op and the index past its last read's op."""
+    start: np.ndarray
+    code: np.ndarray
+    first: np.ndarray
+    own_end: np.ndarray
+
+
+@dataclass(frozen=True)
 class Calls:
     """Per call, in start order: its reads [first, last] (indices into the thread's reads), host
     start (its entry's start) and end (its last read's end), network and signature."""
@@ -67,6 +77,7 @@ class Calls:
     own: np.ndarray  # the call's own ops, from its entry to its last read
     span_end: np.ndarray  # host end of the last top-level op before the next call's entry
     after: list  # per call: the distinct names of the host ops from its last read to the next call (a sampler's update)
+    ops: "ThreadOps"  # the thread's top-level ops, and where each call's own ops begin and end among them
     networks: list[Network]
     reads: WeightReads  # the thread's reads the indices point into
     pid: int
@@ -127,8 +138,8 @@ def find_calls(reads: WeightReads, ops: pd.DataFrame, states: np.ndarray) -> Cal
     networks, network = _networks(reads, first, last)
     start = reads.start[first]
     end = np.array([reads.end[a:b + 1].max() for a, b in zip(first, last)], dtype=np.int64)
-    full, own, span_end, after = _signatures(ops, states, pid, tid, start, reads.start[last])
-    return Calls(first, last, start, end, network, full, own, span_end, after, networks, reads, pid, tid)
+    full, own, span_end, after, thread_ops = _signatures(ops, states, pid, tid, start, reads.start[last])
+    return Calls(first, last, start, end, network, full, own, span_end, after, thread_ops, networks, reads, pid, tid)
 
 
 def _split_repeated_forwards(code: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -245,7 +256,7 @@ def _same_weights(a: frozenset, b: frozenset) -> bool:
 
 
 def _signatures(ops: pd.DataFrame, states: np.ndarray, pid: int, tid: int, starts: np.ndarray,
-                last_reads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list]:
+                last_reads: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, list, "ThreadOps"]:
     """Per call: a code of the names and input shapes of the thread's top-level ops from its
     entry to the next call's entry (full), the same of its own ops (to its last read), the
     end of the last of those ops, and the distinct names of the ops after its last read."""
@@ -267,4 +278,4 @@ def _signatures(ops: pd.DataFrame, states: np.ndarray, pid: int, tid: int, start
     span_end = np.array([op_end[a:b].max() if b > a else op_end[a] for a, b in zip(bounds[:-1], bounds[1:])], dtype=np.int64)
     name_code = code_of([str(n) for n in names.tolist()])
     after = [frozenset(name_code[a:b].tolist()) for a, b in zip(own_end, bounds[1:])]
-    return full, own, span_end, after
+    return full, own, span_end, after, ThreadOps(op_start, op_code, cut, own_end)

@@ -65,17 +65,28 @@ class Pipeline:
         return self.loop.period if self.loop is not None else 0
 
     def step_windows(self) -> list[tuple[int, int]]:
-        """(start, end) host ns of each period of the loop."""
+        """(start, end) host ns of each period of the loop. A period starts with the host work
+        that prepares its first call, where it can be told: the ops the first period runs before
+        its first call (after whatever ran before the loop) are that work, found again before
+        each later period's first call; else at its first call's entry."""
         if self.loop is None:
             return []
-        c = self.calls
-        out = []
+        c, ops = self.calls, self.calls.ops
+        first_call = self.loop.start
+        lead_from = int(ops.own_end[first_call - 1]) if first_call > 0 else 0
+        lead = ops.code[lead_from:int(ops.first[first_call])]
+        starts = []
         for j in range(self.loop.count):
-            a = self.loop.start + j * self.loop.period
-            b = a + self.loop.period
-            end = int(c.start[b]) if j + 1 < self.loop.count else int(c.span_end[b - 1])
-            out.append((int(c.start[a]), end))
-        return out
+            a = first_call + j * self.loop.period
+            cut = int(ops.first[a])
+            if j == 0 and len(lead):
+                starts.append(int(ops.start[lead_from]))
+            elif len(lead) and cut - len(lead) >= int(ops.own_end[a - 1]) and np.array_equal(ops.code[cut - len(lead):cut], lead):
+                starts.append(int(ops.start[cut - len(lead)]))
+            else:
+                starts.append(int(c.start[a]))
+        last = first_call + self.loop.covered - 1
+        return [(lo, starts[j + 1] if j + 1 < len(starts) else int(c.span_end[last])) for j, lo in enumerate(starts)]
 
     def body(self) -> Network | None:
         kinds = [s for s in self.stages if s.kind == "body"]

@@ -55,7 +55,7 @@ from tracekit.trace.frames import Trace
 from tracekit.structure.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
 from tracekit.structure.pipeline import find_pipeline, loop_steps, steps_from_loop
-from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_name_steps, repeated_steps, weight_reads
+from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_name_steps, repeated_steps, unit_label, weight_reads
 
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#")
 Window = tuple[str, int, int, int, int]  # name, start, end, pid, tid
@@ -244,7 +244,12 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
         return cycles, STEP_SOURCES[4]
     pipeline = find_pipeline(trace.ops, states) if states is not None else None
     if steps_from_loop(pipeline):
-        return loop_steps(pipeline), STEP_SOURCES[6]
+        windows = loop_steps(pipeline)
+        # the user's own function around each period (with_stack: the pipeline's `__call__`) names it
+        label = unit_label(trace, [(w[1], w[2]) for w in windows], windows[0][3], windows[0][4])
+        if label:
+            windows = [(f"{label}#{j}", *w[1:]) for j, w in enumerate(windows)]
+        return windows, STEP_SOURCES[6]
     if len(forwards) >= 2:
         return forward_steps(trace, forwards), STEP_SOURCES[5]
     repeated = repeated_steps(trace, reads, states)
