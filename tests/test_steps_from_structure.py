@@ -42,7 +42,8 @@ def test_streaming_pipeline_steps_are_its_chunks_never_the_per_block_ranges():
     truth = VIDEO_TRUTH["streaming"]
     trace = load(FIXTURES / truth["trace"])
     windows, source = find_steps(trace)
-    assert source == "repeated forward"
+    # the loop of the pipeline's calls: 4 DiT forwards, one more of the same weights, a VAE per chunk
+    assert source == "pipeline loop"
     assert len(windows) == truth["steps"] == 4
     assert not any(w[0].split("#")[0] in PER_BLOCK for w in windows)
     # named by the Python frame that holds each chunk (the structure found it; the frame names it)
@@ -56,7 +57,8 @@ def test_text_to_video_with_default_options_finds_its_denoise_steps():
     truth = VIDEO_TRUTH["t2v"]
     trace = load(FIXTURES / truth["trace"])
     windows, source = find_steps(trace)
-    assert source == "repeated forward"
+    # the loop of the DiT's calls between the text encoder's and the VAE's
+    assert source == "pipeline loop"
     assert len(windows) == truth["steps"] == 8
     for (_, lo, hi, _, _), seconds in zip(windows, truth["profiled"]["step_s"]):
         assert (hi - lo) * 1e-9 == pytest.approx(seconds, rel=0.05)
@@ -139,7 +141,7 @@ def test_step_option_names_the_step_and_the_report_says_so():
 def test_the_report_names_the_step_source():
     done = _analyze(str(FIXTURES / "cpu_t2v_clip_default.json.gz"), "--format", "markdown")
     assert done.returncode == 0, done.stderr
-    assert "steps from: repeated forward" in done.stdout
+    assert "steps from: pipeline loop (weight reads: 8 periods of 1 call(s) of 1 network(s) (denoise \u00d71); 2 call(s) around the loop)" in done.stdout
 
 
 def test_diff_says_when_the_runs_steps_come_from_different_sources():

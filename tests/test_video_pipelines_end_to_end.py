@@ -25,11 +25,11 @@ def test_text_to_video_clip_denoise_steps_and_clip_stages():
     a = analyze(str(FIXTURES / t["trace"]))
     # the 8 denoise steps come from the repeated DiT forward (no range, frame or ProfilerStep)
     assert len(a.steps) == t["steps"] == 8
-    assert a.meta["step_source"] == "repeated forward"
+    assert a.meta["step_source"] == "pipeline loop"
     # ... but the clip made the frames: the stages cover the text encoder and the decoder too
     got = stage_shares(a)
     want = t["profiled"]["stage_share"]
-    names = {"text encoder": "text_encode", f"repeated forward \u00d7{t['steps']}": "denoise", "conv decoder": "vae_decode"}
+    names = {"text encoder (2 layers, d=64)": "text_encode", "denoise": "denoise", "conv decoder, VAE (d=16)": "vae_decode"}
     assert set(got) == set(names)
     for stage, key in names.items():
         assert abs(got[stage] - want[key]) <= 0.03, (stage, got[stage], want[key])

@@ -70,7 +70,7 @@ class Analysis(Measured):
         return clean({
             "schema_version": SCHEMA_VERSION,
             "trace": {k: self.meta.get(k) for k in ("path", "format", "schema", "rank", "world_size", "span_ns", "tool_versions", "step_source",
-                                                         "blocks_basis")},
+                                                         "step_evidence", "blocks_basis")},
             "device": {"key": self.device.key, "name": self.device.name, "memory_gbps": self.device.memory_gbps,
                        "sustained_bandwidth_factor": self.sustained, "source": self.device.source} if self.device else None,
             "coverage": self.coverage,

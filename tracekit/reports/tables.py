@@ -187,7 +187,8 @@ def steps_section(a: Analysis) -> Section:
                    "the complement of its idle time; TFLOP/s: the FLOPs its kernels' shapes give over the GPU window; MFU: "
                    "the same without recompute, of the dense matrix peak; HFU: with it)", head, rows,
                    [0, 0, 1, 1, 1, 2, 0, 3, 2, 2, 2, 1, 3, 1, 1, 2], flex=0,
-                   note=f"steps from: {a.meta.get('step_source') or 'none found'}")
+                   note=f"steps from: {a.meta.get('step_source') or 'none found'}"
+                        + (f" ({a.meta['step_evidence']})" if a.meta.get("step_evidence") else ""))
 
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:

@@ -31,7 +31,8 @@ def sections(a: Analysis) -> list[Section]:
     note = (f"all steps: {number(total['items'], '{:,.0f}')} {total['unit']} in {duration(total['wall_ns'])} = "
             f"{number(total['throughput'], '{:,.2f}')} {total['unit']}/s") if total else ""
     if a.meta.get("step_source"):  # where the steps came from (tracekit.structure.steps.STEP_SOURCES)
-        note = f"steps from: {a.meta['step_source']}" + (f"; {note}" if note else "")
+        evidence = f" ({a.meta['step_evidence']})" if a.meta.get("step_evidence") else ""
+        note = f"steps from: {a.meta['step_source']}{evidence}" + (f"; {note}" if note else "")
     for stage, g in ((total or {}).get("by_main_stage") or {}).items():
         note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "
                  f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")

@@ -58,6 +58,7 @@ class Network:
 class ThreadOps:
     """The call thread's top-level ops outside autograd in start order (start, a code of name and
     input shapes), and per call the index of its first op and the index past its last read's op."""
+    rows: np.ndarray  # op rows
     start: np.ndarray
     code: np.ndarray
     first: np.ndarray
@@ -278,4 +279,4 @@ def _signatures(ops: pd.DataFrame, states: np.ndarray, pid: int, tid: int, start
     span_end = np.array([op_end[a:b].max() if b > a else op_end[a] for a, b in zip(bounds[:-1], bounds[1:])], dtype=np.int64)
     name_code = code_of([str(n) for n in names.tolist()])
     after = [frozenset(name_code[a:b].tolist()) for a, b in zip(own_end, bounds[1:])]
-    return full, own, span_end, after, ThreadOps(op_start, op_code, cut, own_end)
+    return full, own, span_end, after, ThreadOps(mine, op_start, op_code, cut, own_end)

@@ -66,27 +66,33 @@ class Pipeline:
 
     def step_windows(self) -> list[tuple[int, int]]:
         """(start, end) host ns of each period of the loop. A period starts with the host work
-        that prepares its first call, where it can be told: the ops the first period runs before
-        its first call (after whatever ran before the loop) are that work, found again before
-        each later period's first call; else at its first call's entry."""
+        that prepares its first call, where it can be told: the ops every period runs just
+        before its first call (the longest run of them that ends each gap between periods, and
+        the gap before the first), else at its first call's entry."""
         if self.loop is None:
             return []
         c, ops = self.calls, self.calls.ops
-        first_call = self.loop.start
-        lead_from = int(ops.own_end[first_call - 1]) if first_call > 0 else 0
-        lead = ops.code[lead_from:int(ops.first[first_call])]
-        starts = []
-        for j in range(self.loop.count):
-            a = first_call + j * self.loop.period
-            cut = int(ops.first[a])
-            if j == 0 and len(lead):
-                starts.append(int(ops.start[lead_from]))
-            elif len(lead) and cut - len(lead) >= int(ops.own_end[a - 1]) and np.array_equal(ops.code[cut - len(lead):cut], lead):
-                starts.append(int(ops.start[cut - len(lead)]))
-            else:
-                starts.append(int(c.start[a]))
-        last = first_call + self.loop.covered - 1
+        firsts = [self.loop.start + j * self.loop.period for j in range(self.loop.count)]
+        gaps = [ops.code[int(ops.own_end[a - 1]) if a > 0 else 0:int(ops.first[a])] for a in firsts]
+        lead = min((_common_suffix(gaps[0], g) for g in gaps[1:]), default=0)
+        starts = [int(ops.start[int(ops.first[a]) - lead]) if lead else int(c.start[a]) for a in firsts]
+        last = self.loop.start + self.loop.covered - 1
         return [(lo, starts[j + 1] if j + 1 < len(starts) else int(c.span_end[last])) for j, lo in enumerate(starts)]
+
+    def evidence(self) -> str:
+        """What the loop is, in one line: its periods, the calls of one period by stage, and the
+        calls around it (the report's and summary.json's step evidence)."""
+        if self.loop is None:
+            return f"{len(self.calls)} calls of {len(self.networks)} network(s), no loop"
+        period = self.stages[self.loop.start:self.loop.start + self.loop.period]
+        counts: dict[str, int] = {}
+        for s in period:
+            counts[s.name] = counts.get(s.name, 0) + 1
+        inside = ", ".join(f"{n} \u00d7{c}" for n, c in counts.items())
+        around = len(self.calls) - self.loop.covered
+        tail = f"; {around} call(s) around the loop" if around else ""
+        return (f"weight reads: {self.loop.count} periods of {self.loop.period} call(s) of {len(set(self.calls.network[self.loop.start:self.loop.start + self.loop.covered].tolist()))} "
+                f"network(s) ({inside}){tail}")
 
     def body(self) -> Network | None:
         kinds = [s for s in self.stages if s.kind == "body"]
@@ -95,6 +101,15 @@ class Pipeline:
     def outside_loop(self) -> bool:
         """Calls before or after the loop (an encoder, a decoder run once)."""
         return self.loop is not None and (self.loop.start > 0 or self.loop.start + self.loop.covered < len(self.calls))
+
+
+def _common_suffix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many codes the two sequences end with in common."""
+    n = min(len(a), len(b))
+    if not n:
+        return 0
+    same = a[len(a) - n:][::-1] == b[len(b) - n:][::-1]
+    return int(n if same.all() else np.argmin(same))
 
 
 _CACHE: dict[int, tuple[object, Pipeline | None]] = {}
@@ -271,9 +286,8 @@ def _is_denoiser(calls: Calls, kind: np.ndarray, body: int) -> bool:
 def _name(kind: str, net: Network, denoiser: bool) -> str:
     size = net.describe()
     if kind == "body":
-        if denoiser:
-            return f"denoise ({size})"
-        return f"repeated forward ({size})"
+        # the denoiser's stage is the phase a rule gives the denoise steps too: one name, one row
+        return "denoise" if denoiser else f"repeated forward ({size})"
     return {
         "same_weights_after": (f"KV recompute: same weights once more ({size})" if denoiser
                                else f"same weights once more after the body ({size})"),

@@ -234,10 +234,10 @@ def pipeline_segments(ops: pd.DataFrame, lo: float = -np.inf, hi: float = np.inf
     stages = window_stages(pipeline, lo, hi)
     if len({s.name for s in stages}) < 2:
         return []
-    calls = pipeline.calls
+    ops_of = pipeline.calls.ops
     out = []
     for s in stages:
-        rows = calls.reads.rows[calls.first[s.call]:calls.last[s.call] + 1]
+        rows = ops_of.rows[np.searchsorted(ops_of.start, s.start, side="left"):np.searchsorted(ops_of.start, s.end, side="left")]
         out.append(Segment(s.start, s.end, s.name, PIPELINE_KINDS.get(s.kind, s.kind), rows))
     return out
 

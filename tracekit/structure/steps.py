@@ -293,7 +293,11 @@ def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
     windows, source = find_steps(trace, step)
     if step and not windows:  # the user said what a step is and the trace holds none: no silent fallback
         raise TraceError(str(trace.meta.get("path") or "trace"), f"--step {step!r} matches no range or Python frame in the trace")
-    trace = replace(trace, meta={**trace.meta, "step_source": source})
+    evidence = None
+    if source == STEP_SOURCES[6]:  # the pipeline's loop: which networks, how many calls per step, their roles
+        pipeline = find_pipeline(trace.ops)
+        evidence = pipeline.evidence() if pipeline is not None else None
+    trace = replace(trace, meta={**trace.meta, "step_source": source, "step_evidence": evidence})
     if source is None:
         trace = replace(trace, warnings=[*trace.warnings, *library_note(trace)])
     if not windows:
