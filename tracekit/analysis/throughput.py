@@ -267,9 +267,15 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
         for name, a, b in found.segments(lo, hi):
             spans.setdefault(name, []).append((a, b))
         for name, pieces in spans.items():
-            free = difference(np.array(pieces, dtype=np.float64), claimed) if len(claimed) else np.array(pieces, dtype=np.float64)
-            if not len(free) or not length(free):
+            # a piece a rule already named (the decode steps of the loop's body) is that rule's
+            kept = []
+            for piece in np.array(pieces, dtype=np.float64):
+                free = difference(piece[None, :], claimed) if len(claimed) else piece[None, :]
+                if len(free) and length(free) >= 0.5 * (piece[1] - piece[0]):
+                    kept.append(free)
+            if not kept:
                 continue
+            free = np.concatenate(kept)
             row = out.setdefault(name, {"kernels": 0, "busy_ns": float("nan"), "wall_ns": 0.0, "runs": 0})
             row["wall_ns"] += length(free)
             row["runs"] += len(pieces)
@@ -378,4 +384,11 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
         by_stage = _by_main_stage(per_step)
         if by_stage:
             total["by_main_stage"] = by_stage
+        if whole_pipeline and len(stages) and total["throughput"] is not None:
+            # the loop runs inside a pipeline call (an encoder or prefills first): its items over
+            # the whole call too, the rate a user of the pipeline gets (vLLM's output throughput)
+            window = float(stages["wall_ns"].sum()) / max(float(stages["wall_share"].fillna(0).sum()), 1e-12)
+            if window > wall:
+                total["pipeline_wall_ns"] = window
+                total["pipeline_throughput"] = total["items"] / window * 1e9
     return Throughput(steps=per_step, stages=stages, total=total, denoise_steps=denoise_steps(trace, kernels))

@@ -33,6 +33,9 @@ def sections(a: Analysis) -> list[Section]:
     if a.meta.get("step_source"):  # where the steps came from (tracekit.structure.steps.STEP_SOURCES)
         evidence = f" ({a.meta['step_evidence']})" if a.meta.get("step_evidence") else ""
         note = f"steps from: {a.meta['step_source']}{evidence}" + (f"; {note}" if note else "")
+    if (total or {}).get("pipeline_throughput") is not None:
+        note += (f"; over the whole pipeline call ({duration(total['pipeline_wall_ns'])}, with the work around the loop): "
+                 f"{number(total['pipeline_throughput'], '{:,.2f}')} {total['unit']}/s")
     for stage, g in ((total or {}).get("by_main_stage") or {}).items():
         note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "
                  f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")

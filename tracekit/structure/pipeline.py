@@ -331,10 +331,21 @@ def window_stages(pipeline: Pipeline, lo: float, hi: float) -> list[Stage]:
     """The stages that start inside [lo, hi], clipped to it, neighbours of one name joined; the
     first reaches back to lo (the host work that prepares a step's first call is the step's)."""
     out: list[Stage] = []
+    steps = pipeline.step_windows()
+    loop_lo = steps[0][0] if steps else np.inf
+    loop_hi = steps[-1][1] if steps else -np.inf
+    inside = range(pipeline.loop.start, pipeline.loop.start + pipeline.loop.covered) if pipeline.loop is not None else range(0)
     for s in pipeline.stages:
         if not lo <= s.start < hi:
             continue
         start, end = max(s.start, lo), min(s.end, hi)
+        if s.call not in inside:  # a call around the loop ends where the loop's first step starts, starts after its last
+            end = min(end, loop_lo) if s.call < pipeline.loop.start else end
+            start = max(start, loop_hi) if s.call >= pipeline.loop.start + pipeline.loop.covered else start
+            if end <= start:
+                continue
+        elif (s.call - pipeline.loop.start) % pipeline.loop.period == 0:  # a period's first call: from the period's start
+            start = max(min(start, steps[(s.call - pipeline.loop.start) // pipeline.loop.period][0]), lo)
         if out and out[-1].name == s.name:
             out[-1] = Stage(out[-1].start, int(end), s.name, s.kind, s.network, out[-1].call)
         else:

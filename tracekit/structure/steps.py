@@ -54,6 +54,7 @@ from tracekit.structure.forwards import token_forwards
 from tracekit.trace.frames import Trace
 from tracekit.structure.library_ranges import library_ranges
 from tracekit.trace.step_ownership import INFERRED_DOMAIN, step_rows
+from tracekit.structure.calls import MIN_CALL_READS
 from tracekit.structure.pipeline import find_pipeline, loop_steps, steps_from_loop
 from tracekit.structure.repeated_steps import holds_layer_stack, holds_whole_forwards, repeated_name_steps, repeated_steps, unit_label, weight_reads
 
@@ -166,6 +167,24 @@ def forward_steps(trace: Trace, forwards: pd.DataFrame | None = None) -> list[Wi
     return out
 
 
+def holding_a_call(windows: list[Window], pipeline) -> list[Window]:
+    """The windows that hold at least one whole call's reads of a network (MIN_CALL_READS weight
+    reads on the calls' thread): a lone embedding lookup after the last forward (a generate
+    loop embedding the token it will not feed) is no step. All of them without a pipeline."""
+    if pipeline is None:
+        return windows
+    reads = pipeline.calls.reads
+    out = []
+    for w in windows:
+        if (w[3], w[4]) != (pipeline.calls.pid, pipeline.calls.tid):
+            out.append(w)
+            continue
+        inside = int(np.searchsorted(reads.start, w[2], side="left") - np.searchsorted(reads.start, w[1], side="left"))
+        if inside >= MIN_CALL_READS:
+            out.append(w)
+    return out
+
+
 STEP_SOURCES = ("ProfilerStep", "annotation", "user's --step", "optimizer", "range cycle", "repeated forward", "pipeline loop",
                 "repeated op names (no record_shapes)")
 
@@ -251,7 +270,9 @@ def find_steps(trace: Trace, step: str | None = None) -> tuple[list[Window], str
             windows = [(f"{label}#{j}", *w[1:]) for j, w in enumerate(windows)]
         return windows, STEP_SOURCES[6]
     if len(forwards) >= 2:
-        return forward_steps(trace, forwards), STEP_SOURCES[5]
+        windows = holding_a_call(forward_steps(trace, forwards), pipeline)
+        if len(windows) >= 2:
+            return windows, STEP_SOURCES[5]
     repeated = repeated_steps(trace, reads, states)
     if repeated is not None:
         return repeated.windows, STEP_SOURCES[5]
