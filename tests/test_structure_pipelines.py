@@ -135,3 +135,30 @@ def test_default_profiler_options_give_steps_from_repeated_op_names(shared_analy
     assert a.meta["step_source"] == "repeated op names (no record_shapes)"
     walls = a.steps["duration_ns"].to_numpy() / 1e9
     assert abs(walls.sum() / truth["wall_s"] - 1) <= 0.1
+
+
+@pytest.mark.parametrize("form", ["cfg_two_calls", "cfg_batch2"])
+def test_images_per_second_from_the_decoder_after_the_loop(form, shared_analysis):
+    """The VAE's last convolution writes [1, 3, 128, 128]: one image per pipeline call, over the
+    whole call (text encoder, denoise loop, VAE)."""
+    truth = TRUTH[form]
+    total = shared_analysis(FIXTURES / truth["trace"]).throughput.total
+    assert total["unit"] == "images" and total["items"] == truth["throughput"]["items"] == 1
+    assert abs(total["throughput"] / truth["throughput"]["per_s"] - 1) <= 0.10
+
+
+def test_output_tokens_per_second_over_the_pipeline_call(shared_analysis):
+    """An encoder, then 12 decode forwards: 12 tokens over the whole call (the encoder's time
+    included), as vLLM's output throughput counts, next to the decode steps' own rate."""
+    truth = TRUTH["enc_dec"]
+    total = shared_analysis(FIXTURES / truth["trace"]).throughput.total
+    assert total["items"] == truth["throughput"]["items"] == 12
+    assert abs(total["pipeline_throughput"] / truth["throughput"]["per_s"] - 1) <= 0.10
+    assert total["throughput"] > total["pipeline_throughput"]  # the decode steps alone run faster
+
+
+def test_a_lone_embedding_after_the_last_forward_is_no_step(shared_analysis):
+    """The VLM's generate loop embeds the token it will not feed: 10 LLM forwards, 10 steps."""
+    truth = TRUTH["vlm"]
+    a = shared_analysis(FIXTURES / truth["trace"])
+    assert len(a.steps) == truth["steps"] == truth["calls"]["llm"] == 10
