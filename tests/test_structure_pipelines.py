@@ -162,3 +162,20 @@ def test_a_lone_embedding_after_the_last_forward_is_no_step(shared_analysis):
     truth = TRUTH["vlm"]
     a = shared_analysis(FIXTURES / truth["trace"])
     assert len(a.steps) == truth["steps"] == truth["calls"]["llm"] == 10
+
+
+@pytest.mark.parametrize("form", ["policy_reward", "vlm", "enc_dec"])
+def test_output_tokens_are_one_per_sequence_per_generating_forward(form, shared_analysis):
+    """Output tokens apart from the tokens the forwards read: the policy's 8 forwards per round
+    over 4 prompts, 3 rounds = 96 (its reward model's inputs are not output); the VLM's 10."""
+    truth = TRUTH[form]
+    total = shared_analysis(FIXTURES / truth["trace"]).throughput.total
+    want = truth.get("output_tokens", truth["throughput"]["items"])
+    per_s = truth.get("output_tokens_per_s", truth["throughput"]["per_s"])
+    assert total["output_tokens"] == want
+    assert abs(total["output_tokens_per_s"] / per_s - 1) <= 0.10
+
+
+def test_a_verify_leaves_output_tokens_unknown(shared_analysis):
+    total = shared_analysis(FIXTURES / TRUTH["speculative"]["trace"]).throughput.total
+    assert total["output_tokens"] is None and "verify" in total["output_tokens_how"]

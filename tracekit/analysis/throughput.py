@@ -332,6 +332,23 @@ def _by_main_stage(per_step: pd.DataFrame) -> dict | None:
     return out
 
 
+def _output_tokens(trace, total: dict) -> None:
+    """The tokens a generating loop emitted (tracekit.structure.pipeline.Pipeline.output_tokens)
+    and their rate over the pipeline call, apart from the tokens its forwards read."""
+    from tracekit.structure.pipeline import find_pipeline
+
+    pipeline = find_pipeline(trace.ops)
+    if pipeline is None or pipeline.loop is None:
+        return
+    tokens, how = pipeline.output_tokens(trace.ops)
+    if tokens is None and not any(s.kind == "verify" for s in pipeline.stages):
+        return  # not a generation: nothing to say of output tokens
+    wall = total.get("pipeline_wall_ns") or total.get("wall_ns")
+    total["output_tokens"] = tokens
+    total["output_tokens_per_s"] = tokens / wall * 1e9 if tokens is not None and wall else None
+    total["output_tokens_how"] = how
+
+
 @dataclass(frozen=True)
 class Throughput:
     """What build measures of throughput; reports.throughput shows it, Analysis.to_dict writes it."""
@@ -391,4 +408,6 @@ def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_st
             if window > wall:
                 total["pipeline_wall_ns"] = window
                 total["pipeline_throughput"] = total["items"] / window * 1e9
+    if total is not None and trace is not None and len(trace.ops) and "input_dims" in trace.ops:
+        _output_tokens(trace, total)
     return Throughput(steps=per_step, stages=stages, total=total, denoise_steps=denoise_steps(trace, kernels))

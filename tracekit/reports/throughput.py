@@ -36,6 +36,9 @@ def sections(a: Analysis) -> list[Section]:
     if (total or {}).get("pipeline_throughput") is not None:
         note += (f"; over the whole pipeline call ({duration(total['pipeline_wall_ns'])}, with the work around the loop): "
                  f"{number(total['pipeline_throughput'], '{:,.2f}')} {total['unit']}/s")
+    if "output_tokens" in (total or {}):
+        note += (f"; output tokens: {number(total['output_tokens'], '{:,.0f}')} = {number(total['output_tokens_per_s'], '{:,.2f}')}/s"
+                 f" ({total['output_tokens_how']})")
     for stage, g in ((total or {}).get("by_main_stage") or {}).items():
         note += (f"; {stage} steps ({g['steps']:,}): {number(g['items'], '{:,.0f}')} {total['unit']} in {duration(g['wall_ns'])} = "
                  f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")

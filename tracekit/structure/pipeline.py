@@ -94,6 +94,31 @@ class Pipeline:
         return (f"weight reads: {self.loop.count} periods of {self.loop.period} call(s) of {len(set(self.calls.network[self.loop.start:self.loop.start + self.loop.covered].tolist()))} "
                 f"network(s) ({inside}){tail}")
 
+    def output_tokens(self, ops) -> tuple[int | None, str]:
+        """(tokens, how) the loop's token model generated: one per sequence per forward of the
+        body (a prefill's forward emits the first token), the batch from its embedding's ids
+        [B, T]. None where the loop drafts and verifies (the tokens a verify accepts are not in
+        the shapes) or its body is no token model."""
+        body = self.body()
+        if self.loop is None or body is None or not body.embedding:
+            return None, "no token model generates in the loop"
+        if any(s.kind == "verify" for s in self.stages):
+            return None, "a verify's accepted tokens are not in the trace's shapes"
+        c, dims = self.calls, ops["input_dims"].to_numpy()
+        total, decodes = 0, 0
+        for j in range(self.loop.start, self.loop.start + self.loop.covered):
+            if self.stages[j].kind != "body":
+                continue
+            ids = dims[c.reads.rows[c.first[j]]]
+            ids = ids[1] if isinstance(ids, (list, tuple)) and len(ids) > 1 else None
+            if not (isinstance(ids, (list, tuple)) and len(ids) == 2):
+                return None, "a forward's token ids have no [B, T] shape"
+            total += int(ids[0])
+            decodes += int(ids[1]) == 1
+        if not decodes:
+            return None, "no forward decodes one token (not a generation)"
+        return total, f"one token per sequence per forward of the loop's token model ({body.describe()})"
+
     def body(self) -> Network | None:
         kinds = [s for s in self.stages if s.kind == "body"]
         return self.networks[kinds[0].network] if kinds else None
