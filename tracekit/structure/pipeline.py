@@ -99,11 +99,11 @@ class Pipeline:
         body (a prefill's forward emits the first token), the batch from its embedding's ids
         [B, T]. None where the loop drafts and verifies (the tokens a verify accepts are not in
         the shapes) or its body is no token model."""
+        if any(s.kind == "verify" for s in self.stages):
+            return None, "a verify's accepted tokens are not in the trace's shapes"
         body = self.body()
         if self.loop is None or body is None or not body.embedding:
             return None, "no token model generates in the loop"
-        if any(s.kind == "verify" for s in self.stages):
-            return None, "a verify's accepted tokens are not in the trace's shapes"
         c, dims = self.calls, ops["input_dims"].to_numpy()
         total, decodes = 0, 0
         for j in range(self.loop.start, self.loop.start + self.loop.covered):
