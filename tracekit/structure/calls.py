@@ -93,24 +93,33 @@ def entries(reads: WeightReads) -> np.ndarray:
     candidate = np.flatnonzero(entry_candidates(reads))
     if not len(candidate):
         return candidate
-    counts = np.bincount(reads.code)[reads.code]
-    narrow = reads.embedding | narrow_conv(reads)
-    kept = []
-    for i in candidate:
-        after = slice(i + 1, min(i + 1 + LOOKAHEAD, len(reads)))
-        later_counts = counts[after]
-        widths = reads.in_width[after][reads.in_width[after] > 0]
-        if not len(later_counts) or not len(widths):
-            continue
+    counts = np.bincount(reads.code)[reads.code].astype(np.float64)
+    narrow = (reads.embedding | narrow_conv(reads))[candidate]
+    # the LOOKAHEAD reads after each candidate, as rows (NaN past the end, and for a width of 0:
+    # an embedding's indices have no width), their medians in one pass
+    later = candidate[:, None] + 1 + np.arange(LOOKAHEAD)[None, :]
+    inside = later < len(reads)
+    later = np.minimum(later, len(reads) - 1)
+    later_counts = np.where(inside, counts[later], np.nan)
+    widths = np.where(inside & (reads.in_width[later] > 0), reads.in_width[later].astype(np.float64), np.nan)
+    known = ~np.isnan(later_counts).all(axis=1) & ~np.isnan(widths).all(axis=1)
+    with np.errstate(all="ignore"):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: unknown, dropped by `known`
+            median_count = np.nanmedian(later_counts, axis=1)
+            median_width = np.nanmedian(widths, axis=1)
         # it writes the width the reads after it work at (not an LM head's vocabulary, not a
         # modulation's 6 x d, not a relative-position table's head count)
-        feeds_the_width = 0.5 <= reads.out_width[i] / np.median(widths) <= 2.0
-        # a lookup of token ids, or a convolution over a few channels (pixels, a latent), starts a
-        # forward wherever it is not read more often than what follows; a widening linear
-        # must be read less often than the layers it feeds (see the module docstring)
-        once_per_forward = counts[i] <= np.median(later_counts) if narrow[i] else counts[i] < np.median(later_counts)
-        if feeds_the_width and once_per_forward:
-            kept.append(int(i))
+        ratio = reads.out_width[candidate] / median_width
+    feeds_the_width = (ratio >= 0.5) & (ratio <= 2.0)
+    # a lookup of token ids, or a convolution over a few channels (pixels, a latent), starts a
+    # forward wherever it is not read more often than what follows; a widening linear must be
+    # read less often than the layers it feeds (see the module docstring)
+    mine = counts[candidate]
+    once_per_forward = np.where(narrow, mine <= median_count, mine < median_count)
+    kept = candidate[known & feeds_the_width & once_per_forward].tolist()
     starts: list[int] = []
     for i in kept:
         if not starts or i - starts[-1] >= MIN_CALL_READS:
