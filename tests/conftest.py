@@ -101,28 +101,9 @@ def _plugin_installed() -> bool:
 # tracekit's own golden tests run through its pytest plugin; registering it twice is an error.
 pytest_plugins = [] if _plugin_installed() else ["tracekit.integrations.pytest_plugin"]
 
+# The command line is run through one helper, tests/helpers.py's run_cli (in this process, or
+# in a fresh one where the test is about the process).
 
-
-def run_main(capsys, *argv) -> tuple[int, str, str]:
-    """Run the CLI in this process: (exit code, stdout, stderr). Arguments may be paths."""
-    from tracekit.cli.main import main
-
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-
-def run_cli(*args) -> "subprocess.CompletedProcess":
-    """`python -m tracekit ARGS` in a fresh process (arguments may be paths), from the repository root."""
-    import subprocess
-    import sys
-
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=600)
 
 def range_stack(trace, row: int, column: str = "range") -> list[str]:
     """Names of the ranges enclosing kernel `row` (by its `column` link), outermost first."""

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import json
 import os
 import random
 import re
 import shutil
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from helpers import run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), "shared", "fixtures")
@@ -403,56 +403,29 @@ def make_case(seed: int, out_dir: str) -> Case:
 
 
 # -- running and checking -------------------------------------------------------------------
-@dataclass
-class Run:
-    command: tuple[str, ...]
-    code: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-
-def run_cli(args: list[str], env: dict[str, str] | None = None) -> Run:
-    """tracekit's CLI in this process (its real entry point, tracekit.cli.main)."""
-    from tracekit.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = {k: os.environ.get(k) for k in (env or {})}
-    os.environ.update(env or {})
-    start = time.perf_counter()
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main(list(args))
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return Run(tuple(args[:-1]), code, out.getvalue(), err.getvalue(), time.perf_counter() - start)
+def run_command(command, case: Case):
+    """One command on the case's file, through tracekit's CLI in this process (helpers.run_cli);
+    a numpy warning goes to the caller's filters (test_fuzz turns RuntimeWarnings into errors)."""
+    return run_cli(*command, case.path, env=case.env, python_warnings="caller")
 
 
 def _no_constants(name: str) -> Any:
     raise ValueError(f"not strict JSON: {name}")
 
 
-def problems(run: Run, time_bound: float) -> dict[str, str]:
-    """What is wrong with one run, by check name (empty when it is all right)."""
+def problems(run, command, time_bound: float) -> dict[str, str]:
+    """What is wrong with one run of `command` (helpers.CliRun), by check name (empty when it is all right)."""
     found: dict[str, str] = {}
-    if run.code not in (0, 2):
+    if run.returncode not in (0, 2):
         # Rich markup in a trace string crashing the table is the terminal-escaping class
         # (tracekit/reports/text.py, issue 12): counted apart so each class is visible.
         check = "exit-markup" if "MarkupError" in run.stderr else "exit"
-        found[check] = f"exit {run.code}: {run.stderr.strip()[-300:]}"
-    if run.code == 2:
+        found[check] = f"exit {run.returncode}: {run.stderr.strip()[-300:]}"
+    if run.returncode == 2:
         lines = run.stderr.strip("\n").split("\n")
         if len(lines) != 1 or not lines[0].startswith("tracekit: error: "):
             found["stderr"] = f"exit 2 with {len(lines)} stderr lines: {run.stderr[:300]!r}"
-    if run.code == 0 and "--format" in run.command and "json" in run.command:
+    if run.returncode == 0 and "--format" in command and "json" in command:
         try:
             json.loads(run.stdout, parse_constant=_no_constants)
         except ValueError as exc:
@@ -473,9 +446,9 @@ def count_control_characters(text: str) -> int:
 def run_commands(result: dict[str, Any], commands, case, time_bound: float) -> None:
     """Runs each command on the case's file, recording its exit code, time and problems in `result`."""
     for command in commands:
-        run = run_cli([*command, case.path], case.env)
-        result["runs"].append({"command": " ".join(command), "code": run.code, "seconds": round(run.seconds, 3)})
-        for check, detail in problems(run, time_bound).items():
+        run = run_command(command, case)
+        result["runs"].append({"command": " ".join(command), "code": run.returncode, "seconds": round(run.seconds, 3)})
+        for check, detail in problems(run, command, time_bound).items():
             result["problems"].setdefault(check, f"{' '.join(command)}: {detail}")
 
 

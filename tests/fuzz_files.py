@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import copy
 import gzip
-import io
 import json
 import os
 import random
 import re
 import shutil
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
+
+from helpers import run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(REPO, "fixtures", "cpu_tiny_dense_generate.json.gz")
@@ -376,25 +376,6 @@ def make_case(seed: int, out_dir: str, kinds: tuple[str, ...] = KINDS) -> dict:
     return {"seed": seed, "kind": kind, "mutations": log, "argv": argv}
 
 
-def run_in_process(argv: list[str]) -> tuple[int, str, str]:
-    from tracekit.cli.main import main
-
-    import warnings
-
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings():
-        warnings.simplefilter("always")  # every time, not once per process: a run's own warnings are its problem
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException as exc:  # noqa: BLE001 - anything escaping main() is a bug
-            code = 1
-            err.write(f"escaped main(): {type(exc).__name__}: {exc}\n")
-    return code, out.getvalue(), err.getvalue()
-
-
 def problems(argv: list[str], code: int, out: str, err: str) -> list[str]:
     found = []
     allowed = {0, 2, 3} if argv[0] == "check" else {0, 2}
@@ -419,7 +400,7 @@ def run_case(seed: int, out_dir: str, kinds: tuple[str, ...] = KINDS) -> dict:
     case = make_case(seed, out_dir, kinds)
     results = []
     for argv in case["argv"]:
-        code, out, err = run_in_process(argv)
+        code, out, err = run_cli(*argv, python_warnings="always")  # every warning, every time: a run's own warnings are its problem
         results.append({"argv": argv[:2], "exit": code, "problems": problems(argv, code, out, err),
                         "error": err.strip().splitlines()[-1][:300] if err.strip() else ""})
     return {**case, "results": results}

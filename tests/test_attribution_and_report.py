@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -12,6 +10,7 @@ import pytest
 
 import tracekit
 from conftest import PROJECT_FIXTURES, shared, range_stack
+from helpers import run_cli
 
 MI300X = shared("torch", "mi300x_resnet_act_checkpoint_rank0.json.gz")
 
@@ -241,14 +240,13 @@ def test_user_rules_promote_a_range_and_bad_rules_are_one_line(tmp_path):
     assert set(conv["block"]) == {"ffn"}
     bad = tmp_path / "bad.toml"
     bad.write_text('[[block]]\nname = "gemm"\nop = "mm"\n')
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(MI300X), "--rules", str(bad)], capture_output=True, text=True, timeout=120)
+    proc = run_cli("analyze", MI300X, "--rules", bad)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "is not one of" in proc.stderr
 
 
 def test_bundle_files_and_contents(tmp_path):
     out = tmp_path / "bundle"
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(MI300X), "--out", str(out), "--format", "json"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("analyze", MI300X, "--out", out, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     names = {p.name for p in out.iterdir()}
     assert names == {"summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png", "breakdown.png"}
@@ -289,7 +287,7 @@ def test_names_from_the_trace_are_escaped_in_html(tmp_path):
 
 def test_perfetto_export_annotates_every_kernel(tmp_path):
     out = tmp_path / "timeline.json"
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "export", str(MI300X), "--perfetto", str(out)], capture_output=True, text=True, timeout=300)
+    proc = run_cli("export", MI300X, "--perfetto", out)
     assert proc.returncode == 0, proc.stderr
     events = json.loads(out.read_text())["traceEvents"]
     gpu = [e for e in events if e["cat"] in ("kernel", "memcpy", "memset")]

@@ -13,12 +13,9 @@ import pytest
 
 import tracekit
 from conftest import shared
+from helpers import run_cli
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=120)
 
 
 def assert_clean_error(path, reason_fragment: str) -> None:

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import run_main as run
+from helpers import run_cli
 from conftest import shared
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -27,12 +27,6 @@ TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
 TINY_CONFIG = REPO / "fixtures" / "cpu_tiny_dense.config.json"
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 CHECKS_SHARED = True  # only the Nsight and bert tests need them (shared() skips)
-
-
-def cli(*args, **kwargs) -> subprocess.CompletedProcess:
-    """A fresh process: numpy's warnings reach its real stderr (in this process pytest would catch them)."""
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO, env=ENV,
-                          timeout=300, **kwargs)
 
 
 def device_file(tmp_path: pathlib.Path, **figures: str) -> pathlib.Path:
@@ -56,7 +50,7 @@ def device_file(tmp_path: pathlib.Path, **figures: str) -> pathlib.Path:
 ])
 def test_device_figures_outside_physical_ranges_exit_2_naming_the_key(tmp_path, figure, value, key):
     spec = device_file(tmp_path, **{figure: value})
-    proc = cli("analyze", TINY, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
+    proc = run_cli("analyze", TINY, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [proc.stderr.strip()] and proc.stderr.startswith(f"tracekit: error: {spec}: {key}: must be"), proc.stderr
     assert "Warning" not in proc.stderr
@@ -65,14 +59,14 @@ def test_device_figures_outside_physical_ranges_exit_2_naming_the_key(tmp_path, 
 def test_device_figures_at_the_edges_of_the_ranges_are_accepted(tmp_path):
     """1 GB/s and 0.01 TFLOP/s are the lowest figures taken; 0 interconnect says none."""
     spec = device_file(tmp_path, memory_gbps="1", matrix_tflops="{ bf16 = 0.01 }", interconnect_gbps="0")
-    proc = cli("analyze", TINY, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
+    proc = run_cli("analyze", TINY, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
     assert proc.returncode == 0 and "Warning" not in proc.stderr, proc.stderr
 
 
 def test_calibrate_refuses_a_denormal_peak_naming_the_key(tmp_path):
     """calibrate with a 1e-300 TFLOP/s peak printed numpy's overflow warning and fitted on it."""
     spec = device_file(tmp_path, matrix_tflops="{ bf16 = 1e-300, fp32 = 1e-300 }")
-    proc = cli("calibrate", TINY, "--model", TINY_CONFIG, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
+    proc = run_cli("calibrate", TINY, "--model", TINY_CONFIG, "--device-file", spec, "--device", "LAB-GPU", "--format", "json")
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"tracekit: error: {spec}: [LAB-GPU].matrix_tflops.bf16: must be at least 0.01, not 1e-300"), proc.stderr
     assert "Warning" not in proc.stderr
@@ -89,7 +83,7 @@ def test_an_export_time_beyond_int64_is_dropped_with_tracekits_warning(tmp_path)
         calls = db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
         db.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET start = 1e300 WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_RUNTIME)")
     assert calls > 1
-    proc = cli("info", export, "--format", "json")
+    proc = run_cli("info", export, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr and "numpy" not in proc.stderr, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "outside any plausible capture" in line]
@@ -98,7 +92,7 @@ def test_an_export_time_beyond_int64_is_dropped_with_tracekits_warning(tmp_path)
 
 # --- writers: published together; stale staging removed -----------------------------------
 
-def test_diff_out_on_a_full_disk_leaves_neither_file(capsys, tmp_path, monkeypatch):
+def test_diff_out_on_a_full_disk_leaves_neither_file(tmp_path, monkeypatch):
     """The disk fills while diff.md is written: diff.json was already in place and the run
     said "(nothing was written)". Now both are staged first and published together."""
     import tracekit.common.atomic as atomic
@@ -113,15 +107,15 @@ def test_diff_out_on_a_full_disk_leaves_neither_file(capsys, tmp_path, monkeypat
 
     monkeypatch.setattr(atomic.os, "fsync", full_on_the_second)
     out = tmp_path / "d"
-    code, _, err = run(capsys, "diff", TINY, TINY, "--out", out, "--format", "json")
+    code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--format", "json")
     assert code == 2 and "No space left on device (nothing was written)" in err, err
     assert len(calls) == 2
     assert not out.exists() or list(out.iterdir()) == [], list(out.iterdir())
 
 
-def test_diff_out_writes_both_files(capsys, tmp_path):
+def test_diff_out_writes_both_files(tmp_path):
     out = tmp_path / "d"
-    code, _, err = run(capsys, "diff", TINY, TINY, "--out", out, "--format", "json")
+    code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--format", "json")
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md"]
 
@@ -155,7 +149,7 @@ def test_staging_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
     held = os.open(live, os.O_RDONLY)
     fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
-        again = cli("analyze", TINY, "--out", out, "--format", "json")
+        again = run_cli("analyze", TINY, "--out", out, "--format", "json")
         assert again.returncode == 0, again.stderr
         assert [p.name for p in staging()] == [live.name]
         assert (out / "summary.json").is_file()
@@ -163,21 +157,21 @@ def test_staging_of_a_killed_run_is_removed_by_the_next_run(tmp_path):
         os.close(held)
 
 
-def test_stale_staging_files_beside_an_output_file_are_removed(capsys, tmp_path):
+def test_stale_staging_files_beside_an_output_file_are_removed(tmp_path):
     """The same for single files (export --perfetto, diff --out): a `.NAME.tracekit-*` file
     no run holds is removed by the next write of NAME."""
     out = tmp_path / "d"
     out.mkdir()
     (out / ".diff.json.tracekit-killed").write_text("{")
     (out / ".diff.md.tracekit-killed").write_text("#")
-    code, _, err = run(capsys, "diff", TINY, TINY, "--out", out, "--format", "json")
+    code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--format", "json")
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md"]
 
 
 # --- out of memory: the trace named, the need measured -------------------------------------
 
-def test_the_out_of_memory_line_names_the_trace_and_its_measured_need(capsys, monkeypatch, tmp_path):
+def test_the_out_of_memory_line_names_the_trace_and_its_measured_need(monkeypatch, tmp_path):
     """The need is errors.MEMORY_NEED_MB (benchmarks/memory_need.py): fixed + per MB x the
     trace's MB, a gzip's MB being its uncompressed JSON."""
     import tracekit.api
@@ -187,7 +181,7 @@ def test_the_out_of_memory_line_names_the_trace_and_its_measured_need(capsys, mo
         raise MemoryError
 
     monkeypatch.setattr(tracekit.api, "scan", no_memory)
-    code, _, err = run(capsys, "info", TINY)
+    code, _, err = run_cli("info", TINY)
     assert code == 2 and err.count("\n") == 1, err
     json_mb = len(gzip.decompress(TINY.read_bytes())) / 1e6
     fixed, per_mb = MEMORY_NEED_MB[("kineto", "info")]
@@ -195,7 +189,7 @@ def test_the_out_of_memory_line_names_the_trace_and_its_measured_need(capsys, mo
                           f"{fixed + per_mb * json_mb:,.0f} MB of address space: raise the memory limit"), err
 
 
-def test_a_thread_that_cannot_start_is_running_out_of_memory(capsys, monkeypatch):
+def test_a_thread_that_cannot_start_is_running_out_of_memory(monkeypatch):
     """A 46 MB trace under a limit: "internal error: RuntimeError: can't start new thread"
     (exit 1). A thread's stack is address space: that is the out-of-memory line, exit 2."""
     import tracekit.api
@@ -204,7 +198,7 @@ def test_a_thread_that_cannot_start_is_running_out_of_memory(capsys, monkeypatch
         raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(tracekit.api, "scan", no_thread)
-    code, _, err = run(capsys, "info", TINY)
+    code, _, err = run_cli("info", TINY)
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"tracekit: error: {TINY}: out of memory"), err
 
 

@@ -21,7 +21,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_cli as cli, shared_model
+from conftest import shared_model
+from helpers import run_cli
 from synthetic import KinetoBuilder
 
 PAIR = "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise"
@@ -185,14 +186,14 @@ def test_cli_capture_json_and_bad_capture_file(tmp_path):
     from conftest import shared
 
     execution, capture = _pair()
-    run = cli("analyze", execution, "--capture", capture, "--format", "json")
+    run = run_cli("analyze", execution, "--capture", capture, "--format", "json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["capture"]["kernels_matched"] == 361
     for bad in (shared("bad", "malformed_json.json.gz"), tmp_path / "missing.json.gz"):
-        run = cli("analyze", execution, "--capture", bad, "--format", "json")
+        run = run_cli("analyze", execution, "--capture", bad, "--format", "json")
         assert run.returncode == 2 and run.stderr.startswith("tracekit: error: ") and run.stderr.count("\n") == 1, run.stderr
         assert str(bad) in run.stderr and "Traceback" not in run.stderr
-    run = cli("analyze", execution, capture, "--capture", capture)
+    run = run_cli("analyze", execution, capture, "--capture", capture)
     assert run.returncode == 2 and "--capture works on one trace at a time" in run.stderr
 
 

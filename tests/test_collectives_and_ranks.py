@@ -5,8 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -14,6 +12,7 @@ import pytest
 
 import tracekit
 from conftest import shared
+from helpers import run_cli
 from tracekit.ranks.executor import analyze_ranks
 
 DASK = 'starts a local Dask cluster (scheduler and workers in new processes)'
@@ -225,13 +224,12 @@ def test_dask_local_cluster_gives_the_same_result(dlrm_ranks):
 
 def test_cli_directory_and_bundle(tmp_path):
     out = tmp_path / "bundle"
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(DLRM), "--workers", "2", "--format", "json", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("analyze", DLRM, "--workers", "2", "--format", "json", "--out", out)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ranks"] == 8 and report["summary"]["stragglers"] == [7, 5]
     assert (out / "ranks.json").exists() and (out / "ranks.md").exists() and (out / "rank7" / "summary.json").exists()
-    bad = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    bad = run_cli("analyze", tmp_path)
     assert bad.returncode == 2 and "holds no" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 

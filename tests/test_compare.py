@@ -6,13 +6,12 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from conftest import raw_step_ns, REPO, shared
+from helpers import run_cli
 
 QWEN = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
 SGLANG = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
@@ -25,10 +24,6 @@ GOLDEN = REPO / "tests" / "golden"
 def raw_events(path):
     with gzip.open(path) as f:
         return json.load(f)["traceEvents"]
-
-
-def tracekit(*args):
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, args)], capture_output=True, text=True, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
@@ -122,16 +117,16 @@ def test_diff_across_gpus_and_formats():
 
 
 def test_diff_cli_formats_and_out_dir(tmp_path):
-    run = tracekit("diff", RANK0, RANK1, "--format", "json", "--out", tmp_path / "d")
+    run = run_cli("diff", RANK0, RANK1, "--format", "json", "--out", tmp_path / "d")
     assert run.returncode == 0, run.stderr
     printed = json.loads(run.stdout)
     assert printed["steps"][0]["delta_ns"] == 18_467_000 - 13_009_000  # GPU windows, as raw_step_ns
     assert json.loads((tmp_path / "d" / "diff.json").read_text()) == printed
     markdown = (tmp_path / "d" / "diff.md").read_text()
     assert "## Phase x block" in markdown and "ncclKernel\\_SendRecv\\_RING\\_SIMPLE\\_Sum\\_int8\\_t" in markdown
-    table = tracekit("diff", QWEN, SGLANG, "--top", "3")
+    table = run_cli("diff", QWEN, SGLANG, "--top", "3")
     assert table.returncode == 0 and "only in base" in table.stdout and "step[DECODE bs=32]" in table.stdout
-    bad = tracekit("diff", RANK0, REPO / "setup.cfg")
+    bad = run_cli("diff", RANK0, REPO / "setup.cfg")
     assert bad.returncode == 2 and bad.stderr.startswith("tracekit: error: ") and "Traceback" not in bad.stderr
 
 
@@ -144,12 +139,12 @@ def write_expect(tmp_path, text):
 def test_check_exit_0_when_all_hold_and_3_when_one_fails(tmp_path):
     step_ms = raw_step_ns(QWEN, "ProfilerStep#6") / 1e6  # 34.892 ms: the gpu_user_annotation ProfilerStep#6
     holds = write_expect(tmp_path, f"[[expect]]\nmax_step_time_ms = {step_ms + 0.01}\nmax_exposed_comm_share = 0.0\n")
-    run = tracekit("check", QWEN, "--expect", holds, "--format", "json")
+    run = run_cli("check", QWEN, "--expect", holds, "--format", "json")
     assert run.returncode == 0, run.stderr
     verdicts = json.loads(run.stdout)["verdicts"]
     assert [v["ok"] for v in verdicts] == [True, True] and verdicts[0]["measured"] == pytest.approx(step_ms)
     fails = write_expect(tmp_path, f"[[expect]]\nmax_step_time_ms = {step_ms - 0.01}\n")
-    run = tracekit("check", QWEN, "--expect", fails, "--junit", tmp_path / "junit.xml")
+    run = run_cli("check", QWEN, "--expect", fails, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 3 and "FAIL" in run.stdout and "0 of 1 expectations hold" in run.stdout
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
     assert (suite.get("tests"), suite.get("failures")) == ("1", "1")
@@ -182,7 +177,7 @@ def test_check_unknown_efficiency_fails_even_a_zero_minimum(tmp_path):
     """The MI300X decode trace costs almost none of its attention time (hipGraph launches,
     no op shapes): the efficiency is unknown, and unknown must not pass."""
     expect = write_expect(tmp_path, '[[expect]]\nblock = "decode/attention"\nmin_efficiency = 0.0\n')
-    run = tracekit("check", SGLANG, "--expect", expect, "--format", "json")
+    run = run_cli("check", SGLANG, "--expect", expect, "--format", "json")
     assert run.returncode == 3
     (verdict,) = json.loads(run.stdout)["verdicts"]
     assert verdict["measured"] is None and verdict["reason"] == "unknown (coverage 0.0%)"
@@ -191,11 +186,11 @@ def test_check_unknown_efficiency_fails_even_a_zero_minimum(tmp_path):
 def test_check_regression_against_a_baseline_summary(tmp_path):
     baseline = GOLDEN / "torch__v100_dlrm_8ranks__rank0.json.gz.summary.json"
     expect = write_expect(tmp_path, "[[expect]]\nmax_regression = 0.05\n")
-    run = tracekit("check", RANK1, "--expect", expect, "--baseline", baseline, "--format", "json")
+    run = run_cli("check", RANK1, "--expect", expect, "--baseline", baseline, "--format", "json")
     assert run.returncode == 3
     (verdict,) = json.loads(run.stdout)["verdicts"]
     assert verdict["measured"] == pytest.approx(18_467 / 13_009 - 1)  # step time (GPU window) grew 42.0%
-    same = tracekit("check", RANK0, "--expect", expect, "--baseline", baseline)
+    same = run_cli("check", RANK0, "--expect", expect, "--baseline", baseline)
     assert same.returncode == 0, same.stdout
 
 
@@ -207,7 +202,7 @@ def test_check_regression_against_a_baseline_summary(tmp_path):
     ("[[expect]]\nmax_regression = 0.05\n", "max_regression needs a baseline"),
 ])
 def test_check_bad_expectations_exit_2_with_one_line(tmp_path, text, reason):
-    run = tracekit("check", GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", "--expect", write_expect(tmp_path, text))
+    run = run_cli("check", GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", "--expect", write_expect(tmp_path, text))
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("tracekit: error: ") and reason in run.stderr
 
@@ -217,7 +212,7 @@ def test_max_regression_without_baseline_names_the_expectations_file(tmp_path):
     analysis (a trace is not read for a check that cannot run)."""
     expect = write_expect(tmp_path, "[[expect]]\nmin_coverage = 0.0\n[[expect]]\nmax_regression = 0.05\n")
     for subject in (GOLDEN / "torch__h100_bert_small_hf_inference.json.gz.summary.json", tmp_path / "no-such-trace.json"):
-        run = tracekit("check", subject, "--expect", expect)
+        run = run_cli("check", subject, "--expect", expect)
         assert run.returncode == 2, run.stderr
         assert run.stderr == f"tracekit: error: {expect}: expect[1]: max_regression needs a baseline summary (--baseline)\n"
     from tracekit.compare import check

@@ -3,12 +3,10 @@ listed by `tracekit devices`, dense peaks with a source that says what is derive
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import run_cli
 from tracekit.hardware import builtin_devices, find_device
 
 NAMES = [  # as torch.cuda.get_device_name / nvidia-smi / rocm-smi report them
@@ -49,8 +47,7 @@ def test_every_new_device_says_where_its_figures_come_from():
     d = builtin_devices()
     for key in ("RTX-5080", "RTX-5070-TI", "RTX-5070", "RTX-5060-TI", "GB10", "JETSON-AGX-THOR", "L40", "A30"):
         assert d[key].source and ("derived" in d[key].source.lower()), key
-    run = subprocess.run([sys.executable, "-m", "tracekit", "devices"], capture_output=True, text=True, cwd=REPO,
-                         env={"COLUMNS": "300", "PATH": ""} | {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"})
+    run = run_cli("devices", env={"COLUMNS": "300"})
     assert run.returncode == 0
     for key in ("RTX-5080", "RTX-5060-TI", "GB10", "JETSON-AGX-THOR", "L40", "A30"):
         assert key in run.stdout, key

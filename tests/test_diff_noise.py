@@ -130,14 +130,12 @@ def test_check_baseline_gate_fails_a_real_regression_and_passes_noise(tmp_path):
 def test_diff_device_option_puts_an_unnamed_export_on_a_gpu():
     """An export that does not name its GPU gets a roofline in a diff with --device, as in analyze."""
     import json
-    import subprocess
-    import sys
 
-    from conftest import REPO, shared
+    from conftest import shared
+    from helpers import run_cli
 
     export = shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite")
-    run = subprocess.run([sys.executable, "-m", "tracekit", "diff", export, export, "--device", "H100-SXM", "--format", "json"],
-                         capture_output=True, text=True, cwd=REPO)
+    run = run_cli("diff", export, export, "--device", "H100-SXM", "--format", "json")
     assert run.returncode == 0, run.stderr
     d = json.loads(run.stdout)
     assert d["base"]["device_key"] == d["new"]["device_key"] == "H100-SXM"
@@ -224,10 +222,9 @@ def test_diff_device_file_and_model_options_apply_to_both_sides(tmp_path):
     --model on the SGLang decode trace: the graph-replayed kernels get the model's costs, so
     coverage goes from under 1% to most of the kernel time, on both sides alike."""
     import json
-    import subprocess
-    import sys
 
-    from conftest import REPO, shared, shared_model
+    from conftest import shared, shared_model
+    from helpers import run_cli
 
     spec = tmp_path / "lab.toml"
     spec.write_text('[LAB-GPU]\nname = "Lab GPU"\nmatrix_tflops = { bf16 = 100.0 }\nvector_tflops = { fp32 = 10.0, bf16 = 10.0 }\n'
@@ -235,7 +232,7 @@ def test_diff_device_file_and_model_options_apply_to_both_sides(tmp_path):
     bert = shared("torch", "h100_bert_small_hf_inference.json.gz")
 
     def diff_json(*args):
-        run = subprocess.run([sys.executable, "-m", "tracekit", "diff", *args, "--format", "json"], capture_output=True, text=True, cwd=REPO)
+        run = run_cli("diff", *args, "--format", "json")
         assert run.returncode == 0, run.stderr
         return json.loads(run.stdout)
 

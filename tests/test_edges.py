@@ -20,7 +20,7 @@ import warnings
 
 import pytest
 
-from conftest import run_main as run
+from helpers import run_cli
 
 EDGE_FUZZ = 'eight fuzzed edge cases, each in fresh processes under limits (~6 s)'
 
@@ -31,10 +31,11 @@ NSYS = REPO.parent / "shared" / "fixtures" / "nsys" / "rtx3080_tiny_nsys2026.1.s
 ROOT = os.geteuid() == 0
 
 
-def tracekit(*argv, timeout=120, **kwargs) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONWARNINGS="error::RuntimeWarning")
-    env.pop("TRACEKIT_DEBUG", None)
-    return subprocess.run([sys.executable, "-m", "tracekit", *map(str, argv)], env=env, timeout=timeout, **kwargs)
+def tracekit(*argv, timeout=120, **popen):
+    """A fresh `tracekit` process (these edges are its streams, devices and limits), where a
+    numpy RuntimeWarning is an error and TRACEKIT_DEBUG is unset; `popen`: its streams as given."""
+    env = {k: v for k, v in os.environ.items() if k != "TRACEKIT_DEBUG"}
+    return run_cli(*argv, process=True, env={**env, "PYTHONWARNINGS": "error::RuntimeWarning"}, timeout=timeout, **popen)
 
 
 def one_line(err: str | bytes) -> str:
@@ -60,12 +61,12 @@ def test_a_device_node_is_written_through_never_replaced(tmp_path, minor, code):
     assert not [n for n in os.listdir(tmp_path) if ".tracekit-" in n]
 
 
-def test_a_symlink_is_followed_the_link_kept_and_its_file_replaced(capsys, tmp_path):
+def test_a_symlink_is_followed_the_link_kept_and_its_file_replaced(tmp_path):
     target = tmp_path / "real.json"
     target.write_text("old")
     link = tmp_path / "link.json"
     link.symlink_to(target)
-    code, _, err = run(capsys, "export", TINY, "--perfetto", link)
+    code, _, err = run_cli("export", TINY, "--perfetto", link)
     assert code == 0, err
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert json.loads(target.read_text())["traceEvents"]
@@ -90,12 +91,12 @@ def test_a_fifo_is_written_through_to_its_reader(tmp_path):
     assert json.loads(data)["traceEvents"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 
-def test_a_socket_is_refused_before_any_work(capsys, tmp_path):
+def test_a_socket_is_refused_before_any_work(tmp_path):
     path = tmp_path / "sock"
     s = socket.socket(socket.AF_UNIX)
     s.bind(str(path))
     s.close()
-    code, _, err = run(capsys, "export", TINY, "--perfetto", path)
+    code, _, err = run_cli("export", TINY, "--perfetto", path)
     assert code == 2 and "is a socket" in one_line(err)
     assert stat.S_ISSOCK(os.lstat(path).st_mode)
 
@@ -193,9 +194,9 @@ def test_a_rank_directory_under_few_open_files_ends_in_one_line_and_no_orphan(tm
     for r in range(2):
         (ranks / f"rank{r}.json.gz").symlink_to(TINY)
     tag = f"TRACEKIT_EDGE_TEST={os.getpid()}-{nofile}"
-    env = dict(os.environ, PYTHONPATH=str(REPO), TRACEKIT_EDGE_TEST=tag.split("=", 1)[1])
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(ranks), "--format", "json"], env=env, capture_output=True,
-                          text=True, timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+    env = dict(os.environ, TRACEKIT_EDGE_TEST=tag.split("=", 1)[1])
+    proc = run_cli("analyze", ranks, "--format", "json", process=True, env=env, timeout=120,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:
         assert "too many open files" in one_line(proc.stderr)
@@ -213,10 +214,8 @@ def test_a_local_dask_cluster_that_cannot_start_is_one_line(tmp_path):
     ranks.mkdir()
     for r in range(2):
         (ranks / f"rank{r}.json.gz").symlink_to(TINY)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(ranks), "--scheduler", "local", "--format", "json"],
-                          env=env, capture_output=True, text=True, timeout=120,
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (9, 9)))
+    proc = run_cli("analyze", ranks, "--scheduler", "local", "--format", "json", process=True, timeout=120,
+                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (9, 9)))
     assert proc.returncode in (0, 2), proc.stderr
     if proc.returncode == 2:
         line = one_line(proc.stderr)
@@ -252,15 +251,15 @@ def test_a_plain_file_is_copied_and_one_that_changes_during_the_copy_is_refused(
     (["analyze", TINY, "--scheduler", "bogus"], "is not `local` nor a Dask scheduler address"),
     (["analyze", TINY, "--scheduler", "local"], "--scheduler runs the ranks of a job"),
 ])
-def test_option_values_that_mean_nothing_are_refused_in_one_line(capsys, argv, says):
-    code, _, err = run(capsys, *argv)
+def test_option_values_that_mean_nothing_are_refused_in_one_line(argv, says):
+    code, _, err = run_cli(*argv)
     assert code == 2 and says in one_line(err)
 
 
 @pytest.mark.parametrize("value", ["-1", "0", "many"])
-def test_the_gunzip_limit_must_be_a_positive_number(capsys, monkeypatch, value):
+def test_the_gunzip_limit_must_be_a_positive_number(monkeypatch, value):
     monkeypatch.setenv("TRACEKIT_MAX_GUNZIP_BYTES", value)
-    code, _, err = run(capsys, "info", TINY)
+    code, _, err = run_cli("info", TINY)
     assert code == 2 and "must be a positive number of bytes" in one_line(err)
 
 
@@ -284,10 +283,10 @@ def test_a_full_stdout_is_one_line_and_a_full_stderr_keeps_the_exit_code():
 
 # --- 8. inputs that are not trace files ----------------------------------------------------
 
-def test_a_fifo_input_is_named_as_such(capsys, tmp_path):
+def test_a_fifo_input_is_named_as_such(tmp_path):
     fifo = tmp_path / "in.json"
     os.mkfifo(fifo)
-    code, _, err = run(capsys, "info", fifo)
+    code, _, err = run_cli("info", fifo)
     assert code == 2 and "is a FIFO or pipe, not a trace file" in one_line(err)
 
 
@@ -302,7 +301,7 @@ def test_bytes_after_the_gzip_data_are_ignored_not_a_cut_trace(tmp_path):
     assert not src.cut_short and src.warnings == ["519 bytes after the end of the gzip data are not gzip; ignored"]
 
 
-def test_an_unlistable_rank_directory_is_one_line(capsys, tmp_path, monkeypatch):
+def test_an_unlistable_rank_directory_is_one_line(tmp_path, monkeypatch):
     from tracekit.parsers import source
 
     def denied(path):
@@ -310,7 +309,7 @@ def test_an_unlistable_rank_directory_is_one_line(capsys, tmp_path, monkeypatch)
 
     monkeypatch.setattr(source.os, "listdir", denied)
     (tmp_path / "rank0.json.gz").symlink_to(TINY)
-    code, _, err = run(capsys, "analyze", tmp_path)
+    code, _, err = run_cli("analyze", tmp_path)
     assert code == 2 and "cannot list the directory: Permission denied" in one_line(err)
 
 

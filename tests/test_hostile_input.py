@@ -18,7 +18,7 @@ import pytest
 
 import tracekit
 from conftest import shared
-from fuzz_cases import run_cli
+from helpers import run_cli
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
 SGLANG = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
@@ -36,7 +36,7 @@ def _strict(text: str):
 
 
 def one_line_error(run, *fragments: str) -> str:
-    assert run.code == 2, (run.code, run.stderr)
+    assert run.returncode == 2, (run.returncode, run.stderr)
     lines = run.stderr.strip("\n").split("\n")
     assert len(lines) == 1 and lines[0].startswith("tracekit: error: "), run.stderr
     for fragment in fragments:
@@ -99,8 +99,8 @@ def test_integers_outside_int64_in_args_are_unknown_and_counted(tmp_path, field)
     # every event is kept; only the three values are unknown
     table = trace.ops if cat == "cpu_op" else trace.kernels[trace.kernels["kind"] == "kernel"]
     assert len(table) == len(events)
-    run = run_cli(["analyze", "--format", "json", path])
-    assert run.code == 0, run.stderr
+    run = run_cli("analyze", "--format", "json", path)
+    assert run.returncode == 0, run.stderr
     _strict(run.stdout)
 
 
@@ -119,7 +119,7 @@ def test_timestamps_no_capture_can_have_are_dropped_and_counted(tmp_path, value)
             ("kernel", "gpu_memcpy", "gpu_memset", "cpu_op", "cuda_runtime", "cuda_driver", "user_annotation", "gpu_user_annotation", "python_function")]
     span_us = max(e["ts"] + max(e["dur"], 0) for e in rest) - min(e["ts"] for e in rest)
     assert abs(trace.meta["span_ns"] - span_us * 1000) <= 1
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 def test_negative_durations_are_clamped_and_counted(tmp_path):
@@ -140,11 +140,11 @@ def test_header_fields_of_the_wrong_type_are_ignored_with_a_warning(tmp_path, he
     path = write_json(tmp_path, doc)
     trace = tracekit.load(path)
     assert any("trace header fields have the wrong type" in w for w in trace.warnings), trace.warnings
-    assert run_cli(["info", "--format", "json", path]).code == 0
+    assert run_cli("info", "--format", "json", path).returncode == 0
     if "deviceProperties" in header:  # the GPU is unknown now: said so, and --device still works
-        run = run_cli(["analyze", "--format", "json", path])
-        assert run.code == 0 and "does not name its GPU" in run.stderr, run.stderr
-        assert run_cli(["analyze", "--device", "H100-SXM", "--format", "json", path]).code == 0
+        run = run_cli("analyze", "--format", "json", path)
+        assert run.returncode == 0 and "does not name its GPU" in run.stderr, run.stderr
+        assert run_cli("analyze", "--device", "H100-SXM", "--format", "json", path).returncode == 0
 
 
 def test_json_nested_too_deep_is_one_line(tmp_path):
@@ -152,7 +152,7 @@ def test_json_nested_too_deep_is_one_line(tmp_path):
     deep = "[" * 5000 + "]" * 5000
     path = tmp_path / "deep.json"
     path.write_text(doc_text.replace('"traceEvents": [', '"traceEvents": [' + deep + ",", 1))
-    one_line_error(run_cli(["info", str(path)]), "nested too deeply")
+    one_line_error(run_cli("info", str(path)), "nested too deeply")
 
 
 # -- intervals --------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ def test_a_trace_whose_only_op_has_zero_length(tmp_path):
     path = write_json(tmp_path, doc)
     trace = tracekit.load(path)
     assert len(trace.ops) == 1 and trace.ops["parent"].tolist() == [-1] and trace.ops["depth"].tolist() == [0]
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 def test_nvtx_ranges_all_ending_before_they_start(tmp_path):
@@ -175,7 +175,7 @@ def test_nvtx_ranges_all_ending_before_they_start(tmp_path):
     trace = tracekit.load(path)
     assert any(w.startswith(f"{ranges:,} NVTX ranges end before they start") for w in trace.warnings), trace.warnings
     assert (trace.ranges["end"] == trace.ranges["start"]).all()
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 # -- nsys columns and SQLite errors -------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_nsys_numeric_columns_holding_text_blobs_or_infinity(tmp_path, value, wh
     kernels = trace.kernels[trace.kernels["kind"] == "kernel"]
     assert len(kernels) == 5 and (kernels["stream"] == -1).sum() == 1 and (kernels["grid_x"] == -1).sum() == 1
     assert any(w.startswith("1 `kernels: streamId` values are not integers in range") for w in trace.warnings), trace.warnings
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 def test_nsys_start_at_int64_min_is_dropped(tmp_path):
@@ -237,13 +237,13 @@ def test_nsys_null_memcpy_enum_names(tmp_path):
     trace = tracekit.load(path)
     copies = trace.kernels[trace.kernels["kind"] == "memcpy"]
     assert len(copies) == 1 and str(copies["copy_kind"].iat[0]) in ("Unknown", "nan")
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 def test_nsys_dropped_name_id_column(tmp_path):
     path = nsys_copy(tmp_path, RTX)
     edit(path, "ALTER TABLE CUPTI_ACTIVITY_KIND_RUNTIME DROP COLUMN nameId")
-    assert run_cli(["analyze", "--format", "json", path]).code == 0
+    assert run_cli("analyze", "--format", "json", path).returncode == 0
 
 
 @pytest.mark.parametrize("damage, fragment", [
@@ -253,7 +253,7 @@ def test_nsys_dropped_name_id_column(tmp_path):
 def test_nsys_missing_columns_are_one_line(tmp_path, damage, fragment):
     path = nsys_copy(tmp_path)
     edit(path, damage)
-    one_line_error(run_cli(["info", path]), path, "SQLite error", fragment)
+    one_line_error(run_cli("info", path), path, "SQLite error", fragment)
 
 
 def test_nsys_table_replaced_by_a_view(tmp_path):
@@ -262,7 +262,7 @@ def test_nsys_table_replaced_by_a_view(tmp_path):
     edit(working, *view)
     assert (tracekit.load(working).kernels["kind"] == "kernel").sum() == 5  # a view that works is read like the table
     edit(broken, *view, "DROP TABLE k")
-    one_line_error(run_cli(["info", broken]), broken, "SQLite error")
+    one_line_error(run_cli("info", broken), broken, "SQLite error")
 
 
 def test_nsys_corrupted_page_is_one_line(tmp_path):
@@ -272,14 +272,14 @@ def test_nsys_corrupted_page_is_one_line(tmp_path):
     for start in range(page, len(data), page * 3):  # the headers of many b-tree pages
         data[start : start + 16] = b"\xff" * 16
     open(path, "wb").write(bytes(data))
-    one_line_error(run_cli(["info", path]), path)
+    one_line_error(run_cli("info", path), path)
 
 
 def test_nsys_export_with_a_write_ahead_log_is_still_being_written(tmp_path):
     path = nsys_copy(tmp_path)
     with open(path + "-wal", "wb") as f:
         f.write(b"\x37\x7f\x06\x82" + bytes(4092))
-    one_line_error(run_cli(["info", path]), "still being written", "-wal")
+    one_line_error(run_cli("info", path), "still being written", "-wal")
     assert os.path.getsize(path + "-wal") == 4096  # untouched
 
 
@@ -299,7 +299,7 @@ def test_gzip_bomb_is_refused_before_it_fills_memory(tmp_path, monkeypatch):
         tracekit.load(path)
     # the limit a user sets replaces the ratio rule, and is itself a clear line
     monkeypatch.setenv(source.LIMIT_ENV, str(4 << 20))
-    one_line_error(run_cli(["info", str(path)]), "gzip expands past 4.0 MiB", source.LIMIT_ENV)
+    one_line_error(run_cli("info", str(path)), "gzip expands past 4.0 MiB", source.LIMIT_ENV)
 
 
 # -- a trace cut short whose header follows its events -------------------------------------------
@@ -312,8 +312,8 @@ def test_cut_short_trace_with_its_header_last_names_the_cut(tmp_path):
     path = tmp_path / "cut.json"
     path.write_text(text[: text.index('"schemaVersion"') - 40])  # inside the last event; kernels come late in the file
     assert (tracekit.load(path).kernels["kind"] == "kernel").sum() > 0
-    run = run_cli(["analyze", "--format", "json", str(path)])
-    assert run.code == 0, run.stderr
+    run = run_cli("analyze", "--format", "json", str(path))
+    assert run.returncode == 0, run.stderr
     warnings = run.stderr.strip().split("\n")
     assert any("trace is cut short: kept" in w for w in warnings), warnings  # the cause, not only its effect
     assert any("does not name its GPU" in w for w in warnings), warnings  # the header with the GPU was lost
@@ -332,7 +332,7 @@ def test_user_rules_run_on_a_linear_time_engine(tmp_path):
     assert pattern.search("a" * 100_000 + "b") is None and pattern.search("xaaa") is not None  # catastrophic for backtracking
     lookbehind = tmp_path / "lookbehind.toml"
     lookbehind.write_text('[[block]]\nname = "ffn"\nkernel = \'(?<!all_)reduce\'\n')
-    one_line_error(run_cli(["analyze", "--rules", str(lookbehind), str(BERT)]), "bad regular expression for RE2")
+    one_line_error(run_cli("analyze", "--rules", str(lookbehind), str(BERT)), "bad regular expression for RE2")
 
 
 def test_kernel_classifier_reads_a_bounded_prefix():
@@ -363,8 +363,8 @@ def test_strict_json_turns_non_finite_numbers_into_null():
 @pytest.mark.parametrize("command", [("info", "--format", "json"), ("analyze", "--format", "json")])
 @pytest.mark.parametrize("path", [CPU_FIXTURE, str(RTX), str(NVFUSER)])
 def test_json_output_is_strict(command, path):
-    run = run_cli([*command, path])
-    assert run.code == 0, run.stderr
+    run = run_cli(*command, path)
+    assert run.returncode == 0, run.stderr
     _strict(run.stdout)
 
 
@@ -374,8 +374,8 @@ def test_zero_length_memcpy_gives_strict_json(tmp_path):
     assert copies
     for e in copies:
         e["dur"] = 0
-    run = run_cli(["analyze", "--format", "json", write_json(tmp_path, doc)])
-    assert run.code == 0
+    run = run_cli("analyze", "--format", "json", write_json(tmp_path, doc))
+    assert run.returncode == 0
     _strict(run.stdout)
 
 
@@ -385,27 +385,27 @@ def test_zero_length_memcpy_gives_strict_json(tmp_path):
 def test_out_on_an_existing_file(tmp_path):
     target = tmp_path / "file"
     target.write_text("mine")
-    one_line_error(run_cli(["analyze", "--out", str(target), str(SGLANG)]), "exists and is not a directory")
+    one_line_error(run_cli("analyze", "--out", str(target), str(SGLANG)), "exists and is not a directory")
     assert target.read_text() == "mine"
 
 
 def test_out_under_a_file(tmp_path):
     (tmp_path / "file").write_text("")
-    one_line_error(run_cli(["analyze", "--out", str(tmp_path / "file" / "bundle"), str(SGLANG)]), "is a file")
+    one_line_error(run_cli("analyze", "--out", str(tmp_path / "file" / "bundle"), str(SGLANG)), "is a file")
 
 
 def test_out_where_nothing_can_be_written(tmp_path):
-    one_line_error(run_cli(["analyze", "--out", "/proc/tracekit-bundle", str(SGLANG)]), "/proc/tracekit-bundle")
+    one_line_error(run_cli("analyze", "--out", "/proc/tracekit-bundle", str(SGLANG)), "/proc/tracekit-bundle")
 
 
 def test_out_path_that_is_not_utf8(tmp_path):
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/bundle\xff")
-    one_line_error(run_cli(["analyze", "--out", out, str(SGLANG)]), "not valid UTF-8")
+    one_line_error(run_cli("analyze", "--out", out, str(SGLANG)), "not valid UTF-8")
     assert os.listdir(tmp_path) == []
 
 
 def test_usage_errors_are_one_line():
-    one_line_error(run_cli(["analyze", "--top", "many", str(SGLANG)]), "--top")
+    one_line_error(run_cli("analyze", "--top", "many", str(SGLANG)), "--top")
 
 
 BUNDLE = {"summary.json", "report.md", "report.html", "roofline.png", "breakdown.png", "kernels.parquet", "ops.parquet", "blocks.csv"}
@@ -470,8 +470,7 @@ def test_sigint_during_a_run_never_leaves_a_complete_looking_bundle(tmp_path):
 def test_report_text_of_a_trace_with_a_non_utf8_path(tmp_path):
     src = os.fsencode(str(tmp_path)) + b"/trace\xff.json.gz"
     shutil.copyfile(SGLANG, src)
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", "--format", "markdown", "--out", str(tmp_path / "b"), os.fsdecode(src)],
-                         capture_output=True, timeout=120)
+    run = run_cli("analyze", "--format", "markdown", "--out", tmp_path / "b", src, process=True, capture_output=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert b"trace\\udcff.json.gz" in (tmp_path / "b" / "report.md").read_bytes()
     assert set(os.listdir(tmp_path / "b")) == BUNDLE
@@ -483,11 +482,11 @@ def test_report_text_of_a_trace_with_a_non_utf8_path(tmp_path):
 def test_rerun_into_the_input_directory_does_not_read_its_own_reports(tmp_path):
     for rank in (0, 1):
         shutil.copyfile(shared("torch", "v100_dlrm_8ranks", f"rank{rank}.json.gz"), tmp_path / f"rank{rank}.json.gz")
-    first = run_cli(["analyze", "--workers", "1", "--format", "json", "--out", str(tmp_path), str(tmp_path)])
-    assert first.code == 0, first.stderr
+    first = run_cli("analyze", "--workers", "1", "--format", "json", "--out", str(tmp_path), str(tmp_path))
+    assert first.returncode == 0, first.stderr
     assert (tmp_path / "ranks.json").exists() and (tmp_path / "rank1" / "summary.json").exists()
-    second = run_cli(["analyze", "--workers", "1", "--format", "json", "--out", str(tmp_path), str(tmp_path)])
-    assert second.code == 0, second.stderr
+    second = run_cli("analyze", "--workers", "1", "--format", "json", "--out", str(tmp_path), str(tmp_path))
+    assert second.returncode == 0, second.stderr
     assert _strict(second.stdout)["ranks"] == 2
     assert sorted(os.listdir(tmp_path)) == ["rank0", "rank0.json.gz", "rank1", "rank1.json.gz", "ranks.csv", "ranks.json", "ranks.md"]
 
@@ -497,7 +496,7 @@ def test_one_bad_rank_among_good_ones_with_workers_names_the_file(tmp_path):
         shutil.copyfile(shared("torch", "v100_dlrm_8ranks", f"rank{rank}.json.gz"), tmp_path / f"rank{rank}.json.gz")
     bad = tmp_path / "rank2.json"
     bad.write_text('{"traceEvents": [')
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", "--workers", "2", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    run = run_cli("analyze", "--workers", "2", tmp_path)
     assert run.returncode == 2, run.stderr
     lines = run.stderr.strip().split("\n")
     assert len(lines) == 1 and lines[0].startswith(f"tracekit: error: {bad}:"), run.stderr
@@ -547,7 +546,7 @@ def test_fuzz_seed_2165_damaged_schema_page_is_one_line(tmp_path):
 
     case = make_case(2165, str(tmp_path))
     assert "corrupted pages" in case.mutations
-    one_line_error(run_cli(["info", case.path]), case.path, "not a readable SQLite database")
+    one_line_error(run_cli("info", case.path), case.path, "not a readable SQLite database")
 
 
 def test_events_that_are_not_utf8_in_a_chunk_with_a_type_error(tmp_path):
@@ -579,8 +578,8 @@ def test_tex_in_trace_names_does_not_break_the_plots(tmp_path):
     rules = tmp_path / "rules.toml"
     rules.write_text('[[phase]]\nname = "$\\\\x$ phase"\nrange = "step"\n')
     out = tmp_path / "bundle"
-    run = run_cli(["analyze", b.write(tmp_path / "tex.json"), "--rules", str(rules), "--out", str(out)])
-    assert run.code == 0, run.stderr
+    run = run_cli("analyze", b.write(tmp_path / "tex.json"), "--rules", str(rules), "--out", str(out))
+    assert run.returncode == 0, run.stderr
     for png in ("roofline.png", "breakdown.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((out / "summary.json").read_text())

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from conftest import REPO, raw_step_ns, shared
+from helpers import run_cli
 
 QWEN = shared("torch", "h100_qwen1.5-0.5b_hf_inference.json.gz")
 
@@ -119,9 +120,8 @@ def mlflow_store(mlflow_server, monkeypatch):
 
 def test_mlflow_without_a_tracking_uri_says_what_to_set(tmp_path):
     pytest.importorskip("mlflow", reason="MLflow is optional: pip install 'tracekit[mlflow]'")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-    done = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
-                           "--mlflow"], capture_output=True, text=True, cwd=tmp_path, env={**env, "PYTHONPATH": str(REPO)})
+    unset = {k: None for k in os.environ if k.startswith("MLFLOW_")}
+    done = run_cli("analyze", shared("torch", "h100_bert_small_hf_inference.json.gz"), "--mlflow", cwd=tmp_path, env=unset)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert "set MLFLOW_TRACKING_URI=http://HOST:PORT" in lines[0]
@@ -173,15 +173,13 @@ def test_analyze_cli_logs_into_a_named_run(mlflow_store, tmp_path):
 
     with mlflow.start_run() as run:
         pass
-    done = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
-                           "--mlflow-run", run.info.run_id, "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    done = run_cli("analyze", shared("torch", "h100_bert_small_hf_inference.json.gz"), "--mlflow-run", run.info.run_id, "--format", "json")
     assert done.returncode == 0, done.stderr
     printed = json.loads(done.stdout)
     client = MlflowClient(mlflow_store)
     assert client.get_run(run.info.run_id).data.metrics["tracekit.coverage"] == pytest.approx(printed["coverage"]["modeled_share"])
     assert "tracekit/report.html" in [a.path for a in client.list_artifacts(run.info.run_id, "tracekit")]
-    missing = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared("torch", "h100_bert_small_hf_inference.json.gz")),
-                              "--mlflow-run", "0123456789abcdef"], capture_output=True, text=True, cwd=REPO)
+    missing = run_cli("analyze", shared("torch", "h100_bert_small_hf_inference.json.gz"), "--mlflow-run", "0123456789abcdef")
     # MLflow's own wording differs between stores and versions; the line is tracekit's
     lines = missing.stderr.splitlines()
     assert missing.returncode == 2 and len(lines) == 1, missing.stderr

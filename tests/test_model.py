@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -22,6 +19,7 @@ import pytest
 
 import tracekit
 from conftest import PROJECT_FIXTURES, REPO, shared, shared_model
+from helpers import run_cli
 from tracekit.errors import TraceError
 from tracekit.model import ModelOptions, load_config
 from tracekit.model.batch import Requests
@@ -102,15 +100,13 @@ def test_bad_config_is_one_clear_error(name, reason):
     with pytest.raises(TraceError) as err:
         load_config(path)
     assert reason in err.value.reason and err.value.path == str(path)
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--model", str(path)],
-                         capture_output=True, text=True, cwd=REPO)
+    run = run_cli("analyze", shared(*SGLANG.split("/")), "--model", path)
     assert run.returncode == 2
     assert run.stderr.strip().splitlines() == [f"tracekit: error: {path}: {err.value.reason}"]
 
 
 def test_model_options_need_model():
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--tp", "2"],
-                         capture_output=True, text=True, cwd=REPO)
+    run = run_cli("analyze", shared(*SGLANG.split("/")), "--tp", "2")
     assert run.returncode == 2 and "need --model" in run.stderr
 
 
@@ -357,8 +353,7 @@ def test_calibration_recovers_known_efficiencies():
 
 def test_calibrate_cli_on_shared_traces(tmp_path):
     out = tmp_path / "factors.json"
-    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(shared(*SGLANG.split("/"))),
-                          "--model", str(MODELS / "qwen3-8b.config.json"), "--out", str(out)], capture_output=True, text=True, cwd=REPO)
+    run = run_cli("calibrate", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json", "--out", out)
     assert run.returncode == 0, run.stderr
     result = json.loads(out.read_text())
     mi300x = result["devices"]["MI300X"]
@@ -373,8 +368,7 @@ def test_calibrate_with_steps_of_unknown_kv_length(tmp_path):
     trace = shared("torch", "rtx3090_vllm_gpt-oss-20b_decode_bs4_cudagraph.json.gz")
     for config in (shared_model("gpt-oss-20b.config.json"), PROJECT_FIXTURES / "cpu_tiny_moe.config.json"):
         out = tmp_path / "factors.json"
-        run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(trace), "--model", str(config), "--out", str(out)],
-                             capture_output=True, text=True, cwd=REPO)
+        run = run_cli("calibrate", trace, "--model", config, "--out", out)
         assert run.returncode == 0, run.stderr
         (device,) = json.loads(out.read_text())["devices"].values()
         a = tracekit.analyze(trace, model=ModelOptions(str(config)))
@@ -390,9 +384,7 @@ def test_calibrate_a_cpu_trace_put_on_a_gpu_has_nothing_to_fit(tmp_path):
     the trace is left out with its reason and, with no trace to fit, calibrate exits 2."""
     out = tmp_path / "factors.json"
     trace = PROJECT_FIXTURES / "cpu_tiny_dense_generate.json.gz"
-    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(trace),
-                          "--model", str(PROJECT_FIXTURES / "cpu_tiny_dense.config.json"), "--device", "h100", "--out", str(out)],
-                         capture_output=True, text=True, cwd=REPO)
+    run = run_cli("calibrate", trace, "--model", PROJECT_FIXTURES / "cpu_tiny_dense.config.json", "--device", "h100", "--out", out)
     assert run.returncode == 2, run.stderr
     assert "Warning" not in run.stderr and "inf%" not in run.stdout, run.stderr
     lines = run.stderr.splitlines()
@@ -402,12 +394,10 @@ def test_calibrate_a_cpu_trace_put_on_a_gpu_has_nothing_to_fit(tmp_path):
 
 
 def test_markdown_and_console_show_the_prediction():
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--model",
-                          str(MODELS / "qwen3-8b.config.json"), "--format", "markdown"], capture_output=True, text=True, cwd=REPO)
+    run = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json", "--format", "markdown")
     assert run.returncode == 0, run.stderr
     assert "## Model: predicted vs measured steps" in run.stdout and "32,785 KV tokens" in run.stdout
-    table = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(shared(*SGLANG.split("/"))), "--model",
-                            str(MODELS / "qwen3-8b.config.json")], capture_output=True, text=True, cwd=REPO)
+    table = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json")
     assert "step[DECODE bs=32]" in table.stdout and "MAPE" in table.stdout  # brackets shown, not eaten as markup
 
 
@@ -459,9 +449,7 @@ def test_calibrate_tables_fit_the_terminal_and_escape_file_names(tmp_path):
     width, and a file name is hostile text (a raw escape sequence reached the terminal)."""
     hostile = tmp_path / "evil\x1b[31m[bold]x.json.gz"
     hostile.symlink_to(shared(*SGLANG.split("/")))
-    run = subprocess.run([sys.executable, "-m", "tracekit", "calibrate", str(hostile),
-                          "--model", str(MODELS / "qwen3-8b.config.json"), "--out", str(tmp_path / "f.json")],
-                         capture_output=True, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "250"})
+    run = run_cli("calibrate", hostile, "--model", MODELS / "qwen3-8b.config.json", "--out", tmp_path / "f.json", env={"COLUMNS": "250"})
     assert run.returncode == 0, run.stderr
     mape = json.loads((tmp_path / "f.json").read_text())["devices"]["MI300X"]["mape_peak"]
     assert "MAPE at peak" in run.stdout and "MI300X" in run.stdout and f"{mape:.1%}" in run.stdout  # the figure written

@@ -6,12 +6,11 @@ layouts (vLLM create_weights) and the configs' numbers written out below."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from conftest import REPO, shared
+from helpers import run_cli
 from tracekit.errors import TraceError
 from tracekit.model import load_config
 from tracekit.model.batch import Requests, StepBatch
@@ -90,8 +89,7 @@ def test_qwen35_architecture_line_and_cli_run():
                   "16 attention (24/4 heads x 256, KV cache bf16, output gate, q/k norm)", "nvfp4 (FP8 scale per 16"):
         assert words in line, line
     trace = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(trace), "--model", str(QWEN35), "--weight-dtype", "nvfp4",
-                          "--kv-dtype", "fp8", "--format", "json"], capture_output=True, text=True, cwd=REPO)
+    run = run_cli("analyze", trace, "--model", QWEN35, "--weight-dtype", "nvfp4", "--kv-dtype", "fp8", "--format", "json")
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout)
     assert "Gated DeltaNet" in json.dumps(out)

@@ -5,13 +5,12 @@ size used in a sum. Each reproduction of the issue has a case here."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import REPO, shared
+from helpers import run_cli
 from tracekit.errors import TraceError
 from tracekit.model import load_config
 
@@ -90,8 +89,7 @@ def test_hostile_config_is_one_clear_error(tmp_path, name, text, reason):
 def test_hostile_config_exits_2_with_one_line(tmp_path, name, text, reason):
     path = write(tmp_path, text)
     trace = shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")
-    run = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(trace), "--model", str(path)],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    run = run_cli("analyze", trace, "--model", path)
     assert run.returncode == 2, run.stderr[-2000:]
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"tracekit: error: {path}: ") and reason in lines[0]

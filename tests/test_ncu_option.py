@@ -6,10 +6,7 @@ roofline; bad or mismatched CSVs are one line and exit 2."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,16 +15,12 @@ import tracekit
 from tracekit.costs.ncu_compare import base_name
 from tracekit.costs.ncu_read import read_ncu
 
+from helpers import run_cli
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 H100 = ROOT / "fixtures" / "gpu" / "h100"
 EAGER = (H100 / "h10080gbhbm3_llama3-8b_4layers_prefill1x512_decode_bs16_ncu_twin.json.gz", H100 / "ncu_step.csv")
 COMPILED = (H100 / "h10080gbhbm3_llama3-8b_8layers_compiled_decode_bs16_ncu_twin.json.gz", H100 / "compiled_ncu.csv")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tracekit", "analyze", *map(str, args)], capture_output=True, text=True,
-                          timeout=300, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +75,10 @@ def test_measured_bytes_go_on_the_roofline(eager):
 
 
 def test_the_report_states_the_rule():
-    out = cli(EAGER[0], "--ncu", EAGER[1])
+    out = run_cli("analyze", EAGER[0], "--ncu", EAGER[1])
     assert out.returncode == 0, out.stderr
     assert "within 1.00 MB where both are under 4.00 MB" in out.stdout and "99.8% of 168 kernels" in out.stdout
-    js = cli(EAGER[0], "--ncu", EAGER[1], "--format", "json")
+    js = run_cli("analyze", EAGER[0], "--ncu", EAGER[1], "--format", "json")
     assert json.loads(js.stdout)["coverage"]["ncu"]["paired"] == 395
 
 
@@ -97,16 +90,16 @@ def test_the_report_states_the_rule():
 def test_a_bad_csv_is_one_line_and_exit_2(tmp_path, content, reason):
     bad = tmp_path / "ncu.csv"
     bad.write_text(content)
-    out = cli(EAGER[0], "--ncu", bad)
+    out = run_cli("analyze", EAGER[0], "--ncu", bad)
     assert out.returncode == 2 and reason in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert str(bad) in out.stderr and "Traceback" not in out.stderr
 
 
 def test_a_csv_of_other_work_is_refused():
-    out = cli(EAGER[0], "--ncu", COMPILED[1])
+    out = run_cli("analyze", EAGER[0], "--ncu", COMPILED[1])
     assert out.returncode == 2 and "not a recording of the same work" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_measured_bytes_need_the_csv():
-    out = cli(EAGER[0], "--bytes", "measured")
+    out = run_cli("analyze", EAGER[0], "--bytes", "measured")
     assert out.returncode == 2 and "--bytes measured needs --ncu" in out.stderr

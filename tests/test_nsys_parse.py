@@ -5,14 +5,13 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tracekit
 from conftest import SHARED, shared, range_stack
+from helpers import run_cli
 from tracekit.parsers.nsys_nvtx import parse_op_text
 
 NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
@@ -152,12 +151,8 @@ def test_export_is_never_written_or_left_locked(tmp_path):
     assert not (tmp_path / "copy.sqlite-journal").exists() and not (tmp_path / "copy.sqlite-wal").exists()
 
 
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=120)
-
-
 def test_non_utf8_strings_are_replaced_not_fatal():
-    proc = cli("info", "--format", "json", str(shared("bad", "gtx1060_non_utf8_strings.sqlite")))
+    proc = run_cli("info", "--format", "json", str(shared("bad", "gtx1060_non_utf8_strings.sqlite")))
     assert proc.returncode == 0
     assert "not UTF-8" in proc.stderr
 
@@ -173,7 +168,7 @@ def test_non_utf8_strings_are_replaced_not_fatal():
 def test_bad_sqlite(tmp_path, make, fragment):
     path = tmp_path / "x.sqlite"
     make(path)
-    proc = cli("info", str(path))
+    proc = run_cli("info", str(path))
     assert proc.returncode == 2
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert fragment in proc.stderr and str(path) in proc.stderr
@@ -187,6 +182,6 @@ def test_export_without_kernel_table(tmp_path):
     conn.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
     conn.commit()
     conn.close()
-    proc = cli("info", str(path))
+    proc = run_cli("info", str(path))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "without a CUPTI_ACTIVITY_KIND_KERNEL table" in proc.stderr

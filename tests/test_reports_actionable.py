@@ -6,10 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -19,7 +16,8 @@ from rich.console import Console
 
 import tracekit
 from tracekit.reports.headline import headline as headline_words
-from conftest import REPO, SHARED, shared
+from conftest import SHARED, shared
+from helpers import run_cli
 from tracekit.analysis.findings import compute
 from tracekit.analysis.rollup import kernel_summary
 from tracekit.trace.kernel_names import MAX_LABEL, label, labels
@@ -37,9 +35,9 @@ HOSTILE = ("x [/nope] y [link=https://evil.example]click me[/link] \x1b]0;owned\
            "<script>alert(1)</script> <img src=x onerror=alert(2)> ![](https://evil.example/a.png) a|b\r\nc `code` :smile:")
 
 
-def _run(args, columns="100", **kw):
-    env = {**os.environ, "COLUMNS": columns, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, env=env, timeout=300, **kw)
+def _run(args, columns="100"):
+    """The command as a terminal of `columns` columns runs it (piped)."""
+    return run_cli(*args, env={"COLUMNS": columns})
 
 
 # -- terminal width ------------------------------------------------------------------------

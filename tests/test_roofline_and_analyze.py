@@ -6,14 +6,13 @@ import tracekit
 
 import gzip
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tracekit.api as api
 from conftest import shared
+from helpers import run_cli
 from tracekit.errors import TraceError
 from tracekit.hardware import builtin_devices, closest, find_device, resolve
 
@@ -148,14 +147,13 @@ def test_efficiency_above_peak_is_flagged_not_clipped():
 
 def test_analyze_cli_json_and_device_override():
     path = str(shared("torch", "h100_bert_small_hf_inference.json.gz"))
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", path, "--format", "json", "--device", "A100-SXM4-80GB"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("analyze", path, "--format", "json", "--device", "A100-SXM4-80GB")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["device"]["key"] == "A100-SXM4-80GB"
     assert out["coverage"]["modeled_share"] == 1.0
     assert out["top_kernels"][0]["time_ns"] > 0
-    bad = subprocess.run([sys.executable, "-m", "tracekit", "analyze", path, "--device", "H300"], capture_output=True, text=True, timeout=120)
+    bad = run_cli("analyze", path, "--device", "H300")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "closest known" in bad.stderr
 
 
@@ -193,8 +191,7 @@ def test_nsys_export_without_gpu_name_is_analysed_without_the_roofline():
 
 def test_cli_analyses_unknown_and_unnamed_gpus_with_one_warning(tmp_path):
     for path in (shared("nsys", "h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite"), shared("bad", "gtx1060_non_utf8_strings.sqlite")):
-        proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(path), "--format", "markdown", "--out", str(tmp_path / path.stem)],
-                              capture_output=True, text=True, timeout=300)
+        proc = run_cli("analyze", path, "--format", "markdown", "--out", tmp_path / path.stem)
         assert proc.returncode == 0, proc.stderr
         assert len([l for l in proc.stderr.splitlines() if "--device" in l]) == 1
         assert all(l.startswith("tracekit: ") for l in proc.stderr.splitlines()), proc.stderr  # no library warnings (empty plot legend)
@@ -205,11 +202,10 @@ def test_cli_analyses_unknown_and_unnamed_gpus_with_one_warning(tmp_path):
     events["deviceProperties"][0]["name"] = "NVIDIA H800"
     h800 = tmp_path / "h800.json"
     h800.write_text(json.dumps(events))
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(h800), "--format", "json"], capture_output=True, text=True, timeout=300)
+    proc = run_cli("analyze", h800, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["device"]["key"] == "H800-SXM"
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(h800), "--format", "json", "--device", "h100"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("analyze", h800, "--format", "json", "--device", "h100")
     assert proc.returncode == 0 and json.loads(proc.stdout)["device"]["key"] == "H100-SXM"
 
 

@@ -26,7 +26,8 @@ import json
 
 import pytest
 
-from conftest import run_cli as cli, shared_model
+from conftest import shared_model
+from helpers import run_cli
 from synthetic import KinetoBuilder
 from tracekit.model.batch_annotations import from_annotation
 
@@ -61,7 +62,7 @@ def test_decode_without_kv_length_is_a_flagged_lower_bound(tmp_path, device):
     """`execute_context_0(0)_generation_4(4)`: 4 decode tokens, KV length unknown. It ended with
     exit 1 (TypeError in model/predict.py); now weights and activations are costed, the KV part is unknown."""
     path = serving_trace(tmp_path, "execute_context_0(0)_generation_4(4)")
-    run = cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", *device)
+    run = run_cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", *device)
     assert run.returncode == 0, run.stderr
     model = strict(run.stdout)["model"]
     (step,) = model["steps"]
@@ -72,7 +73,7 @@ def test_decode_without_kv_length_is_a_flagged_lower_bound(tmp_path, device):
     assert model["steps_lower_bound"] == model["steps_predicted"] == 1
     assert "pass --context C" in run.stderr
     # --context completes it: 4 requests x (1000 cached + 1 new) KV tokens, a prediction above the bound
-    full = strict(cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--context", "1000", *device).stdout)["model"]["steps"][0]
+    full = strict(run_cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--context", "1000", *device).stdout)["model"]["steps"][0]
     assert full["kv_tokens"] == 4 * 1001 and not full["lower_bound"] and full["complete_with"] is None
     assert full["weight_bytes"] == step["weight_bytes"] and full["bytes"] > step["bytes"] and full["predicted_ns"] > step["predicted_ns"]
     assert full["error"] is not None
@@ -80,7 +81,7 @@ def test_decode_without_kv_length_is_a_flagged_lower_bound(tmp_path, device):
 
 def test_unknown_batch_is_a_flagged_lower_bound(tmp_path):
     path = serving_trace(tmp_path, "ProfilerStep#3")
-    run = cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json")
+    run = run_cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json")
     assert run.returncode == 0, run.stderr
     doc = strict(run.stdout)
     (step,) = doc["model"]["steps"]
@@ -88,20 +89,20 @@ def test_unknown_batch_is_a_flagged_lower_bound(tmp_path):
     assert step["batch"].startswith("unknown") and step["predicted_ns"] > 0 and step["weight_bytes"] > 0
     assert "pass --batch B --context C" in run.stderr
     assert any("pass --batch and --context" in s for s in doc["headline"])  # not "pass --model": it was given
-    full = strict(cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--batch", "4", "--context", "1000").stdout)
+    full = strict(run_cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--batch", "4", "--context", "1000").stdout)
     assert not full["model"]["steps"][0]["lower_bound"] and full["model"]["steps"][0]["kv_tokens"] == 4 * 1001
 
 
 def test_unknown_device_still_costs_bytes_and_flops_and_the_headline_agrees(tmp_path):
     path = serving_trace(tmp_path, "execute_context_0(0)_generation_4(4)", device="Mystery GPU 9000", moe=False)
-    run = cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--context", "1000")
+    run = run_cli("analyze", path, "--model", gpt_oss_20b(), "--format", "json", "--context", "1000")
     assert run.returncode == 0, run.stderr
     doc = strict(run.stdout)
     (step,) = doc["model"]["steps"]
     assert step["bytes"] > 0 and step["flops"] > 0 and step["predicted_ns"] is None  # no device, no time
     assert not any("too little" in s for s in doc["headline"])
     assert any("not in the device table" in s and "pass --device" in s for s in doc["headline"])
-    table = cli("analyze", path, "--model", gpt_oss_20b(), "--context", "1000")
+    table = run_cli("analyze", path, "--model", gpt_oss_20b(), "--context", "1000")
     assert table.returncode == 0 and "too little" not in table.stdout
 
 
@@ -272,7 +273,7 @@ def test_serving_matrix_never_exit_1(fixture, options):
 
     flags = {"M": f"--model={shared_model(SERVING[fixture])}", "C": f"--capture={shared('torch', CAPTURE)}"}
     args = [flags.get(a, a) for a in OPTION_SETS[options]]
-    run = cli("analyze", shared("torch", fixture), "--format", "json", *args)
+    run = run_cli("analyze", shared("torch", fixture), "--format", "json", *args)
     assert run.returncode in (0, 2), run.stderr[-2000:]
     assert "Traceback" not in run.stderr
     if run.returncode == 0:

@@ -19,7 +19,7 @@ import pytest
 
 import tracekit.parsers.kineto_parallel as parallel
 import tracekit.common.pools as pools
-from conftest import run_main as run
+from helpers import run_cli
 from tracekit.parsers import as_trace, parse, parse_tables
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def test_workers_die_with_a_killed_parent(big_trace, tmp_path):
     assert not left
 
 
-def test_a_bundle_that_does_not_read_back_is_not_installed(capsys, tmp_path, monkeypatch):
+def test_a_bundle_that_does_not_read_back_is_not_installed(tmp_path, monkeypatch):
     import tracekit.reports.bundle as bundle
 
     real = bundle.write_files
@@ -121,19 +121,19 @@ def test_a_bundle_that_does_not_read_back_is_not_installed(capsys, tmp_path, mon
 
     monkeypatch.setattr(bundle, "write_files", torn)
     out = tmp_path / "bundle"
-    code, _, err = run(capsys, "analyze", TINY, "--out", out, "--format", "json")
+    code, _, err = run_cli("analyze", TINY, "--out", out, "--format", "json")
     assert code == 2 and "kernels.parquet did not read back" in err, err
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_out_of_memory_is_one_line(capsys, monkeypatch):
+def test_out_of_memory_is_one_line(monkeypatch):
     import tracekit.api
 
     def no_memory(*args, **kwargs):
         raise MemoryError
 
     monkeypatch.setattr(tracekit.api, "scan", no_memory)
-    code, _, err = run(capsys, "info", TINY)
+    code, _, err = run_cli("info", TINY)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1, err
     # the trace named, and what `info` needs on it (test_bounded_runs.py checks the figure)
@@ -170,26 +170,26 @@ def test_non_utf8_count_does_not_depend_on_the_split(tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not (SHARED / "torch" / "v100_dlrm_8ranks").exists(), reason="needs ../shared/fixtures")
-def test_two_traces_claiming_one_rank_are_named(capsys, tmp_path):
+def test_two_traces_claiming_one_rank_are_named(tmp_path):
     ranks = SHARED / "torch" / "v100_dlrm_8ranks"
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     shutil.copy(ranks / "rank0.json.gz", a / "rank0.json.gz")
     shutil.copy(ranks / "rank0.json.gz", b / "rank0.json.gz")
-    code, _, err = run(capsys, "analyze", a / "rank0.json.gz", b / "rank0.json.gz", "--format", "json", "--workers", "1")
+    code, _, err = run_cli("analyze", a / "rank0.json.gz", b / "rank0.json.gz", "--format", "json", "--workers", "1")
     assert code == 2, err
     assert str(a / "rank0.json.gz") in err and str(b / "rank0.json.gz") in err and "rank 0" in err
 
 
 @pytest.mark.skipif(not (SHARED / "torch" / "v100_dlrm_8ranks").exists(), reason="needs ../shared/fixtures")
-def test_a_trace_of_another_job_is_warned_about(capsys, tmp_path):
+def test_a_trace_of_another_job_is_warned_about(tmp_path):
     ranks = SHARED / "torch" / "v100_dlrm_8ranks"
     for r in (0, 1):
         shutil.copy(ranks / f"rank{r}.json.gz", tmp_path / f"rank{r}.json.gz")
     other = json.loads(gzip.decompress((ranks / "rank2.json.gz").read_bytes()))
     other.setdefault("distributedInfo", {})["world_size"] = 4  # the dlrm job's is 8
     (tmp_path / "rank2.json").write_text(json.dumps(other))
-    code, _, err = run(capsys, "analyze", tmp_path, "--format", "json", "--workers", "1")
+    code, _, err = run_cli("analyze", tmp_path, "--format", "json", "--workers", "1")
     assert code == 0, err
     assert "world size 4, the other ranks' is 8" in err
 
@@ -277,9 +277,8 @@ def test_real_memory_limits_end_promptly_with_exit_0_or_one_line(big_trace, tmp_
             resource.setrlimit(resource.RLIMIT_AS, (mb << 20, mb << 20))
 
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-        proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", str(big_trace), "--format", "json", "--workers", "2"],
-                              capture_output=True, text=True, env={**env, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
-                              preexec_fn=limit, timeout=60)
+        proc = run_cli("analyze", big_trace, "--format", "json", "--workers", "2", process=True, env=env, cwd=tmp_path,
+                       preexec_fn=limit, timeout=60)
         err = proc.stderr
         assert proc.returncode in expected, (limit_mb, proc.returncode, err[-2000:])
         assert "Traceback" not in err and "OpenBLAS" not in err, err[-2000:]
@@ -373,7 +372,7 @@ def test_interrupt_outside_main_is_aborted_not_a_traceback(tmp_path, when):
 
 
 @pytest.mark.parametrize("changed", [ImportError("initialization failed"), OSError("read interrupted"), MemoryError()])
-def test_an_interrupt_that_arrives_as_another_error_is_aborted(capsys, monkeypatch, changed):
+def test_an_interrupt_that_arrives_as_another_error_is_aborted(monkeypatch, changed):
     """signals.py, 1 of 100 SIGTERMs: exit 1, "internal error: ImportError: initialization
     failed". The KeyboardInterrupt had been raised inside a pybind11 module's initialisation
     (matplotlib, imported while the workers parse), which turns any exception into that
@@ -390,7 +389,7 @@ def test_an_interrupt_that_arrives_as_another_error_is_aborted(capsys, monkeypat
 
     monkeypatch.setattr(tracekit.api, "scan", interrupted_import)
     try:
-        code, _, err = run(capsys, "info", TINY)
+        code, _, err = run_cli("info", TINY)
     finally:
         INTERRUPTS.clear()
     assert code == 143 and err == "tracekit: aborted\n", (code, err)
@@ -425,7 +424,7 @@ def test_a_pool_that_cannot_start_its_feeder_thread_falls_back_to_one_process(tm
     argv = ["analyze", str(tmp_path), "--format", "json"]
     broken = subprocess.run([sys.executable, "-c", _NO_FEEDER_THREAD, *argv, "--workers", "2"],
                             capture_output=True, text=True, timeout=120)
-    serial = subprocess.run([sys.executable, "-m", "tracekit", *argv, "--workers", "1"], capture_output=True, text=True, timeout=120)
+    serial = run_cli(*argv, "--workers", "1")
     assert broken.returncode == 0 == serial.returncode, broken.stderr
     assert "Traceback" not in broken.stderr and "Exception in thread" not in broken.stderr
     assert json.loads(broken.stdout)["ranks"] == json.loads(serial.stdout)["ranks"] == 2
@@ -437,8 +436,7 @@ def test_a_parallel_parse_whose_feeder_thread_cannot_start_reads_in_one_process(
     parse's result."""
     broken = subprocess.run([sys.executable, "-c", _NO_FEEDER_THREAD, "info", str(big_trace), "--format", "json", "--workers", "2"],
                             capture_output=True, text=True, timeout=120)
-    serial = subprocess.run([sys.executable, "-m", "tracekit", "info", str(big_trace), "--format", "json", "--workers", "1"],
-                            capture_output=True, text=True, timeout=120)
+    serial = run_cli("info", big_trace, "--format", "json", "--workers", "1")
     assert broken.returncode == 0 == serial.returncode, broken.stderr
     assert "Traceback" not in broken.stderr and "Exception in thread" not in broken.stderr
     assert json.loads(broken.stdout) == json.loads(serial.stdout)

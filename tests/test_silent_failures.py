@@ -5,22 +5,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import REPO, shared, shared_model
+from conftest import shared, shared_model
+from helpers import run_cli
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
-
-
-def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tracekit", *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
 @pytest.fixture

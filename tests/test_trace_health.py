@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import tracekit
 from conftest import shared, shared_model
+from helpers import run_cli
 
 BERT = shared("torch", "h100_bert_small_hf_inference.json.gz")
 ZERO = shared("torch", "h200_llama3-8b_cudagraph_decode_bs16_execution_zero_kernel_times.json.gz")
@@ -165,13 +163,15 @@ def test_info_and_summary_count_the_kernels_whose_times_were_lost(zero_doc):
     for e in zero_doc["traceEvents"]:
         if e.get("cat") in lost and e["ts"] == 0 and e["dur"] == 0:
             lost[e["cat"]] += 1
-    run = subprocess.run([sys.executable, "-m", "tracekit", "info", "--format", "json", str(ZERO)], capture_output=True, text=True, check=True)
+    run = run_cli("info", "--format", "json", ZERO)
+    assert run.returncode == 0, run.stderr
     inv = json.loads(run.stdout)
     assert (inv["counts"]["kernels"], inv["counts"]["memcpys"], inv["counts"]["memsets"]) == (21_487, 25, 269) \
         == (lost["kernel"], lost["gpu_memcpy"], lost["gpu_memset"])
     assert inv["times_unknown"]["kernels"] == 21_487
-    text = subprocess.run([sys.executable, "-m", "tracekit", "info", str(ZERO)], capture_output=True, text=True, check=True,
-                          env={**os.environ, "COLUMNS": "120"}).stdout
+    table = run_cli("info", ZERO, env={"COLUMNS": "120"})
+    assert table.returncode == 0, table.stderr
+    text = table.stdout
     assert "21,487" in text and "times unknown" in text and "21,487 kernels" in text
     d = json.loads(tracekit.summary_json(tracekit.analyze(ZERO)))
     assert d["coverage"]["kernels"] == 21_487 and d["coverage"]["kernel_time_ns"] is None
@@ -217,8 +217,7 @@ def test_zero_kernel_times_with_a_model_bandwidth_is_model_bytes_over_the_window
 
 
 def test_zero_kernel_times_cli_exits_0_with_the_health_warning_first():
-    proc = subprocess.run([sys.executable, "-m", "tracekit", "analyze", "--format", "markdown", str(ZERO)],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("analyze", "--format", "markdown", ZERO)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines()[0].startswith(f"tracekit: warning: {ZERO}: trace health: 21,487 of 21,487 kernels")
     assert "Trace health" in proc.stdout and "4,809,720" not in proc.stdout

@@ -11,15 +11,15 @@ import time
 
 import pytest
 
-from conftest import run_main as run
+from helpers import run_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "torch__h100_bert_small_hf_inference.json.gz.summary.json"
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
 
 
-def assert_error(capsys, argv, path, *fragments) -> str:
-    code, _, err = run(capsys, *argv)
+def assert_error(argv, path, *fragments) -> str:
+    code, _, err = run_cli(*argv)
     lines = err.strip().splitlines()
     assert code == 2, err
     assert len(lines) == 1 and "Traceback" not in err, err
@@ -52,41 +52,41 @@ memory_gbps = 1000
     ("x = " + "{a = " * 2000 + "1" + "}" * 2000 + "\n", ("nested deeper than",)),
     ("", ("no device tables",)),
 ])
-def test_device_file_hostile(capsys, tmp_path, text, fragments):
+def test_device_file_hostile(tmp_path, text, fragments):
     path = tmp_path / "dev.toml"
     path.write_text(text)
-    assert_error(capsys, ["devices", "--device-file", str(path)], path, *fragments)
+    assert_error(["devices", "--device-file", str(path)], path, *fragments)
 
 
-def test_device_file_not_utf8(capsys, tmp_path):
+def test_device_file_not_utf8(tmp_path):
     path = tmp_path / "dev.toml"
     path.write_bytes(DEVICE.replace("My GPU", "My \xff GPU").encode("latin-1"))
-    assert_error(capsys, ["devices", "--device-file", str(path)], path, "not UTF-8", "byte 19")  # len('[MYGPU]\nname = "My ') == 19
+    assert_error(["devices", "--device-file", str(path)], path, "not UTF-8", "byte 19")  # len('[MYGPU]\nname = "My ') == 19
 
 
-def test_device_file_zero_bandwidth_prints_no_numpy_warning(capsys, tmp_path):
+def test_device_file_zero_bandwidth_prints_no_numpy_warning(tmp_path):
     # A zero bandwidth used to reach the roofline and print numpy's "divide by zero".
     path = tmp_path / "dev.toml"
     path.write_text(DEVICE.replace("memory_gbps = 1000", "memory_gbps = 0.0"))
-    line = assert_error(capsys, ["analyze", str(TINY), "--device-file", str(path)], path, "memory_gbps")
+    line = assert_error(["analyze", str(TINY), "--device-file", str(path)], path, "memory_gbps")
     assert "RuntimeWarning" not in line
 
 
-def test_device_match_runs_on_re2(capsys, tmp_path):
+def test_device_match_runs_on_re2(tmp_path):
     # `(a+)+$` against 'aaaa…!' backtracks exponentially in Python's re; RE2 is linear.
     # The --device name is cut to 120 characters before any pattern runs.
     path = tmp_path / "dev.toml"
     path.write_text(DEVICE + 'match = ["(a+)+$"]\n')
     started = time.monotonic()
-    code, _, err = run(capsys, "analyze", str(TINY), "--device-file", str(path), "--device", "a" * 100 + "!", "--format", "json")
+    code, _, err = run_cli("analyze", str(TINY), "--device-file", str(path), "--device", "a" * 100 + "!", "--format", "json")
     assert time.monotonic() - started < 30
     assert code == 2 and "unknown device" in err, err
 
 
-def test_device_file_good_device_is_used(capsys, tmp_path):
+def test_device_file_good_device_is_used(tmp_path):
     path = tmp_path / "dev.toml"
     path.write_text(DEVICE)
-    code, out, err = run(capsys, "devices", "--device-file", str(path))
+    code, out, err = run_cli("devices", "--device-file", str(path))
     assert code == 0, err
     assert "My GPU" in out
 
@@ -115,32 +115,32 @@ def test_builtin_patterns_without_lookaround_still_tell_devices_apart():
     ('replace_defaults = "yes"\n', ("replace_defaults", "true or false")),
     ('phases = []\n', ("phases", "unknown key")),
 ])
-def test_rules_hostile(capsys, tmp_path, text, fragments):
+def test_rules_hostile(tmp_path, text, fragments):
     path = tmp_path / "rules.toml"
     path.write_text(text)
-    assert_error(capsys, ["analyze", str(TINY), "--rules", str(path)], path, *fragments)
+    assert_error(["analyze", str(TINY), "--rules", str(path)], path, *fragments)
 
 
-def test_rules_not_utf8(capsys, tmp_path):
+def test_rules_not_utf8(tmp_path):
     path = tmp_path / "rules.toml"
     path.write_bytes(b'[[phase]]\nname = "d\xffe"\nop = "x"\n')
     # byte 19: len(b'[[phase]]\nname = "d') == 19
-    assert_error(capsys, ["analyze", str(TINY), "--rules", str(path)], path, "not UTF-8", "byte 19")
+    assert_error(["analyze", str(TINY), "--rules", str(path)], path, "not UTF-8", "byte 19")
 
 
 # --- check --expect --------------------------------------------------------------------
 
-def test_expect_deep_nesting(capsys, tmp_path):
+def test_expect_deep_nesting(tmp_path):
     path = tmp_path / "expect.toml"
     path.write_text("[[expect]]\nmin_coverage = 0.5\nx = " + "[" * 3000 + "]" * 3000 + "\n")
-    assert_error(capsys, ["check", str(GOLDEN), "--expect", str(path)], path, "nested deeper than")
+    assert_error(["check", str(GOLDEN), "--expect", str(path)], path, "nested deeper than")
 
 
-def test_expect_not_utf8(capsys, tmp_path):
+def test_expect_not_utf8(tmp_path):
     path = tmp_path / "expect.toml"
     path.write_bytes(b'[[expect]]\nname = "\xfe"\nmin_coverage = 0.5\n')
     # byte 19: len(b'[[expect]]\nname = "') == 19
-    assert_error(capsys, ["check", str(GOLDEN), "--expect", str(path)], path, "not UTF-8", "byte 19")
+    assert_error(["check", str(GOLDEN), "--expect", str(path)], path, "not UTF-8", "byte 19")
 
 
 @pytest.mark.parametrize("text, fragments", [
@@ -152,10 +152,10 @@ def test_expect_not_utf8(capsys, tmp_path):
     ("expect = 3\n", ("no [[expect]] tables",)),
     ("[[expect]]\nmin_coverage = 0.5\n[other]\n", ("other: unknown key",)),
 ])
-def test_expect_hostile(capsys, tmp_path, text, fragments):
+def test_expect_hostile(tmp_path, text, fragments):
     path = tmp_path / "expect.toml"
     path.write_text(text)
-    assert_error(capsys, ["check", str(GOLDEN), "--expect", str(path)], path, *fragments)
+    assert_error(["check", str(GOLDEN), "--expect", str(path)], path, *fragments)
 
 
 # --- summary.json for diff and check ----------------------------------------------------
@@ -191,46 +191,46 @@ MUTATIONS = list(_mutations())
 
 
 @pytest.mark.parametrize("name, text, fragments", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_malformed_summary_to_diff(capsys, tmp_path, name, text, fragments):
+def test_malformed_summary_to_diff(tmp_path, name, text, fragments):
     bad = tmp_path / "bad.summary.json"
     bad.write_text(text)
-    assert_error(capsys, ["diff", str(GOLDEN), str(bad), "--format", "json"], bad, *fragments)
-    assert_error(capsys, ["diff", str(bad), str(GOLDEN), "--format", "json"], bad, *fragments)
+    assert_error(["diff", str(GOLDEN), str(bad), "--format", "json"], bad, *fragments)
+    assert_error(["diff", str(bad), str(GOLDEN), "--format", "json"], bad, *fragments)
 
 
 @pytest.mark.parametrize("name, text, fragments", MUTATIONS, ids=[m[0] for m in MUTATIONS])
-def test_malformed_summary_to_check(capsys, tmp_path, name, text, fragments):
+def test_malformed_summary_to_check(tmp_path, name, text, fragments):
     bad = tmp_path / "bad.summary.json"
     bad.write_text(text)
     expect = tmp_path / "expect.toml"
     expect.write_text("[[expect]]\nmin_coverage = 0.0\n")
-    assert_error(capsys, ["check", str(bad), "--expect", str(expect)], bad, *fragments)
-    assert_error(capsys, ["check", str(GOLDEN), "--expect", str(expect), "--baseline", str(bad)], bad, *fragments)
+    assert_error(["check", str(bad), "--expect", str(expect)], bad, *fragments)
+    assert_error(["check", str(GOLDEN), "--expect", str(expect), "--baseline", str(bad)], bad, *fragments)
 
 
-def test_summary_counts_up_to_2_53_are_read(capsys, tmp_path):
+def test_summary_counts_up_to_2_53_are_read(tmp_path):
     s = _summary()
     big = tmp_path / "big.summary.json"
     big.write_text(json.dumps({**s, "top_kernels": [{**s["top_kernels"][0], "count": 2 ** 53}, *s["top_kernels"][1:]]}))
-    code, out, err = run(capsys, "diff", str(GOLDEN), str(big), "--format", "json")
+    code, out, err = run_cli("diff", str(GOLDEN), str(big), "--format", "json")
     assert code == 0, err
     json.loads(out)
 
 
-def test_summary_with_shapes_as_lists_diffs(capsys, tmp_path):
+def test_summary_with_shapes_as_lists_diffs(tmp_path):
     """Shapes are free-form: a list (another tool's summary) is matched by its JSON text."""
     s = _summary()
     listed = {**s, "top_ops": [{**r, "shapes": json.loads(r["shapes"]) if isinstance(r.get("shapes"), str) else r.get("shapes")}
                                for r in s["top_ops"]]}
     path = tmp_path / "lists.summary.json"
     path.write_text(json.dumps(listed))
-    code, out, err = run(capsys, "diff", str(path), str(path), "--format", "json")
+    code, out, err = run_cli("diff", str(path), str(path), "--format", "json")
     assert code == 0, err
     assert json.loads(out)["ops"]
 
 
-def test_wellformed_summary_still_diffs(capsys):
-    code, out, err = run(capsys, "diff", str(GOLDEN), str(GOLDEN), "--format", "json")
+def test_wellformed_summary_still_diffs():
+    code, out, err = run_cli("diff", str(GOLDEN), str(GOLDEN), "--format", "json")
     assert code == 0, err
     totals = {t["metric"]: t for t in json.loads(out)["totals"]}
     assert totals["gpu_busy_ns"]["delta"] == 0  # a run against itself: no change

@@ -11,12 +11,10 @@ import pathlib
 import resource
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from conftest import run_main as run
+from helpers import run_cli
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = REPO / "fixtures" / "cpu_tiny_dense_generate.json.gz"
@@ -40,36 +38,36 @@ def writers(tmp_path, expect, out):
 
 
 @pytest.mark.parametrize("writer", ["export", "diff", "check"])
-def test_into_a_missing_directory(capsys, tmp_path, expect, writer):
+def test_into_a_missing_directory(tmp_path, expect, writer):
     out = str(tmp_path / "a" / "b" / "out")
     argv, written = writers(tmp_path, expect, out)[writer]
-    code, _, err = run(capsys, *argv)
+    code, _, err = run_cli(*argv)
     assert code == 0, err
     assert os.path.getsize(written) > 0
     assert not [n for n in os.listdir(os.path.dirname(written)) if ".tracekit-" in n]
 
 
 @pytest.mark.parametrize("writer", ["export", "diff", "check"])
-def test_under_a_file(capsys, tmp_path, expect, writer):
+def test_under_a_file(tmp_path, expect, writer):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     out = str(blocker / "out")
     argv, _ = writers(tmp_path, expect, out)[writer]
-    code, _, err = run(capsys, *argv)
+    code, _, err = run_cli(*argv)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "is a file" in err
     assert blocker.read_text() == "x"
 
 
 @pytest.mark.parametrize("writer", ["export", "diff", "check"])
-def test_empty_out_path_is_an_error(capsys, tmp_path, expect, writer):
+def test_empty_out_path_is_an_error(tmp_path, expect, writer):
     argv, _ = writers(tmp_path, expect, "")[writer]
-    code, _, err = run(capsys, *argv)
+    code, _, err = run_cli(*argv)
     assert code == 2 and "an empty value" in err and len(err.strip().splitlines()) == 1, err
 
 
-def test_analyze_empty_out(capsys):
-    code, _, err = run(capsys, "analyze", TINY, "--out", "", "--format", "json")
+def test_analyze_empty_out():
+    code, _, err = run_cli("analyze", TINY, "--out", "", "--format", "json")
     assert code == 2 and "'--out': an empty value" in err, err
 
 
@@ -92,7 +90,7 @@ ONTO_AN_INPUT = {
 
 
 @pytest.mark.parametrize("case", list(ONTO_AN_INPUT))
-def test_an_output_onto_an_input_is_refused(capsys, tmp_path, expect, case):
+def test_an_output_onto_an_input_is_refused(tmp_path, expect, case):
     name, source, argv, message = ONTO_AN_INPUT[case]
     path = tmp_path / name
     if source == "expect":
@@ -102,16 +100,16 @@ def test_an_output_onto_an_input_is_refused(capsys, tmp_path, expect, case):
     else:
         shutil.copy(source, path)
     before = path.read_bytes()
-    code, _, err = run(capsys, *(a.format(input=path, dir=tmp_path) if isinstance(a, str) else a for a in argv))
+    code, _, err = run_cli(*(a.format(input=path, dir=tmp_path) if isinstance(a, str) else a for a in argv))
     assert code == 2 and message in err, err
     assert path.read_bytes() == before
 
 
-def test_written_with_the_users_umask(capsys, tmp_path):
+def test_written_with_the_users_umask(tmp_path):
     out = tmp_path / "t.perfetto.json"
     old = os.umask(0o022)
     try:
-        code, _, err = run(capsys, "export", TINY, "--perfetto", out)
+        code, _, err = run_cli("export", TINY, "--perfetto", out)
     finally:
         os.umask(old)
     assert code == 0, err
@@ -131,8 +129,7 @@ def test_full_disk_leaves_nothing(tmp_path, expect, writer):
     argv, written = writers(tmp_path, expect, out)[writer]
     limit = 200  # smaller than each output (a Perfetto timeline, diff.json, JUnit XML)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "tracekit", *map(str, argv)], capture_output=True, text=True, timeout=120,
-                          preexec_fn=_limited(limit), env=env)
+    proc = run_cli(*argv, process=True, env=env, preexec_fn=_limited(limit), timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "cannot write" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not os.path.exists(written)
