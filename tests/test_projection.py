@@ -146,32 +146,28 @@ def test_uncosted_attention_is_compute_bound(tmp_path):
     assert t["rules"]["uncosted: compute class"] == pytest.approx(100e3)
 
 
-def test_unknown_target_is_one_line_exit_2(tmp_path, capsys):
-    from tracekit.cli.main import main
+def test_unknown_target_is_one_line_exit_2(tmp_path):
+    from helpers import run_cli
 
     path = decode_step(tmp_path)
     with pytest.raises(TraceError):
         project(path, "H9000")
-    with pytest.raises(SystemExit) as exc:
-        main(["project", path, "--to", "H9000"])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = run_cli("project", path, "--to", "H9000")
+    assert code == 2
     # the hint names the flag that was wrong (--to, not --device: that one names the source GPU) and where to look
     assert err.count("\n") == 1 and "unknown target GPU 'H9000' for --to" in err and "`tracekit devices`" in err
     assert "--device NAME" not in err
 
 
-def test_cpu_only_trace_has_no_gpu_work_to_project(capsys):
+def test_cpu_only_trace_has_no_gpu_work_to_project():
     """fixtures/cpu_tiny_diffusion.json.gz: no kernel, copy or memset (torch.profiler with CPU activity
     only): the reason is that, not that the trace does not name its GPU."""
-    from tracekit.cli.main import main
+    from helpers import run_cli
 
     path = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "cpu_tiny_diffusion.json.gz"
     assert len(analyze(path).kernels) == 0
-    with pytest.raises(SystemExit) as exc:
-        main(["project", str(path), "--to", "H100"])
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1
+    code, _, err = run_cli("project", path, "--to", "H100")
+    assert code == 2 and err.count("\n") == 1
     assert "holds no GPU work" in err and "does not name its GPU" not in err
 
 
@@ -228,24 +224,25 @@ LOST_TIMES = ("h200_llama3-8b_cudagraph_decode_bs16_capture.json.gz",
 
 
 @pytest.mark.parametrize("name", LOST_TIMES)
-def test_a_trace_whose_kernel_times_are_lost_is_refused_with_the_reason(name, capsys):
+def test_a_trace_whose_kernel_times_are_lost_is_refused_with_the_reason(name):
     """Every kernel has ts 0 and dur 0 (trace health): nothing to project, said in one line, exit 2."""
-    from conftest import run_main
+    from helpers import run_cli
 
-    code, out, err = run_main(capsys, "project", TORCH / name, "--to", "B200", "--format", "json")
+    code, out, err = run_cli("project", TORCH / name, "--to", "B200", "--format", "json")
     assert code == 2 and not out
     assert "lost every GPU activity's time" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in TORCH.glob("*.json.gz") if p.name not in LOST_TIMES))
-def test_every_kineto_fixture_projects(name, capsys):
-    from tracekit.cli.main import main
-
-    main(["project", str(TORCH / name), "--to", "B200", "--device", "MI300X", "--format", "json"] if "vllm_gpt-oss-20b_prefilldecode" in name
-         else ["project", str(TORCH / name), "--to", "B200", "--format", "json"])
+def test_every_kineto_fixture_projects(name):
     import json
 
-    doc = json.loads(capsys.readouterr().out)
+    from helpers import run_cli
+
+    run = run_cli("project", TORCH / name, "--to", "B200", *(["--device", "MI300X"] if "vllm_gpt-oss-20b_prefilldecode" in name else []),
+                  "--format", "json")
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
     assert doc["target"]["key"] == "B200"
     t = doc["totals"]
     assert t["busy_low_ns"] <= t["busy_projected_ns"] <= t["busy_high_ns"]
@@ -254,11 +251,12 @@ def test_every_kineto_fixture_projects(name, capsys):
 @pytest.mark.parametrize("name", ["h100x2_fsdp_emit_nvtx_nsys2026.2.sqlite", "a100x4_cloverleaf_nsys2024.5.sqlite",
                                   "a100_saxpy_mpi_nsys2022.2.sqlite", "h100_nvfuser_matmul_nsys2024.6.sqlite",
                                   "rtx3080_tiny_nsys2026.1.sqlite"])
-def test_nsys_exports_project(name, capsys):
-    from tracekit.cli.main import main
+def test_nsys_exports_project(name):
+    from helpers import run_cli
 
-    main(["project", str(SHARED / "nsys" / name), "--to", "H200", "--device", "H100", "--format", "markdown"])
-    assert "tracekit projection" in capsys.readouterr().out
+    run = run_cli("project", SHARED / "nsys" / name, "--to", "H200", "--device", "H100", "--format", "markdown")
+    assert run.returncode == 0, run.stderr
+    assert "tracekit projection" in run.stdout
 
 
 def test_a_device_file_that_matches_the_traces_gpu_is_the_source_too(tmp_path, monkeypatch):
@@ -323,13 +321,13 @@ def test_frames_per_second_of_a_bandwidth_bound_pipeline(tmp_path):
     assert why.startswith("frames/s ×1.67") and "tracks HBM bandwidth: 4,800 → 8,000 GB/s = ×1.67" in why
 
 
-def test_what_if_in_the_api_and_summary_json(tmp_path, capsys):
+def test_what_if_in_the_api_and_summary_json(tmp_path):
     """`analyze --what-if B200` puts the projection's totals in summary.json (and the JSON output), the
     same figures as tracekit.api.what_if and `project --to B200`, from the one analysis."""
     import json
 
+    from helpers import run_cli
     from tracekit.api import what_if
-    from tracekit.cli.main import main
 
     path = decode_step(tmp_path, dur=AT_ROOF)
     a = analyze(path)
@@ -337,15 +335,15 @@ def test_what_if_in_the_api_and_summary_json(tmp_path, capsys):
     assert list(w) == ["B200"] and w["B200"]["totals"]["busy_ratio"] == pytest.approx(0.6, rel=1e-4)
     assert w["B200"]["totals"]["busy_projected_ns"] == pytest.approx(project(path, "B200").totals["busy_projected_ns"])
     out = tmp_path / "bundle"
-    main(["analyze", str(path), "--what-if", "B200", "--format", "json", "--out", str(out)])
-    printed = json.loads(capsys.readouterr().out)
+    run = run_cli("analyze", path, "--what-if", "B200", "--format", "json", "--out", out)
+    assert run.returncode == 0, run.stderr
+    printed = json.loads(run.stdout)
     stored = json.loads((out / "summary.json").read_text())
     for summary in (printed, stored):
         assert summary["what_if"]["B200"]["totals"]["busy_projected_ns"] == pytest.approx(w["B200"]["totals"]["busy_projected_ns"])
         assert summary["steps"][0]["duration_ns"] == pytest.approx(N * AT_ROOF * 1e3, rel=1e-4)  # the Analysis is all there too
-    with pytest.raises(SystemExit) as exc:
-        main(["analyze", str(path), "--what-if", "H9000"])
-    assert exc.value.code == 2 and "unknown target GPU 'H9000' for --what-if" in capsys.readouterr().err
+    code, _, err = run_cli("analyze", path, "--what-if", "H9000")
+    assert code == 2 and "unknown target GPU 'H9000' for --what-if" in err
 
 
 def test_h200_video_dit_onto_h100_follows_the_same_bf16_peak():

@@ -113,14 +113,14 @@ def test_gpt_oss_tp8_rank0_with_config():
     assert p16.totals["busy_projected_ns"] < t["busy_ns"] < t["busy_projected_ns"]
 
 
-def test_b200_tp8_to_h200_tp4_composes(capsys):
+def test_b200_tp8_to_h200_tp4_composes():
     """`project --to H200 --tp 4` on the B200 TP8 rank: each kernel's time is its TP ratio (sharded x 8/4,
     replicated x 1, all-reduce x f(4)/f(8) = 1.5/1.75) times its device ratio (what bounds it on the B200,
     tracekit.projection.device), so busy' = sum of t x tp_ratio x device_ratio, and the range likewise."""
     import numpy as np
 
+    from helpers import run_cli
     from tracekit.api import analyze, project
-    from tracekit.cli.main import main
 
     path = TORCH / "b200_vllm_tp8_rank0_eager.json.gz"
     both = project_tp(path, 4, model=GPT_OSS_120B, to="H200")
@@ -143,15 +143,15 @@ def test_b200_tp8_to_h200_tp4_composes(capsys):
     assert both.totals["steps"] == 1 and both.totals["step_low_ns"] <= both.totals["step_projected_ns"] <= both.totals["step_high_ns"]
     assert analyze(path).device.key == "B200"
     # the command: both flags together, JSON with the target named
-    main(["project", str(path), "--to", "H200", "--tp", "4", "--model", str(GPT_OSS_120B), "--format", "json"])
-    out = json.loads(capsys.readouterr().out)
+    run = run_cli("project", path, "--to", "H200", "--tp", "4", "--model", GPT_OSS_120B, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
     assert out["target"]["key"] == "H200" and out["tp"] == {"current": 8, "source": "per-rank qkv weight shape", "target": 4}
     assert out["totals"]["busy_projected_ns"] == pytest.approx(both.totals["busy_projected_ns"])
 
 
-def test_dlrm_8_ranks_no_tp_sharding(capsys):
-    from tracekit.cli.main import main
-
+def test_dlrm_8_ranks_no_tp_sharding():
+    from helpers import run_cli
     from tracekit.ranks.tp import project_tp_job
 
     p = project_tp_job(TORCH / "v100_dlrm_8ranks", 4)
@@ -168,8 +168,9 @@ def test_dlrm_8_ranks_no_tp_sharding(capsys):
     # world size 8 is not a TP degree, and with no norm op with shapes nothing could show one: the degree is
     # unknown, said once, not "TP 8" followed by "no TP sharding found"
     assert p.current_tp is None and "world size (8) is not a TP degree" in p.tp_source
-    main(["project", str(TORCH / "v100_dlrm_8ranks"), "--tp", "4"])
-    out = capsys.readouterr().out
+    run = run_cli("project", TORCH / "v100_dlrm_8ranks", "--tp", "4")
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
     assert out.startswith("TP ? (unknown: the world size (8) is not a TP degree") and "TP 8" not in out
     assert "no TP sharding found (the TP degree is unknown)" in out
     # the replicated blocks are listed by time; which order is the trace's business
@@ -186,9 +187,8 @@ def test_guessed_degree_without_sharded_shapes_is_tp_1():
     assert not p.totals["sharded_found"] and p.totals["busy_projected_ns"] == p.totals["busy_ns"]
 
 
-def test_neither_to_nor_tp_is_one_line_exit_2(tmp_path, capsys):
-    from tracekit.cli.main import main
+def test_neither_to_nor_tp_is_one_line_exit_2(tmp_path):
+    from helpers import run_cli
 
-    with pytest.raises(SystemExit) as exc:
-        main(["project", tp2_rank(tmp_path)])
-    assert exc.value.code == 2 and capsys.readouterr().err.count("\n") == 1
+    code, _, err = run_cli("project", tp2_rank(tmp_path))
+    assert code == 2 and err.count("\n") == 1

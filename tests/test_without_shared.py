@@ -19,7 +19,7 @@ def _clone(tmp_path) -> pathlib.Path:
     archive = tmp_path / "repo.tar"
     with tarfile.open(archive, "w") as tar:
         for name in ("tracekit", "tests/conftest.py", "tests/golden.py", "tests/test_golden.py", "tests/test_bad_input.py",
-                     "tests/golden", "tests/synthetic.py", "tests/test_serving_steps.py", "setup.cfg", "pyproject.toml"):
+                     "tests/golden", "tests/synthetic.py", "tests/helpers.py", "tests/test_serving_steps.py", "setup.cfg", "pyproject.toml"):
             tar.add(REPO / name, arcname=name)
     clone = tmp_path / "clone" / "tracekit-repo"
     clone.mkdir(parents=True)
