@@ -174,33 +174,98 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 class SealedAnalyses:
-    """Each shared trace analysed once per test process (an xdist worker, or the one process)
-    and handed to every test that reads it (the goldens, the widths walk, the verdicts). Sealed:
-    the digest of what it holds (its summary.json with every row, and each table's shape and
-    columns) is taken when it is made and checked when the module that used it ends; a test
-    that changed it fails there, with the trace named."""
+    """Each shared trace analysed once per test session and handed to every test that reads it
+    (the goldens, the widths walk, the verdicts, the warnings sweep). Under xdist the workers
+    share it through `directory` (one pickle per analysis, made by the first worker that needs
+    it while the others wait for it, each read back and checked against the digest it was made
+    with); without a directory, once per process. Sealed: the digest of what it holds (its
+    summary.json with every row, and each table's shape and columns) is taken when it is made
+    and checked when the module that used it ends; a test that changed it fails there, with
+    the trace named. The Python warnings the analysis raised (every one: "always") are kept
+    beside it (`warnings_of`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: pathlib.Path | None = None) -> None:
         self._made: dict[tuple[str, str | None], object] = {}
         self._digests: dict[tuple[str, str | None], str] = {}
         self._full: dict[tuple[str, str | None], str] = {}
+        self._warnings: dict[tuple[str, str | None], list[str]] = {}
+        self._directory = directory
         self.handed_out: set[tuple[str, str | None]] = set()
 
     def __call__(self, path, device: str | None = None):
-        import tracekit
-
         key = (str(path), device)
         if key not in self._made:
-            self._made[key] = tracekit.analyze(path, device=device, workers=1)
-            self._full[key] = self.full_summary(self._made[key])
-            self._digests[key] = self.digest(self._made[key], self._full[key])
+            self._keep(key, self._shared(key, wait=True))
         self.handed_out.add(key)
         return self._made[key]
+
+    def many(self, traces) -> list:
+        """The Analyses of (path, device) pairs, in their order. Those another worker is making
+        are taken last, so that the workers make different ones meanwhile instead of each
+        waiting for the other's."""
+        pending = [(str(p), d) for p, d in traces if (str(p), d) not in self._made]
+        while pending:
+            busy = [key for key in pending if key not in self._made and not self._keep(key, self._shared(key, wait=False))]
+            if len(busy) == len(pending):
+                self._keep(busy[0], self._shared(busy[0], wait=True))
+            pending = [key for key in busy if key not in self._made]
+        return [self(p, d) for p, d in traces]
+
+    def _keep(self, key, made) -> bool:
+        if made is None:
+            return False
+        self._made[key], self._full[key], self._digests[key], self._warnings[key] = made
+        return True
 
     def full_summary_of(self, path, device: str | None = None) -> str:
         """The cached Analysis's summary.json with every row of every table (not the top 15)."""
         self(path, device)
         return self._full[(str(path), device)]
+
+    def warnings_of(self, path, device: str | None = None) -> list[str]:
+        """The Python warnings (`Category: message`) raised while the cached Analysis was made."""
+        self(path, device)
+        return self._warnings[(str(path), device)]
+
+    def _make(self, key):
+        import warnings
+
+        import tracekit
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            analysis = tracekit.analyze(key[0], device=key[1], workers=1)
+        full = self.full_summary(analysis)
+        return analysis, full, self.digest(analysis, full), [f"{w.category.__name__}: {w.message}" for w in caught]
+
+    def _shared(self, key, wait: bool):
+        """Made here, or read back from the pickle another worker made (made here and written
+        there if none has yet: one worker makes each while the others wait on its lock, or,
+        `wait=False`, return None at once)."""
+        if self._directory is None:
+            return self._make(key)
+        import fcntl
+        import hashlib
+        import pickle
+
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+        done = self._directory / f"{name}.pickle"
+        with open(self._directory / f"{name}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None
+            if done.exists():
+                with open(done, "rb") as f:
+                    made_key, analysis, full, digest, caught = pickle.load(f)
+                assert made_key == key and self.digest(analysis) == digest, f"the shared cache's pickle of {key} reads back changed"
+                return analysis, full, digest, caught
+            made = self._make(key)
+            staging = done.with_suffix(f".{os.getpid()}")
+            with open(staging, "wb") as f:
+                pickle.dump((key, *made), f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(staging, done)
+            return made
 
     @staticmethod
     def full_summary(analysis) -> str:
@@ -226,9 +291,32 @@ class SealedAnalyses:
         return changed
 
 
+# The directory the xdist workers share the cached analyses through: made by the controller,
+# handed to each worker (workerinput), removed when the session ends.
+_SHARED_CACHE = "tracekit_shared_analyses"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):  # xdist's controller, once per worker it starts
+    import tempfile
+
+    config = node.config
+    if not hasattr(config, "_tracekit_cache_dir"):
+        config._tracekit_cache_dir = tempfile.mkdtemp(prefix="tracekit-analyses-")
+    node.workerinput[_SHARED_CACHE] = config._tracekit_cache_dir
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if hasattr(config, "_tracekit_cache_dir"):
+        shutil.rmtree(config._tracekit_cache_dir, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def sealed_analyses() -> SealedAnalyses:
-    return SealedAnalyses()
+def sealed_analyses(request) -> SealedAnalyses:
+    directory = getattr(request.config, "workerinput", {}).get(_SHARED_CACHE)
+    return SealedAnalyses(pathlib.Path(directory) if directory else None)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ per-kernel placement (MoE gate/up and down, the LM head)."""
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
@@ -183,17 +182,15 @@ def test_model_puts_the_lm_head_on_the_vocabulary_gemm():
     assert head["efficiency"] == pytest.approx(hand / (head["end"] - head["start"]), rel=0.15)
 
 
-def test_no_python_or_numpy_warning_on_any_shared_trace():
-    import tracekit
-
+def test_no_python_or_numpy_warning_on_any_shared_trace(shared_analysis):
+    """Every warning the analysis of each trace raised (conftest.SealedAnalyses records them,
+    "always", as it makes the analysis the goldens read; the parallel parse of the large ones:
+    test_parallel_parse, warnings as errors)."""
     root = shared("torch")
     paths = sorted(p for p in root.rglob("*.json.gz"))
     assert len(paths) >= 20
     for path in paths:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            tracekit.analyze(path)
-        assert not [str(w.message) for w in caught], path.name
+        assert not shared_analysis.warnings_of(path), path.name
 
 
 def test_capture_pairing_costs_most_non_moe_kernel_time_from_shapes():

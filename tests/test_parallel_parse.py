@@ -49,6 +49,7 @@ def assert_same_trace(a, b) -> None:
     assert a.warnings == b.warnings
 
 
+@pytest.mark.filterwarnings("error")  # no Python warning on either path (the analyses' own: test_costs_current_torch)
 @pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
 def test_workers_build_the_serial_trace(path, small_pieces):
     serial = parse(path, workers=1)

@@ -19,7 +19,18 @@ WIDTHS = (60, 80, 120, 200)
 
 @pytest.fixture(scope="module")
 def analyses(shared_analysis):
-    return {p.name: shared_analysis(p, DEVICES.get(p.name)) for p in fixtures()}
+    paths = fixtures()
+    return dict(zip((p.name for p in paths), shared_analysis.many([(p, DEVICES.get(p.name)) for p in paths])))
+
+
+@pytest.fixture(scope="module")
+def sections(analyses):
+    """_sections, made once for every width (the diffs and checks of every pair of traces):
+    what plan/fit read of them must not change them (checked when the module ends)."""
+    made = list(_sections(analyses))
+    before = repr([(where, s) for where, s in made])
+    yield made
+    assert repr([(where, s) for where, s in made]) == before, "a width's layout changed a Section"
 
 
 def _sections(analyses):
@@ -44,11 +55,11 @@ def _sections(analyses):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
+def test_every_table_keeps_its_answer_and_tells_rows_apart(sections, width):
     from tracekit.reports.terminal import fit, plan
 
     checked = 0
-    for where, section in _sections(analyses):
+    for where, section in sections:
         if not section.rows:
             continue
         layout = plan(section, width)
@@ -75,7 +86,7 @@ def test_every_table_keeps_its_answer_and_tells_rows_apart(analyses, width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_no_number_is_cut(analyses, width):
+def test_no_number_is_cut(analyses, sections, width):
     """Issue 30: numbers were cut (`456.644 …`) where a table did not fit and rich squeezed
     its columns. A table fits when its planned widths do (rich then prints each column at
     the width given); every number column (right-aligned: not a text column) keeps its
@@ -85,8 +96,7 @@ def test_no_number_is_cut(analyses, width):
     from tracekit.reports.tables import lead
 
     checked = 0
-    sections = list(_sections(analyses)) + [(f"analyze {n}", s) for n in sorted(analyses) for s in lead(analyses[n])]
-    for where, section in sections:
+    for where, section in sections + [(f"analyze {n}", s) for n in sorted(analyses) for s in lead(analyses[n])]:
         if not section.rows:
             continue
         layout = plan(section, width)
