@@ -151,6 +151,10 @@ def raw_step_ns(path, name):
 
 
 def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the main process (xdist's controller, or the one process)
+        import tempfile
+
+        config._tracekit_session_dir = tempfile.mkdtemp(prefix="tracekit-tests-")
     config.addinivalue_line("markers", "slow(reason): a sweep that runs for minutes (memory limits, fuzzing, edge cases, "
                                        "a browser, a Dask cluster); the README's slow command runs them, its quick command "
                                        "(-m 'not slow') leaves them out")
@@ -291,32 +295,52 @@ class SealedAnalyses:
         return changed
 
 
-# The directory the xdist workers share the cached analyses through: made by the controller,
-# handed to each worker (workerinput), removed when the session ends.
-_SHARED_CACHE = "tracekit_shared_analyses"
+# One directory per test session that its processes (the xdist workers) share: the cached
+# analyses, the MLflow server. Made by the main process, handed to each worker (workerinput),
+# removed when the session ends, after the process groups started for it (pgid-* files) are
+# killed.
+_SESSION_DIR = "tracekit_session_dir"
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node):  # xdist's controller, once per worker it starts
-    import tempfile
-
-    config = node.config
-    if not hasattr(config, "_tracekit_cache_dir"):
-        config._tracekit_cache_dir = tempfile.mkdtemp(prefix="tracekit-analyses-")
-    node.workerinput[_SHARED_CACHE] = config._tracekit_cache_dir
+    node.workerinput[_SESSION_DIR] = node.config._tracekit_session_dir
 
 
 def pytest_unconfigure(config):
     import shutil
+    import signal
 
-    if hasattr(config, "_tracekit_cache_dir"):
-        shutil.rmtree(config._tracekit_cache_dir, ignore_errors=True)
+    directory = getattr(config, "_tracekit_session_dir", None)
+    if directory is None:
+        return
+    for pgid in pathlib.Path(directory).glob("pgid-*"):
+        try:
+            os.killpg(int(pgid.name.removeprefix("pgid-")), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _session_dir(config) -> pathlib.Path:
+    workerinput = getattr(config, "workerinput", None)
+    return pathlib.Path(workerinput[_SESSION_DIR] if workerinput is not None else config._tracekit_session_dir)
+
+
+@pytest.fixture(scope="session")
+def session_dir(request) -> pathlib.Path:
+    """The directory this test session's processes share (every xdist worker sees the same one).
+    A process group started for the session is killed when it ends: `session_dir / f"pgid-{pgid}"`."""
+    return _session_dir(request.config)
 
 
 @pytest.fixture(scope="session")
 def sealed_analyses(request) -> SealedAnalyses:
-    directory = getattr(request.config, "workerinput", {}).get(_SHARED_CACHE)
-    return SealedAnalyses(pathlib.Path(directory) if directory else None)
+    if not hasattr(request.config, "workerinput"):
+        return SealedAnalyses()  # one process: in memory
+    directory = _session_dir(request.config) / "analyses"
+    directory.mkdir(exist_ok=True)
+    return SealedAnalyses(directory)
 
 
 @pytest.fixture(scope="module")

@@ -62,16 +62,16 @@ def test_on_trace_ready_keeps_a_failed_analysis_reason(tmp_path):
     assert (tmp_path / "w.step7.log").read_text().startswith("tracekit: error: ")
 
 
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
+@pytest.fixture(scope="session")
+def mlflow_server(session_dir):
     """A real MLflow tracking server (`mlflow server`, the full package) on the loopback,
     with a SQLite backend and served artifacts: tracekit logs to it over HTTP, as a team's
-    client does. Skipped with the reason where the server package is missing;
-    TRACEKIT_REQUIRE_MLFLOW=1 (.ci/run) turns that into a failure."""
+    client does. One per test session: the first xdist worker that needs it starts it (its
+    start takes ~15 s), the others use it; it is stopped when the session ends. Skipped with
+    the reason where the server package is missing; TRACEKIT_REQUIRE_MLFLOW=1 (.ci/run) turns
+    that into a failure."""
+    import fcntl
     import importlib.util
-    import socket
-    import time
-    import urllib.request
 
     pytest.importorskip("mlflow", reason="MLflow is optional: pip install 'tracekit[mlflow]'")
     executable = os.path.join(os.path.dirname(sys.executable), "mlflow")
@@ -80,14 +80,28 @@ def mlflow_server(tmp_path_factory):
         if os.environ.get("TRACEKIT_REQUIRE_MLFLOW") == "1":
             pytest.fail(reason + "; TRACEKIT_REQUIRE_MLFLOW=1 requires it")
         pytest.skip(reason)
+    root = session_dir / "mlflow-server"
+    with open(session_dir / "mlflow-server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "uri").exists():
+            _start_mlflow_server(executable, root, session_dir)
+        return (root / "uri").read_text()
+
+
+def _start_mlflow_server(executable: str, root, session_dir) -> None:
+    import socket
+    import time
+    import urllib.request
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    root = tmp_path_factory.mktemp("mlflow-server")
-    log = open(root / "server.log", "wb")
-    server = subprocess.Popen([executable, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                               "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "server.log", "wb") as log:
+        server = subprocess.Popen([executable, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                                   "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination", str(root / "artifacts")],
+                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    (session_dir / f"pgid-{server.pid}").touch()  # killed when the session ends (conftest)
     uri = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -100,11 +114,8 @@ def mlflow_server(tmp_path_factory):
         if server.poll() is not None or time.monotonic() > deadline:
             server.kill()
             pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield uri
-    os.killpg(server.pid, 15)
-    server.wait(30)
-    log.close()
+        time.sleep(0.2)
+    (root / "uri").write_text(uri)
 
 
 @pytest.fixture
@@ -129,14 +140,14 @@ def test_mlflow_without_a_tracking_uri_says_what_to_set(tmp_path):
     assert not list(tmp_path.iterdir())  # and no local store made
 
 
-def test_log_analysis_to_a_local_mlflow_store(mlflow_store, tmp_path):
+def test_log_analysis_to_a_local_mlflow_store(mlflow_store, tmp_path, shared_analysis):
     import mlflow
     from mlflow.tracking import MlflowClient
 
     import tracekit
     import tracekit.mlflow
 
-    analysis = tracekit.analyze(QWEN)
+    analysis = shared_analysis(QWEN)  # the goldens' analysis (sealed: logging it must not change it)
     with mlflow.start_run() as run:
         assert tracekit.mlflow.log_analysis(analysis) == run.info.run_id
     client = MlflowClient(mlflow_store)
@@ -154,14 +165,14 @@ def test_log_analysis_to_a_local_mlflow_store(mlflow_store, tmp_path):
     assert summary["steps"][0]["duration_ns"] == raw_step_ns(QWEN, "ProfilerStep#6")
 
 
-def test_log_analysis_leaves_unknown_metrics_out(mlflow_store):
+def test_log_analysis_leaves_unknown_metrics_out(mlflow_store, shared_analysis):
     from mlflow.tracking import MlflowClient
 
     import tracekit
     import tracekit.mlflow
 
     # hipGraph decode: almost no kernel has a cost, so no efficiency is logged at all.
-    run_id = tracekit.mlflow.log_analysis(tracekit.analyze(shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")), artifacts=False)
+    run_id = tracekit.mlflow.log_analysis(shared_analysis(shared("torch", "mi300x_sglang_qwen3-8b_decode_bs32.json.gz")), artifacts=False)
     metrics = MlflowClient(mlflow_store).get_run(run_id).data.metrics
     assert metrics["tracekit.coverage"] < 0.5 and "tracekit.efficiency" not in metrics
     assert "tracekit.block.decode.attention.time_ms" in metrics and "tracekit.block.decode.attention.efficiency" not in metrics
