@@ -75,6 +75,30 @@ def torch_traces() -> list[pathlib.Path]:
     return found
 
 
+# A sweep over every trace reads the largest ones (over 40 MB of JSON: the Llama-3 generate and
+# the streaming-video DiT captures, Flux on the MI300X) in the slow run only: each costs such a
+# sweep 3-12 s, as much as a dozen of the others together, and the goldens, the widths walk and
+# the verdicts still read all of them in the quick run (from the cached analyses).
+HEAVY_BYTES = 40 << 20
+HEAVY = ("a sweep over every trace, here one of the largest (over 40 MB of JSON, 3-12 s a test); "
+         "the quick run has the others, and the goldens read this one")
+
+
+def trace_bytes(path) -> int:
+    """What a trace holds uncompressed: a gzip member's recorded size (ISIZE), or the file's size."""
+    path = pathlib.Path(path)
+    if path.suffix == ".gz" and path.is_file():
+        with open(path, "rb") as f:
+            f.seek(-4, os.SEEK_END)
+            return int.from_bytes(f.read(4), "little")
+    return path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def sweep(paths, heavy_reason: str = HEAVY) -> list:
+    """`paths` as parameters of a per-trace sweep: those over HEAVY_BYTES marked slow."""
+    return [pytest.param(p, marks=pytest.mark.slow(reason=heavy_reason)) if trace_bytes(p) > HEAVY_BYTES else p for p in paths]
+
+
 @pytest.fixture(scope="session")
 def load_cached():
     import tracekit

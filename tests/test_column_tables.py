@@ -23,12 +23,14 @@ from tracekit.trace.inventory import inventory
 from tracekit.trace.frames import to_trace
 from tracekit.trace.tables import Coded, ColumnTrace, Interner
 
+from conftest import sweep
+
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 KINETO = sorted((SHARED / "torch").glob("*.json.gz"))
 NSYS = sorted((SHARED / "nsys").glob("*.sqlite"))
 
 
-@pytest.mark.parametrize("path", KINETO, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sweep(KINETO), ids=lambda p: p.name)
 def test_column_tables_are_the_trace(path):
     tables = scan(path)
     assert isinstance(tables, ColumnTrace)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kineto_reference as ref_reader
-from conftest import torch_traces, range_stack
+from conftest import range_stack, sweep, torch_traces
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def _ref(cache, path):
     return cache[path]
 
 
-@pytest.mark.parametrize("path", torch_traces(), ids=lambda p: p.name if p.parent.name != "v100_dlrm_8ranks" else f"dlrm/{p.name}")
+@pytest.mark.parametrize("path", sweep(torch_traces()), ids=lambda p: p.name if p.parent.name != "v100_dlrm_8ranks" else f"dlrm/{p.name}")
 def test_counts_and_links_match_a_plain_reading(path, load_cached, reference_cache):
     trace = load_cached(path)
     ref = _ref(reference_cache, path)

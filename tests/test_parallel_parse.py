@@ -20,6 +20,8 @@ import tracekit.parsers.kineto as kineto
 import tracekit.parsers.kineto_parallel as parallel
 from tracekit.parsers import parse
 
+from conftest import sweep
+
 SHARED = pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "torch"
 TRACES = sorted(SHARED.glob("*.json.gz")) + sorted((SHARED / "v100_dlrm_8ranks").glob("rank0.json.gz"))
 
@@ -50,7 +52,7 @@ def assert_same_trace(a, b) -> None:
 
 
 @pytest.mark.filterwarnings("error")  # no Python warning on either path (the analyses' own: test_costs_current_torch)
-@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sweep(TRACES), ids=lambda p: p.name)
 def test_workers_build_the_serial_trace(path, small_pieces):
     serial = parse(path, workers=1)
     together = parse(path, workers=2)

@@ -7,6 +7,7 @@ import pathlib
 import pandas as pd
 import pytest
 
+from conftest import sweep
 from tests.synthetic import KinetoBuilder
 from tracekit.api import analyze, project
 from tracekit.errors import TraceError
@@ -233,12 +234,13 @@ def test_a_trace_whose_kernel_times_are_lost_is_refused_with_the_reason(name):
     assert "lost every GPU activity's time" in err and len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in TORCH.glob("*.json.gz") if p.name not in LOST_TIMES))
-def test_every_kineto_fixture_projects(name):
+@pytest.mark.parametrize("path", sweep(sorted(p for p in TORCH.glob("*.json.gz") if p.name not in LOST_TIMES)), ids=lambda p: p.name)
+def test_every_kineto_fixture_projects(path):
     import json
 
     from helpers import run_cli
 
+    name = path.name
     run = run_cli("project", TORCH / name, "--to", "B200", *(["--device", "MI300X"] if "vllm_gpt-oss-20b_prefilldecode" in name else []),
                   "--format", "json")
     assert run.returncode == 0, run.stderr

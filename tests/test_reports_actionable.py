@@ -16,7 +16,7 @@ from rich.console import Console
 
 import tracekit
 from tracekit.reports.headline import headline as headline_words
-from conftest import SHARED, shared
+from conftest import SHARED, shared, sweep
 from helpers import run_cli
 from tracekit.analysis.findings import compute
 from tracekit.analysis.rollup import kernel_summary
@@ -47,7 +47,7 @@ def _all_shared_inputs():
     return traces + [SHARED / "torch" / "v100_dlrm_8ranks"]  # the 8 ranks, as one job
 
 
-@pytest.mark.parametrize("path", _all_shared_inputs(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sweep(_all_shared_inputs()), ids=lambda p: p.name)
 def test_columns_100_fits_every_shared_trace(path):
     args = ["analyze", str(path)] + (["--device", "H100-SXM"] if "h100x2_fsdp" in path.name else []) + (
         ["--workers", "1"] if path.is_dir() else [])

@@ -266,8 +266,20 @@ OPTION_SETS = {"none": [], "model": ["M"], "model+device": ["M", "--device", "h1
 CAPTURE = "mi300x_vllm_gpt-oss-20b_prefilldecode_piecewise_capture.json.gz"
 
 
-@pytest.mark.parametrize("options", list(OPTION_SETS))
-@pytest.mark.parametrize("fixture", list(SERVING))
+MATRIX = ("the whole matrix, every serving fixture with every option set (35 analyses); the quick run "
+          "takes each fixture and each option set at least once")
+
+
+def _matrix() -> list:
+    """Every (fixture, option set); the quick run keeps a diagonal that covers each of both (option
+    set i with fixture i mod 5), the rest is slow."""
+    fixtures = list(SERVING)
+    quick = {(fixtures[i % len(fixtures)], options) for i, options in enumerate(OPTION_SETS)}
+    return [pytest.param(f, o, id=f"{f}-{o}", marks=() if (f, o) in quick else pytest.mark.slow(reason=MATRIX))
+            for o in OPTION_SETS for f in fixtures]
+
+
+@pytest.mark.parametrize("fixture, options", _matrix())
 def test_serving_matrix_never_exit_1(fixture, options):
     from conftest import shared
 
