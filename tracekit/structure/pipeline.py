@@ -61,9 +61,6 @@ class Pipeline:
     def networks(self) -> list[Network]:
         return self.calls.networks
 
-    def period_calls(self) -> int:
-        return self.loop.period if self.loop is not None else 0
-
     def step_windows(self) -> list[tuple[int, int]]:
         """(start, end) host ns of each period of the loop. A period starts with the host work
         that prepares its first call, where it can be told: the ops every period runs just
@@ -304,7 +301,8 @@ def _other_role(net: Network, after: bool) -> str:
 
 
 def _is_denoiser(calls: Calls, kind: np.ndarray, body: int) -> bool:
-    """The body is a denoiser where a conv decoder follows it and its calls do alike work."""
+    """The body is a denoiser where a conv decoder runs in the pipeline and the body is no token
+    model (a token model before a VAE is a text encoder, not the loop's body)."""
     return "conv_decoder" in set(kind.tolist()) and not calls.networks[body].embedding
 
 
