@@ -351,8 +351,10 @@ def test_the_first_cycle_takes_its_lead_not_the_warm_up_before_the_loop():
     start = [10 * i for i in range(12)]
     ranges = pd.DataFrame({"name": pd.Categorical(names), "domain": pd.Categorical(["user"] * 12), "pid": 1, "tid": 1,
                            "start": start, "end": [s + 8 for s in start], "parent": -1, "depth": 0})
-    ops = pd.DataFrame({"name": ["aten::warmup", "aten::randn"], "pid": 1, "tid": 1,
-                        "start": [-1_000_000_000, -1], "end": [-999_000_000, 0]})
+    # each range holds two ops (a range holding one op at most is a library's per-call range)
+    inside = [t for s in start for t in (s + 1, s + 4)]
+    ops = pd.DataFrame({"name": ["aten::warmup", "aten::randn"] + ["aten::add"] * len(inside), "pid": 1, "tid": 1,
+                        "start": [-1_000_000_000, -1] + inside, "end": [-999_000_000, 0] + [t + 2 for t in inside]})
     empty = pd.DataFrame()
     got = range_cycles(Trace(empty, empty, ops, ranges))
     assert [(a, b) for _, a, b, _, _ in got] == [(-1, 38), (38, 78), (78, 118)]

@@ -68,7 +68,7 @@ def range_cycles(trace: Trace) -> list[Window]:
     r = trace.ranges
     if r.empty or "depth" not in r:
         return []
-    top = np.flatnonzero(~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN]) & ~library_ranges(r) & (r["depth"].to_numpy() == 0))
+    top = np.flatnonzero(~rows_in(r["domain"], ["python", "gpu", INFERRED_DOMAIN]) & ~library_ranges(trace) & (r["depth"].to_numpy() == 0))
     if len(top) < 2:
         return []
     names = as_text(r["name"])
@@ -296,15 +296,17 @@ def inferred_windows(trace: Trace) -> list[Window]:
 
 
 def library_note(trace: Trace) -> list[str]:
-    """Why a trace with ranges has no steps, where its ranges are a library's own."""
-    r = trace.ranges
-    library = library_ranges(r)
+    """Why a trace with ranges has no steps, where its ranges are a library's own or each marks
+    one call's work (tracekit.structure.library_ranges)."""
+    library = library_ranges(trace)
     if not library.any():
         return []
-    domains = sorted({str(d) for d in as_text(r["domain"])[library]})
-    return [f"no steps: the trace's {int(library.sum()):,} range(s) in {', '.join(domains)} are a library's or the profiler's "
-            "own (one per call, not per iteration), never steps; nothing else in it repeats as whole forwards "
-            "(use --step to name a range or Python frame that marks one)"]
+    names = as_text(trace.ranges["name"])[library]
+    shown = sorted({str(n)[:40] for n in names})
+    listed = ", ".join(repr(n) for n in shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")
+    return [f"no steps: the trace's {int(library.sum()):,} range(s) named {listed} are a library's or the profiler's own, "
+            "or each holds one launch or op at most (one per call, not per iteration): never steps; nothing else in it "
+            "repeats as whole forwards (use --step to name a range or Python frame that marks one)"]
 
 
 def with_inferred_steps(trace: Trace, step: str | None = None) -> Trace:
