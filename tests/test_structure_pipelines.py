@@ -33,6 +33,7 @@ STAGES = {
     "speculative": {"prefill": r"^prefill", "draft": r"^draft", "verify": r"^verify"},
     "enc_dec": {"encoder": r"^encoder", "decode": r"^decode$"},
     "policy_reward": {"policy_generate": r"^repeated forward", "reward_score": r"^another network after"},
+    "beam": {"prefill": r"^prefill", "beam_decode": r"^decode$"},
 }
 
 
@@ -176,6 +177,41 @@ def test_output_tokens_are_one_per_sequence_per_generating_forward(form, shared_
     assert abs(total["output_tokens_per_s"] / per_s - 1) <= 0.10
 
 
-def test_a_verify_leaves_output_tokens_unknown(shared_analysis):
-    total = shared_analysis(FIXTURES / TRUTH["speculative"]["trace"]).throughput.total
-    assert total["output_tokens"] is None and "verify" in total["output_tokens_how"]
+def test_speculative_output_tokens_are_the_targets_cache_growth(shared_analysis):
+    """9 rounds: the target's cache holds 15 positions before the first verify (the 16-token
+    prompt but its last) and is cut to 35 after the last: 20 tokens out, 20 - 9 = 11 of the
+    36 drafts accepted (the truth's rounds_log, summed)."""
+    truth = TRUTH["speculative"]
+    total = shared_analysis(FIXTURES / truth["trace"]).throughput.total
+    assert total["output_tokens"] == truth["output_tokens"] == sum(r["emitted"] for r in truth["rounds_log"]) == 20
+    assert f"{truth['accepted_drafts']} of {truth['drafted']} drafts accepted" in total["output_tokens_how"]
+    assert abs(total["output_tokens_per_s"] / truth["throughput"]["per_s"] - 1) <= 0.10
+
+
+def test_without_a_cut_after_the_last_verify_its_tokens_are_unknown():
+    """The last round's accepted tokens show only in the cut of the cache after it: a trace
+    whose cut is gone says so, and states the rounds before it, rather than guess."""
+    from tracekit.structure.accepted import CUT, accepted_tokens
+
+    trace = tracekit.load(str(FIXTURES / TRUTH["speculative"]["trace"]))
+    pipeline = find_pipeline(trace.ops)
+    verifies = [j for j, s in enumerate(pipeline.stages) if s.kind == "verify"]
+    ops = trace.ops.copy()
+    names = ops["name"].astype(str).to_numpy()
+    after = (ops["start"].to_numpy() >= pipeline.calls.end[verifies[-1]]) & (names == CUT)
+    ops["name"] = np.where(after, "aten::narrow", names)
+    tokens, how = accepted_tokens(ops, pipeline.calls, verifies)
+    last = TRUTH["speculative"]["rounds_log"][-1]["emitted"]
+    assert tokens is None and f"grew by {20 - last} token(s) over the first 8 of 9" in how
+
+
+def test_beam_search_counts_one_sequence_not_its_beams(shared_analysis):
+    """4 beams decode as 4 rows per forward; the topk over [1, 4 x 512] says they are one
+    sequence's beams: 10 output tokens, not 40."""
+    truth = TRUTH["beam"]
+    a = shared_analysis(FIXTURES / truth["trace"])
+    total = a.throughput.total
+    assert len(a.steps) == truth["steps"] == 10
+    assert total["output_tokens"] == truth["throughput"]["items"] == 10 and truth["beams"] == 4
+    assert "4 beams per sequence" in total["output_tokens_how"]
+    assert abs(total["output_tokens_per_s"] / truth["throughput"]["per_s"] - 1) <= 0.10

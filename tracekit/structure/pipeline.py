@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tracekit.structure.accepted import accepted_tokens
+from tracekit.structure.beams import beam_width
 from tracekit.structure.calls import Calls, Network, find_calls
 from tracekit.structure.repeats import Repeat, outermost_repeat
 from tracekit.structure.weights import main_thread, weight_reads
@@ -94,27 +96,36 @@ class Pipeline:
     def output_tokens(self, ops) -> tuple[int | None, str]:
         """(tokens, how) the loop's token model generated: one per sequence per forward of the
         body (a prefill's forward emits the first token), the batch from its embedding's ids
-        [B, T]. None where the loop drafts and verifies (the tokens a verify accepts are not in
-        the shapes) or its body is no token model."""
-        if any(s.kind == "verify" for s in self.stages):
-            return None, "a verify's accepted tokens are not in the trace's shapes"
+        [B, T]; beams counted once per sequence (tracekit.structure.beams); where the loop drafts
+        and verifies, the target's cache growth (tracekit.structure.accepted). None where its
+        body is no token model."""
+        verifies = [j for j, s in enumerate(self.stages) if s.kind == "verify"]
+        if verifies:
+            return accepted_tokens(ops, self.calls, verifies)
         body = self.body()
         if self.loop is None or body is None or not body.embedding:
             return None, "no token model generates in the loop"
         c, dims = self.calls, ops["input_dims"].to_numpy()
-        total, decodes = 0, 0
+        total, decodes, vocab = 0, 0, None
         for j in range(self.loop.start, self.loop.start + self.loop.covered):
             if self.stages[j].kind != "body":
                 continue
-            ids = dims[c.reads.rows[c.first[j]]]
-            ids = ids[1] if isinstance(ids, (list, tuple)) and len(ids) > 1 else None
+            entry = dims[c.reads.rows[c.first[j]]]  # embedding(weight [V, d], indices [B, T])
+            ids = entry[1] if isinstance(entry, (list, tuple)) and len(entry) > 1 else None
             if not (isinstance(ids, (list, tuple)) and len(ids) == 2):
                 return None, "a forward's token ids have no [B, T] shape"
+            if isinstance(entry[0], (list, tuple)) and len(entry[0]) == 2:
+                vocab = int(entry[0][0])
             total += int(ids[0])
             decodes += int(ids[1]) == 1
         if not decodes:
             return None, "no forward decodes one token (not a generation)"
-        return total, f"one token per sequence per forward of the loop's token model ({body.describe()})"
+        how = f"one token per sequence per forward of the loop's token model ({body.describe()})"
+        beams = beam_width(ops, c, self.step_windows(), vocab)
+        if beams > 1 and total % beams == 0:
+            return total // beams, (f"{how}; beam search: {beams} beams per sequence (a topk over [sequences, {beams} x "
+                                    f"vocabulary {vocab}] keeps them), so each forward's rows are {beams} per sequence")
+        return total, how
 
     def body(self) -> Network | None:
         kinds = [s for s in self.stages if s.kind == "body"]
