@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tracekit.analysis.load import analyze
-from tracekit.analysis.stage_names import layer_ranges
-from tracekit.analysis.stage_segments import host_segments
+from tracekit.structure.stage_names import layer_ranges
+from tracekit.structure.stage_segments import host_segments
 from tracekit.structure.segments import segments
 from tracekit.analysis.tensor_items import decoder_outputs
 from tracekit.parsers import parse
@@ -129,7 +129,7 @@ def test_kernels_take_the_stage_of_the_op_that_launched_them():
     forwards is in that stage, one launched by the decoder's ops in the decoder's."""
     import pandas as pd
 
-    from tracekit.analysis.stage_names import kernel_stages
+    from tracekit.structure.stage_names import kernel_stages
     from tracekit.structure.segments import outermost_ops
 
     trace = link(parse(str(FIXTURES / "cpu_t2v_clip.json.gz")))

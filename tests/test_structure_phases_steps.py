@@ -259,7 +259,7 @@ def test_python_functions_name_the_stages_of_a_users_pipeline():
     stages, whatever library code runs inside them."""
     import pandas as pd
 
-    from tracekit.analysis.stage_names import kernel_stages
+    from tracekit.structure.stage_names import kernel_stages
 
     trace = _frames_trace([
         ("pipe.py(40): main", -1),                                  # 0

@@ -49,7 +49,7 @@ def test_denoising_steps_of_the_cpu_diffusion_fixture(cpu_diffusion):
     lie inside those ranges and cover nearly all of each (the hook and callback are µs)."""
     import re
 
-    import tracekit.analysis.denoise as denoise
+    import tracekit.structure.denoise as denoise
     from tracekit.trace.column_text import as_text
 
     a = cpu_diffusion

@@ -1,7 +1,7 @@
 """The stage table: per stage, its kernels, busy time, wall time and share of the window
 (the steps' GPU windows, else the GPU-active window); for a trace without GPU work, the host
 time each phase rule claims, and what no rule claims by the user's functions or the
-pipeline's structure (tracekit.analysis.stage_segments)."""
+pipeline's structure (tracekit.structure.stage_segments)."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def host_stage_table(trace, windows: np.ndarray, rules=None) -> pd.DataFrame:
         row["runs"] += len(mine)
     # what no rule names: the user's functions, else the pipeline's structure (an encoder before
     # a decode loop whose steps a rule names, a VAE after the denoise steps)
-    from tracekit.analysis.stage_segments import HostStages
+    from tracekit.structure.stage_segments import HostStages
 
     found = HostStages(trace)
     for lo, hi in windows:

@@ -26,7 +26,7 @@ one clip: total = its frames over its time. analysis.plausibility.rates nulls a 
 
 A stage is a kernel's phase (text_encode, denoise, vae_decode, recompute, prefill, decode,
 forward, backward, ...), or in an inference pipeline of the user's own, the user's range
-that holds it (tracekit.analysis.stage_names). Its wall time is the time covered by its runs of consecutive kernels
+that holds it (tracekit.structure.stage_names). Its wall time is the time covered by its runs of consecutive kernels
 (in start order, per device; a run spans first start to last end, and the runs' union counts
 time once where streams overlap): idle inside a run is the stage's, idle between runs of
 different stages is nobody's. With steps, the table covers the
@@ -262,17 +262,17 @@ class Throughput:
     # all steps together: items, unit, wall_ns, throughput, outside_steps_kernels / _busy_ns and,
     # where the steps fall in two or more main stages, by_main_stage; None without steps
     total: dict[str, Any] | None
-    denoise_steps: pd.DataFrame | None  # tracekit.analysis.denoise: one row per denoising step
+    denoise_steps: pd.DataFrame | None  # tracekit.structure.denoise: one row per denoising step
 
 
 def throughput(trace, kernels: pd.DataFrame, steps: pd.DataFrame, samples_per_step: int | None = None,
                frames_per_step: int | None = None, rules=None) -> Throughput:
     """Per step items and throughput, the stage table, the items / time of all steps (and the
-    kernels outside every step) and the denoising steps (tracekit.analysis.denoise).
+    kernels outside every step) and the denoising steps (tracekit.structure.denoise).
     `rules`: the attribution rules (a user's --rules), whose phase rules name the host stages."""
-    from tracekit.analysis.denoise import denoise_steps
+    from tracekit.structure.denoise import denoise_steps
     from tracekit.analysis.gemm_tokens import tokens_from_gemms
-    from tracekit.analysis.stage_names import kernel_stages
+    from tracekit.structure.stage_names import kernel_stages
     from tracekit.analysis.tensor_items import clip_total, forwards_of_one_clip, loop_inside_pipeline
 
     per_step = step_items(trace, steps, samples_per_step, frames_per_step) if len(steps) else pd.DataFrame(columns=THROUGHPUT_STEP_COLUMNS[:-1])

@@ -21,7 +21,7 @@ The **stages** are each call's role, found from the places the networks take:
 - a network before: an encoder (text, image or audio, by its entry), run once before the loop.
 A body followed by a conv decoder, its calls all alike, is a denoiser. Names come from the
 role and the network's size ("text encoder (2 layers, d=32)"); the user's own names (frames,
-ranges) label them where the trace has them (tracekit.analysis.stage_names).
+ranges) label them where the trace has them (tracekit.structure.stage_names).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Inside a window (a step, or the whole capture), the stages are, first found firs
    frames' spans;
 2. else the structure of the op sequence (tracekit.structure.segments: a repeated
    forward, a single forward of the same weights, the networks before and after).
-A function of the user is one whose file is the user's (tracekit.analysis.stage_names.user_function).
+A function of the user is one whose file is the user's (tracekit.structure.stage_names.user_function).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.analysis.stage_names import user_function
+from tracekit.structure.stage_names import user_function
 from tracekit.structure.segments import entry_ops, outermost_ops, segments
 from tracekit.trace.column_text import as_text
 
