@@ -32,7 +32,7 @@ STAGES = {
     "cfg_batch2": {"text_encoder": r"^text encoder", "denoise": r"^denoise", "vae_decode": r"VAE"},
     "speculative": {"prefill": r"^prefill", "draft": r"^draft", "verify": r"^verify"},
     "enc_dec": {"encoder": r"^encoder", "decode": r"^decode$"},
-    "policy_reward": {"policy_generate": r"^repeated forward", "reward_score": r"^another network after"},
+    "policy_reward": {"policy_generate": r"^generate \(", "reward_score": r"^reads the generated sequences"},
     "beam": {"prefill": r"^prefill", "beam_decode": r"^decode$"},
 }
 
@@ -203,6 +203,18 @@ def test_without_a_cut_after_the_last_verify_its_tokens_are_unknown():
     tokens, how = accepted_tokens(ops, pipeline.calls, verifies)
     last = TRUTH["speculative"]["rounds_log"][-1]["emitted"]
     assert tokens is None and f"grew by {20 - last} token(s) over the first 8 of 9" in how
+
+
+def test_a_generate_then_score_round_counts_the_samples_scored(shared_analysis):
+    """3 rounds: the policy decodes 8 tokens for 4 prompts, the reward model reads the 4
+    sequences [4, 16]: 4 samples a round, 12 in all, in the truth's unit."""
+    truth = TRUTH["policy_reward"]
+    a = shared_analysis(FIXTURES / truth["trace"])
+    assert a.throughput.steps["items"].tolist() == [truth["batch"]] * truth["steps"]
+    total = a.throughput.total
+    assert total["unit"] == truth["throughput"]["unit"] == "samples" and total["items"] == truth["throughput"]["items"] == 12
+    assert abs(total["throughput"] / truth["throughput"]["per_s"] - 1) <= 0.10
+    assert total["output_tokens"] == truth["output_tokens"] == 96  # the tokens generated, reported apart
 
 
 def test_beam_search_counts_one_sequence_not_its_beams(shared_analysis):

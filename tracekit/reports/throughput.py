@@ -44,7 +44,8 @@ def sections(a: Analysis) -> list[Section]:
                  f"{number(g['throughput'], '{:,.2f}')} {total['unit']}/s")
     out = [Section("Throughput per step (wall: the step's GPU window, its host range where it has no GPU work; tokens: serving batch from the step annotation, "
                    "else the token embedding's input; frames: diffusion, or the frames a VAE stage's last convolution works on; "
-                   "images: the latents a diffusion pipeline call decoded; samples: --samples-per-step; "
+                   "images: the latents a diffusion pipeline call decoded; samples: --samples-per-step, or the sequences a network "
+                   "after a generate reads; "
                    "else steps)", head, rows, [0, 0, 0, 0, 1, 2], flex=0, left=(0, 4, 5), note=note, wrap=(4, 5),
                    empty="(no step annotations)")]
     in_steps = total is not None

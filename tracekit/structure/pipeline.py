@@ -34,6 +34,7 @@ from tracekit.structure.accepted import accepted_tokens
 from tracekit.structure.beams import beam_width
 from tracekit.structure.calls import Calls, Network, find_calls
 from tracekit.structure.repeats import Repeat, outermost_repeat
+from tracekit.structure.role_names import decodes, stage_name
 from tracekit.structure.weights import main_thread, weight_reads
 from tracekit.trace.autograd import op_states
 
@@ -162,7 +163,7 @@ def find_pipeline(ops, states: np.ndarray | None = None) -> Pipeline | None:
         calls = find_calls(reads.on(*thread), ops, states) if thread is not None else None
         if calls is not None and len(calls) >= 2:
             loop = find_loop(calls)
-            found = Pipeline(calls, loop, roles(calls, loop))
+            found = Pipeline(calls, loop, roles(calls, loop, ops))
     if len(_CACHE) > 4:
         _CACHE.clear()
     _CACHE[key] = (ops, found)
@@ -217,8 +218,9 @@ def _stretched(repeat: Repeat, network: np.ndarray) -> Repeat:
     return Repeat(start, p, count)
 
 
-def roles(calls: Calls, loop: Repeat | None) -> list[Stage]:
-    """Each call's stage (see the module docstring)."""
+def roles(calls: Calls, loop: Repeat | None, ops=None) -> list[Stage]:
+    """Each call's stage (see the module docstring); `ops`: the trace's ops, whose token ids
+    tell a generating body (tracekit.structure.samples)."""
     n = len(calls)
     kind = np.array(["network_before"] * n, dtype=object)
     if loop is None:
@@ -241,11 +243,12 @@ def roles(calls: Calls, loop: Repeat | None) -> list[Stage]:
         # a network of the loop run before it is its first call (a prompt's prefill); another is an encoder
         kind[j] = "same_weights_before" if int(calls.network[j]) in in_loop else _other_role(calls.networks[int(calls.network[j])], after=False)
     denoiser = _is_denoiser(calls, kind, body)
+    generator = not denoiser and ops is not None and decodes(calls, kind, body, ops)
     out = []
     for j in range(n):
         net = calls.networks[int(calls.network[j])]
         end = int(calls.start[j + 1]) if j + 1 < n else int(calls.span_end[j])
-        out.append(Stage(int(calls.start[j]), end, _name(str(kind[j]), net, denoiser), str(kind[j]), net.id, j))
+        out.append(Stage(int(calls.start[j]), end, stage_name(str(kind[j]), net, denoiser, generator), str(kind[j]), net.id, j))
     return out
 
 
@@ -315,23 +318,6 @@ def _is_denoiser(calls: Calls, kind: np.ndarray, body: int) -> bool:
     """The body is a denoiser where a conv decoder runs in the pipeline and the body is no token
     model (a token model before a VAE is a text encoder, not the loop's body)."""
     return "conv_decoder" in set(kind.tolist()) and not calls.networks[body].embedding
-
-
-def _name(kind: str, net: Network, denoiser: bool) -> str:
-    size = net.describe()
-    if kind == "body":
-        # the denoiser's stage is the phase a rule gives the denoise steps too: one name, one row
-        return "denoise" if denoiser else f"repeated forward ({size})"
-    return {
-        "same_weights_after": (f"KV recompute: same weights once more ({size})" if denoiser
-                               else f"same weights once more after the body ({size})"),
-        "same_weights_before": (f"prefill ({size})" if net.embedding else f"same weights once before the body ({size})"),
-        "conv_decoder": f"conv decoder, VAE ({size})",
-        "network_after": f"another network after ({size})",
-        "encoder": ("text encoder" if net.embedding else "encoder") + f" ({size})",
-        "draft": f"draft ({size})",
-        "verify": f"verify ({size})",
-    }.get(kind, f"another network ({size})")
 
 
 def loop_steps(pipeline: Pipeline) -> list[tuple[str, int, int, int, int]]:
