@@ -408,7 +408,8 @@ def test_usage_errors_are_one_line():
     one_line_error(run_cli("analyze", "--top", "many", str(SGLANG)), "--top")
 
 
-BUNDLE = {"summary.json", "report.md", "report.html", "roofline.png", "breakdown.png", "kernels.parquet", "ops.parquet", "blocks.csv"}
+BUNDLE = {"summary.json", "report.md", "report.html", "roofline.png", "breakdown.png", "kernels.parquet", "ops.parquet", "blocks.csv",
+          "tracekit-manifest.json"}
 
 
 @pytest.mark.parametrize("stage", ["render", "roofline_png", "to_parquet"])
@@ -488,7 +489,8 @@ def test_rerun_into_the_input_directory_does_not_read_its_own_reports(tmp_path):
     second = run_cli("analyze", "--workers", "1", "--format", "json", "--out", str(tmp_path), str(tmp_path))
     assert second.returncode == 0, second.stderr
     assert _strict(second.stdout)["ranks"] == 2
-    assert sorted(os.listdir(tmp_path)) == ["rank0", "rank0.json.gz", "rank1", "rank1.json.gz", "ranks.csv", "ranks.json", "ranks.md"]
+    assert sorted(os.listdir(tmp_path)) == ["rank0", "rank0.json.gz", "rank1", "rank1.json.gz", "ranks.csv", "ranks.json", "ranks.md",
+                                            "tracekit-manifest.json"]
 
 
 def test_one_bad_rank_among_good_ones_with_workers_names_the_file(tmp_path):

@@ -112,8 +112,8 @@ def test_a_bundle_that_does_not_read_back_is_not_installed(tmp_path, monkeypatch
 
     real = bundle.write_files
 
-    def torn(a, out_dir, top=15):
-        names = real(a, out_dir, top)
+    def torn(a, out_dir, top=15, summary_extra=None):
+        names = real(a, out_dir, top, summary_extra)
         path = os.path.join(out_dir, "kernels.parquet")
         with open(path, "r+b") as f:
             f.truncate(os.path.getsize(path) // 2)  # what an interrupted write leaves

@@ -18,6 +18,8 @@ from tracekit.errors import TraceError
 @click.option("--sustained", default=0.8, show_default=True, type=click.FloatRange(0.05, 1.0), help="Sustained share of peak memory bandwidth.")
 @format_option()
 @click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
+@click.option("--force", is_flag=True, help="In --out DIR, replace files and folders of the bundle's names that tracekit did "
+              "not write (by default they are refused: only what a tracekit manifest lists is replaced).")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
 @click.option("--scheduler", callback=checked_scheduler, help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
@@ -41,7 +43,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
             frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), ncu: str | None = None,
-            bytes_from: str = "model", step: str | None = None, **model) -> None:
+            bytes_from: str = "model", step: str | None = None, force: bool = False, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -55,7 +57,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         from tracekit.reports.bundle import BUNDLE_FILES, check_out_dir
 
         # before the work: a bad --out should not cost a whole analysis, nor replace an input
-        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config"), capture), names=BUNDLE_FILES)
+        check_out_dir(out_dir, "--out", inputs=(*paths, device_file, rules, model.get("config"), capture), names=BUNDLE_FILES,
+                      force=force)
     to_mlflow = to_mlflow or bool(mlflow_run)
     if to_mlflow:
         _check_mlflow(paths)
@@ -88,9 +91,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         if out_dir:
             from tracekit.reports.bundle import write_bundle
 
-            written = write_bundle(analysis, out_dir, top)
-            if what_if:
-                _add_to_summary(os.path.join(out_dir, "summary.json"), projected)
+            written = write_bundle(analysis, out_dir, top, summary_extra={"what_if": projected} if what_if else None)
     freeze_heap()
     for warning in analysis.warnings:
         warn(path, warning)
@@ -118,19 +119,6 @@ def _what_if(analysis, targets: tuple[str, ...], device_file, samples_per_step, 
     if not len(analysis.kernels) or analysis.device is None:
         return None
     return what_if(analysis, list(targets), device_file=device_file, samples_per_step=samples_per_step, frames_per_step=frames_per_step)
-
-
-def _add_to_summary(path: str, projected: dict) -> None:
-    """summary.json of the bundle with `what_if` added (the bundle writes the Analysis alone)."""
-    import json
-
-    from tracekit.strict_json import dumps
-
-    with open(path, encoding="utf-8") as f:
-        summary = json.load(f)
-    summary["what_if"] = projected
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(dumps(summary))
 
 
 def _check_mlflow(paths: tuple[str, ...]) -> None:

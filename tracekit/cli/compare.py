@@ -16,6 +16,7 @@ from tracekit.cli.common import (CHECK_FAILED, console, device_options, emit, ex
 @click.argument("new")
 @format_option()
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), help="Write diff.json and diff.md here.")
+@click.option("--force", is_flag=True, help="In --out DIR, replace a diff.json or diff.md that tracekit did not write.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many ops and kernels to list.")
 @click.option("--rules", type=click.Path(dir_okay=False), help="TOML attribution rules for both traces.")
 @device_options
@@ -23,7 +24,7 @@ from tracekit.cli.common import (CHECK_FAILED, console, device_options, emit, ex
 @step_option
 @model_options
 def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: str | None, device: str | None, device_file: str | None,
-         min_change: float, step: str | None = None, **model) -> None:
+         min_change: float, step: str | None = None, force: bool = False, **model) -> None:
     """What changed between two runs, like with like: steps, phase x block, ops and kernels
     per call, collectives; each change with its interval and verdict (faster, slower,
     within noise).
@@ -33,6 +34,11 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
     from tracekit.compare import diff as compare
 
     options = model_from(**model)
+    from tracekit.reports import diff as render
+    from tracekit.reports.bundle import check_out_dir
+
+    if out_dir is not None:  # before the work; --out '' is an error, not a silent no-op
+        check_out_dir(out_dir, "--out", inputs=(base, new, rules), names=render.FILES, force=force)
     if os.path.isdir(base) or os.path.isdir(new):
         if not (os.path.isdir(base) and os.path.isdir(new)):
             raise click.UsageError("give two directories of per-rank traces, or two traces")
@@ -40,12 +46,6 @@ def diff(base: str, new: str, fmt: str, out_dir: str | None, top: int, rules: st
             raise click.UsageError(f"{'--model' if options is not None else '--step'} works on one trace at a time")
         _diff_ranks(base, new, fmt, out_dir, top, rules, device, device_file, min_change)
         return
-    from tracekit.reports import diff as render
-
-    from tracekit.reports.bundle import check_out_dir
-
-    if out_dir is not None:  # before the work; --out '' is an error, not a silent no-op
-        check_out_dir(out_dir, "--out", inputs=(base, new, rules), names=render.FILES)
     with status("analysing both runs"):
         result = compare(base, new, device=device, rules=rules, min_change=min_change, device_file=device_file, model=options, step=step)
     for warning in result["warnings"]:

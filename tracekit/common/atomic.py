@@ -19,8 +19,10 @@ what is not a file of the user's (issue 39: `--perfetto /dev/null` as root once 
 regular file over the real /dev/null):
 
 - nothing yet, or a regular file: staged beside it and renamed into place;
-- a symlink to a regular file (or to nothing yet): the link is followed, as a shell's `>`
-  follows it: the file it names is replaced, the link itself is kept;
+- a symlink of the user's (or the directory owner's) to a regular file: written through, as
+  a shell's `>` writes it: the file it names keeps its inode and mode, the link is kept; to
+  nothing yet: the file it names is made. Another user's link is refused
+  (tracekit.common.ownership: the kernel's protected_symlinks rule);
 - a character device (/dev/null, a terminal, /dev/stdout on one) or a FIFO / pipe (also
   /dev/stdout or /proc/self/fd/1 on a pipe): written through, once the output is complete
   (staged in the temporary directory until then); a FIFO that no reader opens within
@@ -70,6 +72,9 @@ def output_kind(path: str) -> str:
     FIFO, written into); anything else an output may not be is refused with one line."""
     import stat
 
+    from tracekit.common.ownership import refuse_foreign_link
+
+    refuse_foreign_link(path)  # another user's link is never followed (protected_symlinks)
     try:
         mode = os.stat(path).st_mode  # through symlinks: what the link names decides
     except (FileNotFoundError, NotADirectoryError):  # nothing there yet (writable_parent says why it cannot be)
@@ -77,7 +82,8 @@ def output_kind(path: str) -> str:
     except OSError as exc:
         raise TraceError(path, f"cannot write: {exc.strerror or exc}") from None
     if stat.S_ISREG(mode):
-        return NEW_OR_FILE
+        # the user's own link to a file: written into, so the file keeps its inode and mode
+        return WRITE_THROUGH if os.path.islink(path) else NEW_OR_FILE
     if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return WRITE_THROUGH
     what = ("a directory" if stat.S_ISDIR(mode) else "a block device" if stat.S_ISBLK(mode)
@@ -131,6 +137,7 @@ def check_out_file(path: str | None, option: str, inputs: Iterable[str | os.Path
     if output_kind(path) == WRITE_THROUGH:
         if not os.access(path, os.W_OK):
             raise TraceError(path, "permission denied")
+        refuse_inputs(path, inputs)  # a link to an input is the input
         return
     target = publish_target(path)
     writable_parent(target)
@@ -302,13 +309,14 @@ def _open_fifo_writer(path: str) -> int:
 
 
 def _write_through(staged: str, path: str) -> None:
-    """The complete output copied into a device or FIFO (never replaced)."""
+    """The complete output copied into a device, a FIFO or a linked file (never replaced)."""
     import stat
 
-    if stat.S_ISFIFO(os.stat(path).st_mode):
+    mode = os.stat(path).st_mode
+    if stat.S_ISFIFO(mode):
         fd = _open_fifo_writer(path)
-    else:
-        fd = os.open(path, os.O_WRONLY)
+    else:  # a device, or the file a link of the user's names (emptied first, its inode and mode kept)
+        fd = os.open(path, os.O_WRONLY | (os.O_TRUNC if stat.S_ISREG(mode) else 0))
     try:
         with open(staged, "rb") as src:
             while chunk := src.read(1 << 20):

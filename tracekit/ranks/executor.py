@@ -64,7 +64,10 @@ def trace_paths(inputs: list[str]) -> list[str]:
         if os.path.isdir(item):
             from tracekit.parsers.source import list_directory
 
-            found = [os.path.join(item, f) for f in list_directory(item) if f.endswith(TRACE_SUFFIXES) and f not in OUTPUT_NAMES]
+            from tracekit.common.ownership import MANIFEST, owned_entries
+
+            ours = OUTPUT_NAMES | owned_entries(item) | {MANIFEST}  # a bundle written into the directory is not a trace
+            found = [os.path.join(item, f) for f in list_directory(item) if f.endswith(TRACE_SUFFIXES) and f not in ours]
             if not found:
                 raise TraceError(item, "directory holds no .json, .json.gz or .sqlite traces")
             out += found

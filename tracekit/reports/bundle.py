@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 import shutil
 import tempfile
 from typing import Iterator
@@ -38,17 +39,21 @@ MARKERS = ("summary.json", "ranks.json")
 
 # Every name a bundle may put in DIR (one trace; several add ranks.json and rankN/).
 BUNDLE_FILES = ("summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png",
-                "breakdown.png", "ranks.json")
+                "breakdown.png", "ranks.json", "ranks.csv", "ranks.md")
 
 
-def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILES) -> str:
-    """Refuse, before any work is done, an output path that cannot become a directory, or
-    whose files (`names`, and rankN/) would replace one of the command's inputs."""
+def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILES, force: bool = False) -> str:
+    """Refuse, before any work is done, an output path that cannot become a directory, that
+    is another user's link, whose files (`names`, and rankN/) would replace one of the
+    command's inputs, or (without `force`) an entry no tracekit manifest lists
+    (tracekit.common.ownership)."""
     import re
 
     from tracekit.common.atomic import check_out_path, writable_parent
+    from tracekit.common.ownership import refuse_foreign, refuse_foreign_link
 
     check_out_path(path, option)
+    refuse_foreign_link(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise TraceError(path, f"exists and is not a directory; {option} names a directory for the output files")
     if os.path.isdir(path):
@@ -62,6 +67,8 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
             first = rel.split(os.sep)[0]
             if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or re.fullmatch(r"rank\d+", first)):
                 raise TraceError(path, f"writing here would replace the input {given}: choose another output directory")
+        if not force:
+            refuse_foreign(path, names, option)
         return path
     writable_parent(path)
     return path
@@ -72,6 +79,7 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
     """Yields a temporary directory to write the bundle into; on success its content
     takes the place of `out_dir`, on any error or interrupt it is removed."""
     from tracekit.common.atomic import STAGING_MARK, hold, release, remove_stale, staging_prefix
+    from tracekit.common.ownership import MANIFEST, manifest_text
 
     target = os.path.realpath(out_dir)  # through a symlink: the directory it names is written, the link kept
     tmp = held = None
@@ -84,6 +92,8 @@ def atomic_dir(out_dir: str) -> Iterator[str]:
             tmp = held = _make_temporary(target)
             hold(held)
         yield tmp
+        with open(os.path.join(tmp, MANIFEST), "w", encoding="utf-8") as f:  # what is tracekit's in DIR
+            f.write(manifest_text(target, os.listdir(tmp)))
         verify(tmp, out_dir)  # a bundle that says it is whole is whole: every file read back first
         with interrupts_deferred():  # the renames are not torn apart halfway
             raise_if_interrupted()
@@ -157,8 +167,10 @@ def _install(tmp: str, target: str) -> None:
     if not entries:
         os.rename(tmp, target)  # rename(2) replaces an empty directory
         return
-    if set(entries) <= set(os.listdir(tmp)):
-        # A previous bundle: swap the directories, then drop the old one.
+    from tracekit.common.ownership import MANIFEST, owned_entries
+
+    if set(entries) <= owned_entries(target) | {MANIFEST}:
+        # Only a previous bundle's entries: swap the directories, then drop the old one.
         from tracekit.common.atomic import hold, release, staging_prefix
 
         old = tempfile.mkdtemp(prefix=f"{staging_prefix(target)}old-", dir=os.path.dirname(target))
@@ -172,12 +184,17 @@ def _install(tmp: str, target: str) -> None:
 
 
 def _install_entries(tmp: str, target: str) -> None:
-    """DIR holds files of its own (the traces of `analyze DIR --out DIR`): our entries are
-    replaced one by one, the completeness marker removed first and renamed in last."""
+    """DIR holds entries of its own (the traces of `analyze DIR --out DIR`, the user's files):
+    the bundle's entries are put in one by one, the completeness marker removed first and
+    renamed in last, the manifest after it; nothing else in DIR is touched. What they
+    replace was checked before the work (check_out_dir: a manifest lists it, or --force)."""
+    from tracekit.common.ownership import MANIFEST
+
     for name in MARKERS:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(target, name))
-    names = sorted(os.listdir(tmp), key=lambda n: n in MARKERS)
+        if name in os.listdir(tmp):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(target, name))
+    names = sorted(os.listdir(tmp), key=lambda n: (n == MANIFEST, n in MARKERS))
     for name in names:
         src, dst = os.path.join(tmp, name), os.path.join(target, name)
         if os.path.isdir(dst) and not os.path.islink(dst):
@@ -213,15 +230,18 @@ def _write_parquet(frame, path: str) -> None:
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False, nthreads=1), path)
 
 
-def write_bundle(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
+def write_bundle(a: Analysis, out_dir: str, top: int = 15, summary_extra: dict | None = None) -> list[str]:
+    """`summary_extra`: keys summary.json carries beside the Analysis (`what_if`), written
+    with it, never added to an installed bundle afterwards."""
     with atomic_dir(out_dir) as tmp:
-        names = write_files(a, tmp, top)
+        names = write_files(a, tmp, top, summary_extra)
     return [os.path.join(out_dir, name) for name in names]
 
 
-def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
+def write_files(a: Analysis, out_dir: str, top: int = 15, summary_extra: dict | None = None) -> list[str]:
     """Writes the bundle's files into `out_dir` (a directory being built); their names."""
     from tracekit.reports import html, markdown, plots, summary_json
+    from tracekit.reports.csv_table import write_csv
     from tracekit.reports.renderer import RenderOptions
 
     os.makedirs(out_dir, exist_ok=True)
@@ -252,7 +272,7 @@ def write_files(a: Analysis, out_dir: str, top: int = 15) -> list[str]:
     written.append("kernels.parquet")
     _write_parquet(a.ops.astype({c: "string" for c in a.ops.columns if a.ops[c].dtype == object}), os.path.join(out_dir, "ops.parquet"))
     written.append("ops.parquet")
-    a.blocks.to_csv(os.path.join(out_dir, "blocks.csv"), index=False)
+    write_csv(a.blocks, os.path.join(out_dir, "blocks.csv"))
     written.append("blocks.csv")
-    save("summary.json", summary_json.render(a, options))  # last: its presence says the bundle is whole
+    save("summary.json", summary_json.render(a, replace(options, json_extra=summary_extra or {})))  # last: its presence says the bundle is whole
     return written

@@ -270,7 +270,10 @@ def write(d: dict, out_dir: str, top: int = 15) -> list[str]:
     from tracekit.common.atomic import write_files
 
     # published together: a failure at diff.md (a full disk) leaves no diff.json behind
-    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): to_markdown(d, top)})
+    from tracekit.common.ownership import MANIFEST, manifest_text
+
+    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): to_markdown(d, top),
+                        os.path.join(out_dir, MANIFEST): manifest_text(out_dir, FILES)})
 
 
 def rank_sections(d: dict, top: int) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
@@ -327,4 +330,7 @@ def write_ranks(d: dict, out_dir: str, top: int = 15) -> list[str]:
     from tracekit.common.atomic import write_files
 
     # published together: a failure at diff.md (a full disk) leaves no diff.json behind
-    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): ranks_markdown(d, top)})
+    from tracekit.common.ownership import MANIFEST, manifest_text
+
+    return write_files({os.path.join(out_dir, "diff.json"): to_json(d) + "\n", os.path.join(out_dir, "diff.md"): ranks_markdown(d, top),
+                        os.path.join(out_dir, MANIFEST): manifest_text(out_dir, FILES)})

@@ -123,12 +123,13 @@ def write_bundle(m: MultiRank, out_dir: str, top: int = 15) -> list[str]:
     import os
 
     from tracekit.reports.bundle import atomic_dir, write_files
+    from tracekit.reports.csv_table import write_csv
 
     written = []
     with atomic_dir(out_dir) as tmp:  # all ranks' files appear together, or none do
         for r in m.ranks:
             written += [os.path.join(f"rank{r.rank}", name) for name in write_files(r.analysis, os.path.join(tmp, f"rank{r.rank}"), top)]
-        m.per_rank.to_csv(os.path.join(tmp, "ranks.csv"), index=False)
+        write_csv(m.per_rank, os.path.join(tmp, "ranks.csv"))
         written.append("ranks.csv")
         for name, text in (("ranks.md", to_markdown(m, top)), ("ranks.json", to_json(m))):
             with open(os.path.join(tmp, name), "w", encoding="utf-8", errors="backslashreplace") as f:

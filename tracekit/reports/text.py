@@ -9,6 +9,7 @@ function of its medium, and through nothing else:
     terminal(s)  -> rich Text: control characters shown as \\xNN, never parsed as markup
     markdown(s)  -> str: HTML entities, backslash escapes, no line breaks, no autolinks
     html(s)      -> Markup: HTML-escaped, control characters shown (Jinja keeps it as is)
+    csv_cell(s)  -> str: controls shown, a formula's first character neutralised (OWASP)
 
 `visible(s)` is the shared first step: control characters become printable escapes.
 """
@@ -21,15 +22,19 @@ from markupsafe import Markup, escape
 from rich.text import Text
 
 # C0 (tabs and newlines too: they break table rows), DEL, C1 (0x80-0x9f: 8-bit CSI / OSC),
-# and Unicode's bidirectional overrides (they reorder what the reader sees).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Unicode's bidirectional overrides (they reorder what the reader sees), and the invisible
+# and format characters that hide text or split a name a reader compares: zero-width space,
+# joiners and word joiner (U+200B-U+200D, U+2060), the BOM (U+FEFF), line and paragraph
+# separators (U+2028/2029: a line break to some viewers), tag characters (U+E0000-U+E007F).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069\ufeff"
+                      "\U000e0000-\U000e007f]")
 # A name longer than this is cut before any further work: no report shows more of it.
 MAX_CHARS = 4096
 
 
 def _escape_control(match: re.Match) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def visible(value: object) -> str:
@@ -74,6 +79,18 @@ def markdown_table(head: list[str], rows: list[list[object]], left: tuple[int, .
     text columns; the rest are numbers, right-aligned. None: no alignment marks."""
     rule = "|" + "".join("---|" if left is None or i in left else "--:|" for i in range(len(head)))
     return ["| " + " | ".join(markdown(h) for h in head) + " |", rule] + ["| " + " | ".join(markdown(c) for c in row) + " |" for row in rows]
+
+
+# A spreadsheet reads a cell that starts with one of these as a formula (OWASP's CSV
+# injection rule: = + - @, and TAB / CR, which visible() has escaped already)
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> str:
+    """For a CSV text cell: controls escaped, and a cell a spreadsheet would run as a formula
+    prefixed with `'` (OWASP), so it reads as the text it is. Numbers are not text cells."""
+    text = visible(value)
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 def html(value: object) -> Markup:
