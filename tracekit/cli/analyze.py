@@ -140,6 +140,8 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
 
 
 def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
+    import os
+
     from tracekit.integrations.mlflow import log_analysis
 
     from mlflow.exceptions import MlflowException
@@ -148,7 +150,10 @@ def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
         with status("logging to MLflow"):
             run_id = log_analysis(analysis, run_id=run_id, top=top)
     except MlflowException as exc:  # a run that does not exist, a store that cannot be reached
-        raise TraceError(f"MLflow run {run_id}" if run_id else "MLflow", str(exc.message).splitlines()[0]) from None
+        from tracekit.integrations.mlflow import masked
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI")
+        raise TraceError(f"MLflow run {run_id}" if run_id else "MLflow", masked(str(exc.message).splitlines()[0], uri)) from None
     click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
 
 

@@ -107,8 +107,9 @@ def check_server(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
     parts = urllib.parse.urlsplit(uri)
     if parts.scheme not in ("http", "https"):
         return
+    request = _health_request(parts)
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             if response.status == 200:
                 return
             why = f"HTTP {response.status}"
@@ -117,8 +118,48 @@ def check_server(uri: str, timeout: float = SERVER_TIMEOUT_S) -> None:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         why = "no answer within {:g} s".format(timeout) if "timed out" in str(reason) else str(reason)
-    raise TraceError(uri, f"the MLflow tracking server cannot be reached ({why}); nothing was analysed or logged "
-                          "(start it, or set MLFLOW_TRACKING_URI to one that runs)")
+    raise TraceError(masked(uri), f"the MLflow tracking server cannot be reached ({masked(why, uri)}); nothing was analysed or "
+                                  "logged (start it, or set MLFLOW_TRACKING_URI to one that runs)")
+
+
+def _health_request(parts):
+    """GET /health of the server, its credentials (from the URI's user info, else MLflow's
+    MLFLOW_TRACKING_USERNAME / _PASSWORD, or MLFLOW_TRACKING_TOKEN) as a header, as MLflow's
+    own client sends them: urllib does not take user info from a URL's host part."""
+    import base64
+    import os
+    import urllib.parse
+    import urllib.request
+
+    host = parts.hostname or ""
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{parts.port}" if parts.port else "")
+    url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + "/health", "", ""))
+    request = urllib.request.Request(url)
+    user = urllib.parse.unquote(parts.username) if parts.username else os.environ.get("MLFLOW_TRACKING_USERNAME")
+    password = urllib.parse.unquote(parts.password or "") if parts.username else os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
+    if user:
+        request.add_header("Authorization", "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode())
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        request.add_header("Authorization", "Bearer " + os.environ["MLFLOW_TRACKING_TOKEN"])
+    return request
+
+
+def masked(text: object, uri: str | None = None) -> str:
+    """`text` with the user info of any URL in it (and of `uri`) shown as `***@`, and the
+    password of `uri` and MLFLOW_TRACKING_PASSWORD / _TOKEN nowhere: no message carries a secret."""
+    import os
+    import re
+    import urllib.parse
+
+    out = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@", r"\1***@", str(text))
+    secrets = [os.environ.get("MLFLOW_TRACKING_PASSWORD"), os.environ.get("MLFLOW_TRACKING_TOKEN")]
+    if uri:
+        parts = urllib.parse.urlsplit(uri)
+        secrets += [parts.password, urllib.parse.unquote(parts.password or "") or None]
+    for secret in secrets:
+        if secret:
+            out = out.replace(secret, "***")
+    return out
 
 
 def _key(name: Any) -> str:

@@ -33,11 +33,14 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
+    # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses
+    if columns.isascii() and columns.isdigit() and int(columns) > 0:
         width = int(columns)
     elif not stream.isatty():
         width = PIPED_WIDTH
-    return _Console(file=stream, width=width, markup=False, emoji=False, highlight=False, soft_wrap=False)
+    # rich reads COLUMNS and LINES itself (with the same isdigit test): it gets them only as ASCII digits
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") or (v.isascii() and v.isdigit())}
+    return _Console(file=stream, width=width, markup=False, emoji=False, highlight=False, soft_wrap=False, _environ=environ)
 
 
 class _Console(Console):
