@@ -69,3 +69,44 @@ def test_masked_hides_user_info_and_the_environments_secrets(monkeypatch):
 def test_a_columns_value_that_is_not_ascii_digits_is_ignored(columns):
     run = run_cli("info", TINY, env={"COLUMNS": columns, "LINES": columns})
     assert run.returncode == 0, run.stderr
+
+
+NSYS = ROOT.parent / "shared" / "fixtures" / "nsys" / "rtx3080_tiny_nsys2026.1.sqlite"
+
+
+def _hot_journal_export(tmp_path) -> pathlib.Path:
+    """A copy of an export, changed inside a transaction whose writer died: the journal stays."""
+    import shutil
+    import sqlite3
+    import subprocess
+    import sys
+
+    path = tmp_path / "export.sqlite"
+    shutil.copyfile(NSYS, path)
+    script = ("import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+              "c.execute('PRAGMA journal_mode=DELETE'); c.execute('PRAGMA cache_size=1'); c.execute('BEGIN'); "
+              "c.execute('DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL'); c.execute('INSERT INTO StringIds(id, value) "
+              "SELECT id + 1000000, value FROM StringIds'); os._exit(0)")
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True)
+    return path
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="needs the shared fixtures' rtx3080 export")
+def test_a_hot_rollback_journal_is_refused_like_a_wal(tmp_path):
+    path = _hot_journal_export(tmp_path)
+    journal = pathlib.Path(f"{path}-journal")
+    assert journal.exists() and journal.read_bytes()[:8] == bytes.fromhex("d9d505f920a163d7")
+    before = path.read_bytes(), journal.read_bytes()
+    run = run_cli("analyze", path)
+    assert run.returncode == 2 and "hot rollback journal" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert (path.read_bytes(), journal.read_bytes()) == before  # the input and its journal untouched
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="needs the shared fixtures' rtx3080 export")
+def test_a_cold_journal_is_no_reason_to_refuse(tmp_path):
+    import shutil
+
+    path = tmp_path / "export.sqlite"
+    shutil.copyfile(NSYS, path)
+    pathlib.Path(f"{path}-journal").write_bytes(b"\0" * 512)  # persist mode, after the commit: the header zeroed
+    assert run_cli("analyze", path, "--format", "json").returncode == 0
