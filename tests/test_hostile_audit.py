@@ -110,3 +110,19 @@ def test_a_cold_journal_is_no_reason_to_refuse(tmp_path):
     shutil.copyfile(NSYS, path)
     pathlib.Path(f"{path}-journal").write_bytes(b"\0" * 512)  # persist mode, after the commit: the header zeroed
     assert run_cli("analyze", path, "--format", "json").returncode == 0
+
+
+def test_junit_xml_parses_whatever_the_expectations_and_paths_hold(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    expect = tmp_path / "expect.toml"
+    expect.write_text('[[expect]]\nblock = "decode/attn\\u0001\\u001b[2J\\u200b"\nmin_efficiency = 0.99\n'
+                      '[[expect]]\nblock = "k\\u0007\\ufffe"\nmax_share = 0.5\n', encoding="utf-8")
+    junit = tmp_path / "junit.xml"
+    run = run_cli("check", TINY, "--expect", expect, "--junit", junit)
+    assert run.returncode == 3, run.stderr  # verdicts (3: one fails), not an error (2)
+    raw = junit.read_bytes()
+    assert not any(c in raw for c in (b"\x01", b"\x1b", b"\x07")) and "\ufffe".encode() not in raw
+    root = ET.fromstring(raw)  # parses
+    names = [case.get("name") for case in root.iter("testcase")]
+    assert any("\\x01\\x1b[2J\\u200b" in n for n in names)

@@ -109,7 +109,7 @@ def check(path: str, expect_path: str, baseline: str | None, junit_path: str | N
         warn(path, warning)
     verdicts = run_check(summary, expectations, base, min_change=min_change, source=expect_path)
     if junit_path is not None:
-        from tracekit.compare.check import junit_xml
+        from tracekit.reports.check import junit_xml
         from tracekit.common.atomic import write_file
 
         write_file(junit_path, junit_xml(verdicts, path))

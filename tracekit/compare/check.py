@@ -322,19 +322,3 @@ def _kernel_per_call(summary: dict[str, Any], selector: str) -> tuple[tuple[floa
         return (None, None), f"kernel {selector!r} has no calls"
     sketches = [Samples.sketched(r.get("duration_sketch_ns"), r.get("count")) for r in rows]
     return (time / calls, Samples.merged(sketches) if None not in sketches else None), ""
-
-
-def junit_xml(verdicts: list[Verdict], source: str) -> bytes:
-    """JUnit XML (one testcase per limit) for CI systems."""
-    import xml.etree.ElementTree as ET
-
-    failures = sum(not v.ok for v in verdicts)
-    suites = ET.Element("testsuites", tests=str(len(verdicts)), failures=str(failures))
-    suite = ET.SubElement(suites, "testsuite", name=f"tracekit check {source}", tests=str(len(verdicts)), failures=str(failures), errors="0")
-    for v in verdicts:
-        case = ET.SubElement(suite, "testcase", classname="tracekit.check", name=f"{v.expectation} {v.limit}")
-        if not v.ok:
-            measured = "unknown" if v.measured is None else f"{v.measured:.6g}"
-            failure = ET.SubElement(case, "failure", message=f"measured {measured}: {v.reason}")
-            failure.text = f"{v.expectation}: expected {v.limit}, measured {measured} ({v.reason})"
-    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)

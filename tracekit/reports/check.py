@@ -51,3 +51,22 @@ def render_console(verdicts: list[Verdict], console, source: str) -> None:
 
     print_section(section(verdicts, source), console)
     console.print(terminal(summary_line(verdicts)))
+
+
+def junit_xml(verdicts: list[Verdict], source: str) -> bytes:
+    """JUnit XML (one testcase per limit) for CI systems: every text (an expectation, a path,
+    a reason quoting a trace's name) through text.xml_text, so the file parses whatever it holds."""
+    import xml.etree.ElementTree as ET
+
+    from tracekit.reports.text import xml_text as x
+
+    failures = sum(not v.ok for v in verdicts)
+    suites = ET.Element("testsuites", tests=str(len(verdicts)), failures=str(failures))
+    suite = ET.SubElement(suites, "testsuite", name=x(f"tracekit check {source}"), tests=str(len(verdicts)), failures=str(failures), errors="0")
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname="tracekit.check", name=x(f"{v.expectation} {v.limit}"))
+        if not v.ok:
+            measured = "unknown" if v.measured is None else f"{v.measured:.6g}"
+            failure = ET.SubElement(case, "failure", message=x(f"measured {measured}: {v.reason}"))
+            failure.text = x(f"{v.expectation}: expected {v.limit}, measured {measured} ({v.reason})")
+    return ET.tostring(suites, encoding="utf-8", xml_declaration=True)

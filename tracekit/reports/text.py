@@ -10,6 +10,7 @@ function of its medium, and through nothing else:
     markdown(s)  -> str: HTML entities, backslash escapes, no line breaks, no autolinks
     html(s)      -> Markup: HTML-escaped, control characters shown (Jinja keeps it as is)
     csv_cell(s)  -> str: controls shown, a formula's first character neutralised (OWASP)
+    xml_text(s)  -> str: controls shown, nothing XML 1.0 forbids (JUnit)
 
 `visible(s)` is the shared first step: control characters become printable escapes.
 """
@@ -91,6 +92,16 @@ def csv_cell(value: object) -> str:
     prefixed with `'` (OWASP), so it reads as the text it is. Numbers are not text cells."""
     text = visible(value)
     return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+# What XML 1.0 forbids beyond the controls visible() escapes: lone surrogates, U+FFFE, U+FFFF
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(value: object) -> str:
+    """For XML text and attributes (JUnit): controls and invisibles escaped, and nothing XML
+    forbids; ElementTree escapes & < > and quotes itself."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", visible(value))
 
 
 def html(value: object) -> Markup:
