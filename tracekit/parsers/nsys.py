@@ -18,6 +18,7 @@ import pandas as pd
 
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
+from tracekit.parsers.nsys_unfinished import refuse_unfinished
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.trace.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.nsys_nvtx import parse_op_text
@@ -31,8 +32,7 @@ _CUPTI_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5
 
 
 def parse_nsys(path: str) -> Trace:
-    _refuse_unfinished(path)
-    _refuse_hot_journal(path)
+    refuse_unfinished(path)
     conn = _connect(path)
     try:
         return _Reader(path, conn).trace()
@@ -45,40 +45,6 @@ def parse_nsys(path: str) -> Trace:
         raise TraceError(path, f"SQLite error while reading the export (damaged or edited file?): {reason}") from None
     finally:
         conn.close()
-
-
-def _refuse_unfinished(path: str) -> None:
-    """A non-empty write-ahead log beside the file holds rows the file does not: nsys is
-    still writing the export (or died writing it). Reading it immutable would silently
-    report stale rows, and reading the log would mean writing beside the input."""
-    wal = f"{path}-wal"
-    try:
-        size = os.path.getsize(wal)
-    except OSError:
-        return
-    if size > 0:
-        raise TraceError(path, f"a write-ahead log ({os.path.basename(wal)}, {size:,} bytes) lies beside it: the export is "
-                               "still being written, or was cut off; wait for nsys to finish (or open it once with sqlite3 to checkpoint it)")
-
-
-def _refuse_hot_journal(path: str) -> None:
-    """A rollback journal beside the file whose header is live (SQLite's journal magic: a
-    transaction began and never ended) means the file holds half-written pages: its writer
-    died mid-transaction. Opened immutable, SQLite would read them as if committed; rolling
-    back would write beside the input. A journal with a zeroed header (persist mode, done) is cold."""
-    journal = f"{path}-journal"
-    try:
-        with open(journal, "rb") as f:
-            head = f.read(8)
-    except OSError:
-        return
-    if head == JOURNAL_MAGIC:
-        raise TraceError(path, f"a hot rollback journal ({os.path.basename(journal)}) lies beside it: its writer stopped in the "
-                               "middle of a transaction, so the file holds uncommitted rows; open it once with sqlite3 (which "
-                               "rolls the transaction back), or export it again")
-
-
-JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # the first 8 bytes of a live rollback journal (sqlite's pager.c)
 
 
 def _connect(path: str) -> sqlite3.Connection:
