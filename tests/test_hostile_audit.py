@@ -126,3 +126,18 @@ def test_junit_xml_parses_whatever_the_expectations_and_paths_hold(tmp_path):
     root = ET.fromstring(raw)  # parses
     names = [case.get("name") for case in root.iter("testcase")]
     assert any("\\x01\\x1b[2J\\u200b" in n for n in names)
+
+
+def test_trace_text_never_reaches_stderr_through_matplotlib(tmp_path):
+    """Block names with SO, BEL and ESC (glyphs no font has): matplotlib warned with the raw
+    bytes and a source line; the plots now draw them escaped, and its warnings stay in."""
+    from synthetic import KinetoBuilder
+
+    b, t = KinetoBuilder(), 0.0
+    for _ in range(10):
+        for name in ("shift\x0eout", "bell\x07", "esc\x1b[31m", "cjk\u6f22\u5b57\u0378"):
+            b.kernel(name, t, t + 5, 4.0)
+            t += 10
+    run = run_cli("analyze", b.write(tmp_path / "glyphs.json"), "--out", tmp_path / "out", "--format", "json", process=True)
+    assert run.returncode == 0, run.stderr
+    assert not any(c in run.stderr for c in ("\x0e", "\x07", "\x1b")) and "Glyph" not in run.stderr and "UserWarning" not in run.stderr

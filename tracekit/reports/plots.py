@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import io
+import warnings
 
 import numpy as np
 
 from tracekit.analysis import Analysis
 from tracekit.analysis.roofline import roof_flops
 from tracekit.common.format import cut
+from tracekit.reports.text import plot_text
 
 
 def _pyplot():
@@ -49,15 +51,18 @@ def _literal_text(render):
     def drawn(*args, **kwargs):
         import matplotlib
 
-        with matplotlib.rc_context({"text.parse_math": True, "text.usetex": False}):
+        # matplotlib's own warnings (a glyph the font lacks) quote the text drawn: none reaches stderr
+        with matplotlib.rc_context({"text.parse_math": True, "text.usetex": False}), warnings.catch_warnings():
+            # (matplotlib attributes them to the line that called it, so no module filter would match)
+            warnings.simplefilter("ignore", UserWarning)
             return render(*args, **kwargs)
 
     return drawn
 
 
 def _literal(text) -> str:
-    """A trace string as matplotlib draws it literally: `$` escaped, so no math text."""
-    return str(text).replace("$", r"\$")
+    """A trace string as matplotlib draws it literally (text.plot_text: controls shown, `$` escaped)."""
+    return plot_text(text)
 
 
 def _short(text: str, width: int = 28) -> str:

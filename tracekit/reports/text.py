@@ -11,6 +11,7 @@ function of its medium, and through nothing else:
     html(s)      -> Markup: HTML-escaped, control characters shown (Jinja keeps it as is)
     csv_cell(s)  -> str: controls shown, a formula's first character neutralised (OWASP)
     xml_text(s)  -> str: controls shown, nothing XML 1.0 forbids (JUnit)
+    plot_text(s) -> str: controls shown, no math text (matplotlib labels)
 
 `visible(s)` is the shared first step: control characters become printable escapes.
 """
@@ -102,6 +103,12 @@ def xml_text(value: object) -> str:
     """For XML text and attributes (JUnit): controls and invisibles escaped, and nothing XML
     forbids; ElementTree escapes & < > and quotes itself."""
     return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", visible(value))
+
+
+def plot_text(value: object) -> str:
+    """For a label matplotlib draws: controls and invisibles escaped (a glyph the font lacks
+    is no warning quoting raw bytes), `$` escaped so no math text starts."""
+    return visible(value).replace("$", r"\$")
 
 
 def html(value: object) -> Markup:
