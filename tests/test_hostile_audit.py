@@ -141,3 +141,38 @@ def test_trace_text_never_reaches_stderr_through_matplotlib(tmp_path):
     run = run_cli("analyze", b.write(tmp_path / "glyphs.json"), "--out", tmp_path / "out", "--format", "json", process=True)
     assert run.returncode == 0, run.stderr
     assert not any(c in run.stderr for c in ("\x0e", "\x07", "\x1b")) and "Glyph" not in run.stderr and "UserWarning" not in run.stderr
+
+
+RANKS = ROOT.parent / "shared" / "fixtures" / "torch" / "v100_dlrm_8ranks"
+
+
+@pytest.mark.skipif(not RANKS.is_dir(), reason="needs the shared fixtures' v100_dlrm_8ranks")
+def test_one_bad_rank_leaves_the_sound_ranks_their_report(tmp_path):
+    import gzip
+    import json
+    import os
+    import shutil
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for n in ("rank0.json.gz", "rank1.json.gz"):
+        shutil.copyfile(RANKS / n, job / n)
+    raw = gzip.decompress((RANKS / "rank2.json.gz").read_bytes())
+    (job / "rank2.json").write_bytes(raw[: len(raw) // 3])  # cut short: salvaged, with a warning
+    (job / "rank3.json").write_bytes(b"\x00not a trace at all")  # unreadable: left out, named
+    (job / "rank4.json").mkdir()  # a folder named like a trace
+    os.symlink("loop.json", job / "loop.json")  # a link that loops
+    run = run_cli("analyze", job, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    d = json.loads(run.stdout)
+    assert d["ranks"] == 3 and sorted(os.path.basename(u["path"]) for u in d["unreadable"]) == ["loop.json", "rank3.json", "rank4.json"]
+    for name in ("loop.json", "rank3.json", "rank4.json"):
+        assert f"{name}: left out of the job's report" in run.stderr
+    assert "rank2.json: trace is cut short" in run.stderr
+
+
+def test_a_job_of_no_readable_rank_is_one_error(tmp_path):
+    (tmp_path / "rank0.json").write_bytes(b"garbage")
+    (tmp_path / "rank1.json").write_bytes(b"garbage too")
+    run = run_cli("analyze", tmp_path)
+    assert run.returncode == 2 and "could not be read either" in run.stderr and len(run.stderr.strip().splitlines()) == 1

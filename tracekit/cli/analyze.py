@@ -165,6 +165,8 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
         multi = analyze_ranks(paths, device=device, device_file=device_file, rules=rules, sustained=sustained,
                               workers=workers, scheduler=scheduler, straggler_threshold=threshold)
         written = render.write_bundle(multi, out_dir, top) if out_dir else []
+    for path, why in multi.unreadable:  # the sound ranks are reported; each bad input is named
+        warn(path, f"left out of the job's report: {why}")
     for r in multi.ranks:
         for warning in r.analysis.warnings:
             warn(r.path, warning)

@@ -49,16 +49,20 @@ class MultiRank:
     skew: pd.DataFrame  # one row per collective instance matched across ranks
     summary: dict[str, Any] = field(default_factory=dict)
     busbw: pd.DataFrame = field(default_factory=pd.DataFrame)  # per collective type and size: busbw over ranks
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why) of each input no rank came from
 
     def to_dict(self) -> dict[str, Any]:
         summary = plain(self.summary)  # unknown is null
-        return {"ranks": len(self.ranks), "summary": summary, "per_rank": records(self.per_rank),
+        return {"ranks": len(self.ranks), "unreadable": [{"path": p, "reason": why} for p, why in self.unreadable],
+                "summary": summary, "per_rank": records(self.per_rank),
                 "stragglers": records(self.stragglers), "collective_skew": records(self.skew.head(50)),
                 "collective_busbw": records(self.busbw), "blocks": records(self.blocks)}
 
 
-def trace_paths(inputs: list[str]) -> list[str]:
-    """Files as given; directories expand to the traces directly inside them."""
+def trace_paths(inputs: list[str], unreadable: list[tuple[str, str]] | None = None) -> list[str]:
+    """Files as given; directories expand to the traces directly inside them. An entry of a
+    directory that is no file (a `*.json` folder, a link that names nothing or loops) is
+    added to `unreadable` with why, where it is given, and left out."""
     out = []
     for item in inputs:
         if os.path.isdir(item):
@@ -68,6 +72,11 @@ def trace_paths(inputs: list[str]) -> list[str]:
 
             ours = OUTPUT_NAMES | owned_entries(item) | {MANIFEST}  # a bundle written into the directory is not a trace
             found = [os.path.join(item, f) for f in list_directory(item) if f.endswith(TRACE_SUFFIXES) and f not in ours]
+            if unreadable is not None:
+                for f in [f for f in found if not os.path.isfile(f)]:
+                    unreadable.append((f, "is a directory, not a trace" if os.path.isdir(f) else
+                                       "is a link that names nothing (or loops)"))
+                    found.remove(f)
             if not found:
                 raise TraceError(item, "directory holds no .json, .json.gz or .sqlite traces")
             out += found
@@ -81,6 +90,16 @@ def rank_of(path: str, analysis: Analysis) -> int | None:
         return int(analysis.meta["rank"])
     match = _RANK_IN_NAME.search(os.path.basename(path))
     return int(match.group(1)) if match else None
+
+
+def analyze_or_unreadable(path: str, device: str | None = None, device_file: str | None = None, rules: str | None = None,
+                          sustained: float = 0.8, parse_workers: int | None = 1) -> "RankResult | tuple[str, str]":
+    """analyze_one, or (path, why) for a trace that cannot be read: one bad rank (cut short,
+    not a trace) leaves the sound ranks their report."""
+    try:
+        return analyze_one(path, device, device_file, rules, sustained, parse_workers)
+    except TraceError as exc:
+        return (exc.path, exc.reason)
 
 
 def analyze_one(path: str, device: str | None = None, device_file: str | None = None, rules: str | None = None,
@@ -99,7 +118,8 @@ def analyze_one(path: str, device: str | None = None, device_file: str | None = 
 def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: str | None = None, rules: str | None = None,
                   sustained: float = 0.8, workers: int | None = None, scheduler: str | None = None,
                   straggler_threshold: float = 0.05) -> MultiRank:
-    paths = trace_paths(inputs)
+    unreadable: list[tuple[str, str]] = []
+    paths = trace_paths(inputs, unreadable)
     args = (device, device_file, rules, sustained)
     if scheduler:
         results = _on_dask(paths, args, scheduler)
@@ -107,16 +127,22 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
         asked = workers
         workers = workers or min(len(paths), os.cpu_count() or 1)
         if workers <= 1:  # one rank at a time: each may read its trace with the cores (unless told 1)
-            results = [analyze_one(p, *args, parse_workers=asked) for p in paths]
+            results = [analyze_or_unreadable(p, *args, parse_workers=asked) for p in paths]
         else:
             from tracekit.common.pools import PoolUnavailable, process_pool
             from tracekit.common.pools import results as pool_results
 
             try:
                 with process_pool(workers) as pool:  # (stopped, no worker left, whatever ends it)
-                    results = pool_results(pool, analyze_one, paths, *([a] * len(paths) for a in args))
+                    results = pool_results(pool, analyze_or_unreadable, paths, *([a] * len(paths) for a in args))
             except PoolUnavailable:  # no processes to be had (`ulimit -u`, `ulimit -n`): one rank at a time, here
-                results = [analyze_one(p, *args, parse_workers=1) for p in paths]
+                results = [analyze_or_unreadable(p, *args, parse_workers=1) for p in paths]
+    unreadable += [r for r in results if isinstance(r, tuple)]
+    results = [r for r in results if not isinstance(r, tuple)]
+    if not results:
+        path, why = unreadable[0]
+        more = f" (and {len(unreadable) - 1} other input(s) could not be read either)" if len(unreadable) > 1 else ""
+        raise TraceError(path, why + more)
     for i, r in enumerate(results):
         if r.rank < 0:
             r.rank = i  # neither distributedInfo nor the file name says: the order given
@@ -126,7 +152,7 @@ def analyze_ranks(inputs: list[str], *, device: str | None = None, device_file: 
             raise TraceError(r.path, f"claims rank {r.rank}, as {claimed[r.rank].path} does; pass one trace per rank")
         claimed[r.rank] = r
     job_warnings(results)
-    return cross_rank(sorted(results, key=lambda r: r.rank), straggler_threshold)
+    return replace(cross_rank(sorted(results, key=lambda r: r.rank), straggler_threshold), unreadable=unreadable)
 
 
 def job_warnings(results: list[RankResult]) -> None:
@@ -151,7 +177,7 @@ def job_warnings(results: list[RankResult]) -> None:
         results[-1].analysis.warnings.append(f"{len(results)} traces for a job of world size {world}: some are not its ranks")
 
 
-def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list[RankResult]:
+def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list:
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
@@ -165,10 +191,10 @@ def _on_dask(paths: list[str], args: tuple, scheduler: str) -> list[RankResult]:
             raise TraceError(scheduler, f"a local Dask cluster could not start ({exc}): raise the process's limits "
                                         "(ulimit -n / -u) or leave out --scheduler") from None
         with cluster, Client(cluster) as client:
-            return client.gather(client.map(analyze_one, paths, *([a] * len(paths) for a in args), pure=False))
+            return client.gather(client.map(analyze_or_unreadable, paths, *([a] * len(paths) for a in args), pure=False))
     try:
         with Client(scheduler, timeout="20s") as client:
-            return client.gather(client.map(analyze_one, paths, *([a] * len(paths) for a in args), pure=False))
+            return client.gather(client.map(analyze_or_unreadable, paths, *([a] * len(paths) for a in args), pure=False))
     except OSError as exc:
         raise TraceError(scheduler, f"cannot reach the Dask scheduler ({exc})") from None
 
