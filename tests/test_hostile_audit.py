@@ -176,3 +176,85 @@ def test_a_job_of_no_readable_rank_is_one_error(tmp_path):
     (tmp_path / "rank1.json").write_bytes(b"garbage too")
     run = run_cli("analyze", tmp_path)
     assert run.returncode == 2 and "could not be read either" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def _tiny_doc() -> dict:
+    import gzip
+    import json
+
+    return json.loads(gzip.decompress(TINY.read_bytes()))
+
+
+def _headline(path) -> tuple[int, str, str]:
+    import json
+
+    run = run_cli("analyze", path, "--format", "json")
+    return run.returncode, (json.loads(run.stdout)["headline"][0] if run.returncode == 0 else ""), run.stderr
+
+
+def _forms(tmp_path) -> dict[str, tuple[pathlib.Path, str]]:
+    """The same trace in the forms users have sent, each with the warning it must give."""
+    import bz2
+    import gzip
+    import json
+    import lzma
+
+    doc = _tiny_doc()
+    text = json.dumps(doc)
+    at = text.index('], "traceName"') if '], "traceName"' in text else text.rindex("]")
+    with_nan = json.loads(text)
+    with_nan["traceEvents"][3].setdefault("args", {})["bogus"] = float("nan")
+    begin_end = dict(doc, traceEvents=[])
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "python_function"):
+            begin_end["traceEvents"] += [{**{k: v for k, v in e.items() if k != "dur"}, "ph": "B"},
+                                         {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]}]
+        else:
+            begin_end["traceEvents"].append(e)
+    forms = {
+        "trailing comma": (text[:at] + "," + text[at:], "trailing comma"),
+        "NaN literal": (json.dumps(with_nan), "NaN / Infinity literal"),
+        "UTF-8 BOM": (b"\xef\xbb\xbf" + text.encode(), "byte-order mark"),
+        "UTF-16": (text.encode("utf-16"), "UTF-16"),
+        "UTF-16-LE without BOM": (text.encode("utf-16-le"), "UTF-16-LE"),
+        "bz2": (bz2.compress(text.encode()), "bz2-compressed"),
+        "xz named .json.gz": (lzma.compress(text.encode()), "xz-compressed"),
+        "gzip in gzip": (gzip.compress(gzip.compress(text.encode())), "gzip inside gzip"),
+        "B/E pairs": (json.dumps(begin_end), "B/E) event pairs read as complete events"),
+    }
+    out = {}
+    for i, (name, (data, warning)) in enumerate(forms.items()):
+        path = tmp_path / f"form{i}.json.gz"
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+        out[name] = (path, warning)
+    return out
+
+
+def test_every_form_users_have_reads_as_the_plain_trace_with_a_warning(tmp_path):
+    code, plain, _ = _headline(TINY)
+    assert code == 0
+    for name, (path, warning) in _forms(tmp_path).items():
+        code, headline, err = _headline(path)
+        assert code == 0, (name, err)
+        assert headline == plain, name  # the same figures
+        assert warning in err, (name, err)
+
+
+@pytest.mark.parametrize("magic, kind", [(b"(\xb5/\xfd", "zstd"), (b"PK\x03\x04", "zip")])
+def test_compression_the_standard_library_cannot_read_is_named(tmp_path, magic, kind):
+    path = tmp_path / "trace.json.gz"
+    path.write_bytes(magic + b"\0" * 64)
+    run = run_cli("analyze", path)
+    assert run.returncode == 2 and f"is {kind}-compressed" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_b_without_its_e_is_counted_not_invented(tmp_path):
+    import json
+
+    doc = _tiny_doc()
+    doc["traceEvents"] += [{"ph": "B", "cat": "user_annotation", "name": "never_closed", "pid": 1, "tid": 1, "ts": 1.0},
+                           {"ph": "E", "pid": 9, "tid": 9, "ts": 5.0}]
+    path = tmp_path / "open.json"
+    path.write_text(json.dumps(doc))
+    run = run_cli("analyze", path, "--format", "json")
+    assert run.returncode == 0 and "2 begin (B) or end (E) events have no partner" in run.stderr

@@ -37,12 +37,33 @@ class Event(msgspec.Struct, tag_field="ph", tag="X", gc=False):
     args: msgspec.Raw = _EMPTY_ARGS
 
 
+class Begin(msgspec.Struct, tag_field="ph", tag="B", gc=False):
+    """A duration event's begin (the Chrome trace format's B/E pairs): with its E, one
+    complete event (EventDecoder.closed_pairs)."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    args: msgspec.Raw = _EMPTY_ARGS
+
+
+class End(msgspec.Struct, tag_field="ph", tag="E", gc=False):
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+
+
 # Every other Chrome-trace phase (flows, instants, counters, metadata, ...) decodes into an
 # empty struct: the decoder skips its fields instead of building strings and numbers.
 _OTHER_PHASES = tuple(
-    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=tag, gc=False) for i, tag in enumerate("BEiIstfPCMNODbneRcSTpFV()")
+    msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=tag, gc=False) for i, tag in enumerate("iIstfPCMNODbneRcSTpFV()")
 )
-AnyEvent = Union[(Event, *_OTHER_PHASES)]
+AnyEvent = Union[(Event, Begin, End, *_OTHER_PHASES)]
+# The bytes that say a trace holds B/E pairs (as json.dumps and compact writers spell it):
+# such a trace is decoded in one process, so each pair is closed whichever chunk holds it.
+BEGIN_MARKS = (b'"ph":"B"', b'"ph": "B"')
 
 
 class _Phase(msgspec.Struct):
@@ -89,7 +110,7 @@ def decode_document(path: str, data: Any) -> Document:
     return Document(doc.traceEvents, header, warnings, any(w.startswith(CUT_SHORT) for w in warnings))
 
 
-def _decode(path: str, data: Any, warnings: list[str]) -> _Document:
+def _decode(path: str, data: Any, warnings: list[str], lenient: bool = False) -> _Document:
     try:
         doc = msgspec.json.decode(data, type=_Document)
     except msgspec.ValidationError as exc:
@@ -97,6 +118,13 @@ def _decode(path: str, data: Any, warnings: list[str]) -> _Document:
             raise TraceError(path, "top level of the JSON is not an object with `traceEvents`: not a torch.profiler / Kineto trace") from None
         raise TraceError(path, f"trace header has a field of the wrong type: {_plain(exc)}") from None
     except msgspec.DecodeError as exc:
+        if not lenient and ("trailing comma" in str(exc) or "invalid character" in str(exc)):
+            from tracekit.parsers.input_forms import lenient_json
+
+            repaired, notes = lenient_json(data)  # a trailing comma, NaN / Infinity: read with a warning
+            if repaired is not None:
+                warnings += notes
+                return _decode(path, repaired, warnings, lenient=True)
         if not _looks_truncated(exc, data):
             raise TraceError(path, f"not valid JSON: {_plain(exc)}") from None
         doc = _salvage_truncated(path, data, warnings)
@@ -120,6 +148,9 @@ class EventDecoder:
         self._phase = msgspec.json.Decoder(_Phase).decode
         self.skipped = 0
         self.first_error: str | None = None
+        self._begins: list[Begin] = []
+        self._ends: list[End] = []
+        self.pairs = self.unpaired = 0
 
     def decode(self, raws: list[msgspec.Raw]) -> list[Event]:
         blob = self._slice(raws) or json_array(raws)
@@ -129,7 +160,34 @@ class EventDecoder:
             events = self._one_by_one(raws)
         except msgspec.ValidationError:
             events = self._one_by_one(raws)
+        self._begins += [e for e in events if type(e) is Begin]
+        self._ends += [e for e in events if type(e) is End]
         return [e for e in events if type(e) is Event]
+
+    def closed_pairs(self) -> list[Event]:
+        """The B/E pairs seen, as complete events: per thread in time order, each E closes the
+        latest open B (they nest). A B never closed, or an E with nothing open, is counted."""
+        by_thread: dict[tuple, list[tuple[float, int, Any]]] = {}
+        for b in self._begins:
+            by_thread.setdefault((b.pid, b.tid), []).append((b.ts, 1, b))
+        for e in self._ends:
+            by_thread.setdefault((e.pid, e.tid), []).append((e.ts, 0, e))  # at one ts an E closes before a B opens
+        out: list[Event] = []
+        for marks in by_thread.values():
+            marks.sort(key=lambda m: (m[0], m[1]))
+            open_: list[Begin] = []
+            for ts, is_begin, event in marks:
+                if is_begin:
+                    open_.append(event)
+                elif open_:
+                    b = open_.pop()
+                    out.append(Event(cat=b.cat, name=b.name, pid=b.pid, tid=b.tid, ts=b.ts, dur=ts - b.ts, args=b.args))
+                else:
+                    self.unpaired += 1
+            self.unpaired += len(open_)
+        self.pairs = len(out)
+        self._begins, self._ends = [], []
+        return out
 
     def _slice(self, raws: list[msgspec.Raw]) -> bytes | None:
         if self._buffer is None or not raws:
@@ -160,6 +218,10 @@ class EventDecoder:
         out = []
         if self.skipped:
             out.append(f"{self.skipped:,} events skipped: a field has the wrong type (first: {self.first_error})")
+        if self.pairs:
+            out.append(f"{self.pairs:,} begin/end (B/E) event pairs read as complete events")
+        if self.unpaired:
+            out.append(f"{self.unpaired:,} begin (B) or end (E) events have no partner on their thread: dropped (their duration is unknown)")
         return out
 
 

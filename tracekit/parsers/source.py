@@ -74,11 +74,22 @@ def read_head(path: str, n: int = 16) -> bytes:
 
 
 def read_source(path: str) -> Source:
-    """The file's uncompressed content. The file is opened read-only and never written."""
+    """The file's uncompressed content, as UTF-8 JSON text where it is another encoding
+    (tracekit.parsers.input_forms: bz2, xz, gzip inside gzip, BOMs, UTF-16/32). The file is
+    opened read-only and never written."""
+    from tracekit.parsers.input_forms import as_utf8, decompressed
+
     if read_head(path, 2) == GZIP_MAGIC:
         data, warnings, cut_short = _gunzip(path)
-        return Source(path, data, True, warnings, cut_short=cut_short)
-    return Source(path, _snapshot(path), False)
+        source = Source(path, data, True, warnings, cut_short=cut_short)
+        first = "gzip"
+    else:
+        source, first = Source(path, _snapshot(path), False), None
+    size, limit, by_ratio = os.path.getsize(path), max_uncompressed_bytes(), not os.environ.get(LIMIT_ENV)
+    data = decompressed(path, source.data, source.warnings, lambda produced: check_growth(path, produced, size, limit, by_ratio), first)
+    source.compressed = source.compressed or data is not source.data
+    source.data = as_utf8(path, data, source.warnings)
+    return source
 
 
 def _snapshot(path: str) -> bytearray:
@@ -129,7 +140,7 @@ def max_uncompressed_bytes() -> int:
         return 32 << 30
 
 
-def _check_growth(path: str, produced: int, compressed: int, limit: int, by_ratio: bool) -> None:
+def check_growth(path: str, produced: int, compressed: int, limit: int, by_ratio: bool) -> None:
     if produced > limit:
         raise TraceError(path, f"gzip expands past {_size(limit)} (limit: half the memory, or {LIMIT_ENV}); "
                                f"set {LIMIT_ENV} to read it anyway")
@@ -161,7 +172,7 @@ def _gunzip(path: str) -> tuple[bytearray, list[str], bool]:
             try:
                 while chunk:
                     out += decomp.decompress(chunk, _CHUNK)
-                    _check_growth(path, len(out), compressed, limit, by_ratio)
+                    check_growth(path, len(out), compressed, limit, by_ratio)
                     if decomp.eof:
                         # What follows a member's end is the next member (concatenated .gz
                         # files). Checked first: after the end, zlib may also leave those
