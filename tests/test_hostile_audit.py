@@ -258,3 +258,50 @@ def test_a_b_without_its_e_is_counted_not_invented(tmp_path):
     path.write_text(json.dumps(doc))
     run = run_cli("analyze", path, "--format", "json")
     assert run.returncode == 0 and "2 begin (B) or end (E) events have no partner" in run.stderr
+
+
+def test_a_50_mb_kernel_name_gives_a_small_summary(tmp_path):
+    import gzip
+    import json
+
+    doc = _tiny_doc()
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    kernel["name"] = "k" * (50 << 20) + kernel["name"]
+    path = tmp_path / "big_name.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode(), 9))
+    assert path.stat().st_size < 1 << 20  # a small file
+    run = run_cli("analyze", path, "--out", tmp_path / "out", "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out" / "summary.json").stat().st_size < 10 << 20
+    assert "1 distinct name(s) longer than 4,096 characters were cut" in run.stderr
+
+
+def _nsys_with_strings(tmp_path, sql: str) -> pathlib.Path:
+    import shutil
+    import sqlite3
+
+    path = tmp_path / "strings.sqlite"
+    shutil.copyfile(NSYS, path)
+    db = sqlite3.connect(path)
+    db.executescript(sql)
+    db.commit()
+    db.close()
+    return path
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="needs the shared fixtures' rtx3080 export")
+def test_an_nsys_string_table_that_expands_is_refused(tmp_path):
+    """StringIds as a view that adds 30 MB to every row: a small file, gigabytes of text."""
+    path = _nsys_with_strings(tmp_path, "ALTER TABLE StringIds RENAME TO strings_kept; "
+                                        "CREATE VIEW StringIds AS SELECT id, value || printf('%.*c', 30000000, 'x') AS value FROM strings_kept;")
+    run = run_cli("analyze", path, process=True, timeout=300)
+    assert run.returncode == 2 and "not a plausible export" in run.stderr, run.stderr
+
+
+@pytest.mark.skipif(not NSYS.exists(), reason="needs the shared fixtures' rtx3080 export")
+def test_a_long_nsys_name_is_cut_as_read(tmp_path):
+    path = _nsys_with_strings(tmp_path, "UPDATE StringIds SET value = value || printf('%.*c', 200000, 'y') "
+                                        "WHERE id = (SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1);")
+    run = run_cli("analyze", path, "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert "texts longer than 4,096 characters were cut" in run.stderr and len(run.stdout) < 1 << 20

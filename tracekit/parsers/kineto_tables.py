@@ -37,12 +37,17 @@ _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _TS, _DUR, _NAME, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args"))
 
 
+MAX_NAME_CHARS = 4096  # as reports.text.MAX_CHARS (the parser does not import the reports)
+
+
 class KinetoTables:
     """Accumulates the chunks' columns and builds the Trace tables from them."""
 
     def __init__(self) -> None:
         self.gpu, self.launch, self.op, self.range = Columns(), Columns(), Columns(), Columns()
-        self.names = {t: Interner() for t in ("gpu", "launch", "op", "range")}
+        # names longer than any report shows are cut as they are read: a 50 MB kernel name
+        # costs 4 kB, not a 105 MB summary.json (reports.text.MAX_CHARS)
+        self.names = {t: Interner(MAX_NAME_CHARS) for t in ("gpu", "launch", "op", "range")}
         self.strings = {c: Interner() for c in ("copy_kind", "collective", "coll_dtype", "coll_group")}
         self.inputs = {c: Interner() for c in ("input_dims", "input_types", "concrete_inputs", "input_strides")}
         self.launch_kernels = Interner()  # the kernel names launch calls record
@@ -219,6 +224,10 @@ class KinetoTables:
         if meta.get("rank") is not None:
             kernels = kernels.with_columns(rank=np.full(len(kernels), meta["rank"], dtype=np.int32))
         warnings = [f"{n:,} {what} events have unreadable `args` (wrong types); their details are unknown" for what, n in self.bad_args.items()]
+        cut = sum(i.cut_labels() for i in self.names.values())
+        if cut:
+            warnings.append(f"{cut:,} distinct name(s) longer than {MAX_NAME_CHARS:,} characters were cut to that length as read "
+                            "(no report shows more)")
         return ColumnTrace(kernels, launches, ops, ranges, meta, warnings)
 
     def _drop_zero_times(self) -> list[Problem]:

@@ -82,6 +82,10 @@ def _bounded(conn: sqlite3.Connection, size: int) -> None:
     conn.set_progress_handler(spent, _PROGRESS_EVERY)
 
 
+MAX_NAME_CHARS = 4096  # as reports.text.MAX_CHARS: no report shows more of a name
+STRINGS_RATIO, STRINGS_FLOOR_BYTES = 200, 256 << 20  # as the gzip rule (tracekit.parsers.source)
+
+
 class _Reader:
     def __init__(self, path: str, conn: sqlite3.Connection):
         self.path = path
@@ -132,7 +136,20 @@ class _Reader:
 
     # -- strings ---------------------------------------------------------------------------
     def _strings(self) -> pd.Series:
-        table = self._query(f"SELECT id, value FROM {S.STRINGS}")
+        # A string table far larger than the file (a view that makes each row megabytes) is
+        # no export; names longer than any report shows are cut by SQLite as they are read.
+        total = self.conn.execute(f"SELECT coalesce(sum(length(value)), 0) FROM {S.STRINGS}").fetchone()[0]
+        size = os.path.getsize(self.path)
+        if total > max(STRINGS_FLOOR_BYTES, STRINGS_RATIO * size):
+            raise TraceError(self.path, f"its string table ({S.STRINGS}) holds {total:,} characters, over {STRINGS_RATIO}x the "
+                                        f"file's {size:,} bytes: not a plausible export (a view that expands?)")
+        table = self._query(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) AS value, length(value) > {MAX_NAME_CHARS} AS cut "
+                            f"FROM {S.STRINGS}")
+        cut = table["cut"].fillna(0).astype(bool).to_numpy()
+        self.checks.count(f"{{n}} {S.STRINGS} texts longer than {MAX_NAME_CHARS:,} characters were cut to that length as read "
+                          "(no report shows more)", int(cut.sum()))
+        if cut.any():
+            table.loc[cut, "value"] = [v[: MAX_NAME_CHARS - 1] + ("\u2026" if isinstance(v, str) else b"...") for v in table.loc[cut, "value"]]
         ids = self.checks.ints(table["id"], f"{S.STRINGS}.id")
         values = np.array([_as_text(v) for v in table["value"].tolist()], dtype=object)
         strings = pd.Series(values, index=ids)[ids >= 0]

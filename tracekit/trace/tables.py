@@ -186,11 +186,14 @@ def _factorized(values: np.ndarray) -> Coded:
 
 
 class Interner:
-    """Values -> stable integer codes, in order of first sight across calls; None is -1."""
+    """Values -> stable integer codes, in order of first sight across calls; None is -1.
+    `max_chars`: a string label longer than this is cut to it (ending "…"), and strings that
+    agree up to the cut share one code (cut_labels counts them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_chars: int | None = None) -> None:
         self.index: dict[Any, int] = {None: -1}  # None (a missing value) is never a label
         self.values: list[Any] = []
+        self.max_chars = max_chars
 
     def codes(self, values: list) -> np.ndarray:
         if values.count(None) == len(values):  # a column most events leave empty (collectives, ...)
@@ -198,9 +201,26 @@ class Interner:
         index = self.index
         # dict.fromkeys keeps first-sight order at C speed; only new values get a code here.
         fresh = [value for value in dict.fromkeys(values) if value not in index]
+        if self.max_chars is not None and any(isinstance(v, str) and len(v) > self.max_chars for v in fresh):
+            fresh = self._cut_long(fresh)
         index.update(zip(fresh, range(len(self.values), len(self.values) + len(fresh))))
         self.values += fresh
         return np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values))
+
+    def _cut_long(self, fresh: list) -> list:
+        """The fresh values with each long string's code made that of its cut form; the
+        values left to add (short ones, and cut forms not seen before)."""
+        keep = []
+        for value in fresh:
+            if not (isinstance(value, str) and len(value) > self.max_chars):
+                keep.append(value)
+                continue
+            label = value[: self.max_chars - 1] + "\u2026"
+            if label not in self.index:
+                self.index[label] = len(self.values) + len(keep)
+                keep.append(label)
+            self.index[value] = self.index[label]
+        return keep
 
     def code(self, value: Any) -> int:
         code = self.index.get(value)
@@ -208,6 +228,12 @@ class Interner:
             code = self.index[value] = len(self.values)
             self.values.append(value)
         return code
+
+    def cut_labels(self) -> int:
+        """The labels that are cut forms (the same count however the values came in chunks)."""
+        if self.max_chars is None:
+            return 0
+        return sum(1 for v in self.values if isinstance(v, str) and len(v) == self.max_chars and v.endswith("\u2026"))
 
     def coded(self, codes: np.ndarray, object_labels: bool = True) -> Coded:
         return Coded(codes, list(self.values), object_labels)
