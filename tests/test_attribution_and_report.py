@@ -249,7 +249,8 @@ def test_bundle_files_and_contents(tmp_path):
     proc = run_cli("analyze", MI300X, "--out", out, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     names = {p.name for p in out.iterdir()}
-    assert names == {"summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png", "breakdown.png"}
+    assert names == {"summary.json", "report.md", "report.html", "kernels.parquet", "ops.parquet", "blocks.csv", "roofline.png", "breakdown.png",
+                     "tracekit-manifest.json"}
     summary = json.loads((out / "summary.json").read_text())
     assert summary["schema_version"] == 2 and summary == json.loads(proc.stdout)
     kernels = pd.read_parquet(out / "kernels.parquet")

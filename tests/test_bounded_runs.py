@@ -117,7 +117,7 @@ def test_diff_out_writes_both_files(tmp_path):
     out = tmp_path / "d"
     code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--format", "json")
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md", "tracekit-manifest.json"]
 
 
 def _wait_for(predicate, seconds: float) -> bool:
@@ -166,7 +166,7 @@ def test_stale_staging_files_beside_an_output_file_are_removed(tmp_path):
     (out / ".diff.md.tracekit-killed").write_text("#")
     code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--format", "json")
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["diff.json", "diff.md", "tracekit-manifest.json"]
 
 
 # --- out of memory: the trace named, the need measured -------------------------------------
@@ -219,7 +219,7 @@ _STUCK = """
 import ctypes, os, sys
 import tracekit.reports.bundle as bundle
 
-def stuck(a, out_dir, top=15):
+def stuck(a, out_dir, top=15, summary_extra=None):
     os.makedirs(out_dir, exist_ok=True)
     open(os.path.join(out_dir, "report.md"), "w").write("half a bundle")
     libc = ctypes.CDLL(None)
