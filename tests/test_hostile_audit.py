@@ -305,3 +305,28 @@ def test_a_long_nsys_name_is_cut_as_read(tmp_path):
     run = run_cli("analyze", path, "--format", "json")
     assert run.returncode == 0, run.stderr
     assert "texts longer than 4,096 characters were cut" in run.stderr and len(run.stdout) < 1 << 20
+
+
+def test_begin_end_durations_are_exact_decimals(tmp_path):
+    """At 4.8e12 µs a float holds no nanoseconds: a pair's duration is the written decimals'
+    difference, as exact as an X event's own `dur`."""
+    text = ('{"traceEvents": [{"ph": "B", "cat": "user_annotation", "name": "r", "pid": 1, "tid": 1, "ts": 4830842216555.058},'
+            '{"ph": "E", "pid": 1, "tid": 1, "ts": 4830842216555.059},'
+            '{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 4830842216555.058, "dur": 0.001}]}')
+    path = tmp_path / "be.json"
+    path.write_text(text)
+    import tracekit
+
+    trace = tracekit.load(str(path))
+    assert int(trace.ranges["end"].iat[0] - trace.ranges["start"].iat[0]) == 1  # ns
+    assert int(trace.ops["end"].iat[0] - trace.ops["start"].iat[0]) == 1
+
+
+@pytest.mark.parametrize("prefix, encoding", [("\n  ", "utf-16-le"), ("\n", "utf-16-be")])
+def test_utf16_without_a_bom_and_leading_whitespace_is_decoded(tmp_path, prefix, encoding):
+    import gzip
+
+    path = tmp_path / "u16.json"
+    path.write_bytes((prefix + gzip.decompress(TINY.read_bytes()).decode()).encode(encoding))
+    run = run_cli("info", path)
+    assert run.returncode == 0 and encoding.upper() in run.stderr, run.stderr

@@ -159,3 +159,18 @@ def test_invisible_characters_are_shown_in_every_medium_a_person_reads(char, sho
     name = f"gemm{char}kernel"
     for rendered in (visible(name), markdown(name), str(html(name)), csv_cell(name)):
         assert char not in rendered and shown in rendered.replace("\\\\", "\\")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user can be made only as root here")
+def test_another_users_link_inside_the_output_directory_is_refused_before_the_work(tmp_path):
+    out = tmp_path / "shared"
+    out.mkdir()
+    os.chmod(out, 0o1777)
+    secret = tmp_path / "important.conf"
+    secret.write_text("root's")
+    link = out / "diff.json"
+    link.symlink_to(secret)
+    os.lchown(link, 65534, 65534)
+    code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--force")
+    assert code == 2 and "owned by another user" in err and len(err.strip().splitlines()) == 1, err  # no analysis ran first
+    assert secret.read_text() == "root's"

@@ -18,10 +18,10 @@ def sniff(path: str) -> str:
         return "nsys"
     if head.startswith(GZIP_MAGIC) or head.lstrip()[:1] in (b"{", b"["):
         return "kineto"
-    from tracekit.parsers.input_forms import compression_of
+    from tracekit.parsers.input_forms import compression_of, utf16_without_bom
 
     if compression_of(head) or head.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")) \
-            or head[1:2] == b"\x00" and head[:1] in (b"{", b"[") or head[:1] == b"\x00" and head[1:2] in (b"{", b"["):
+            or utf16_without_bom(head):
         return "kineto"  # compressed or another text encoding: read_source reads it, or names it
     if path.endswith((".json", ".json.gz")):
         return "kineto"  # let the JSON decoder say what is wrong with it

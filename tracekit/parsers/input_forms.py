@@ -76,11 +76,8 @@ def as_utf8(path: str, data, warnings: list[str]):
     head = bytes(data[:4])
     encoding = next((name for bom, name in _BOMS if head.startswith(bom)), None)
     codec = encoding.split("-")[0] + "-" + encoding.split("-")[1] if encoding and encoding != "utf-8-sig" else encoding  # utf-16, utf-32: the BOM says the order
-    if encoding is None and len(head) >= 2:
-        if head[1:2] == b"\x00" and head[:1] in (b"{", b"["):
-            encoding = codec = "utf-16-le"
-        elif head[:1] == b"\x00" and head[1:2] in (b"{", b"["):
-            encoding = codec = "utf-16-be"
+    if encoding is None:
+        encoding = codec = utf16_without_bom(bytes(data[:64]))
     if encoding is None:
         return data
     if encoding == "utf-8-sig":
@@ -92,6 +89,19 @@ def as_utf8(path: str, data, warnings: list[str]):
         raise TraceError(path, f"looks like {encoding.upper()} text but does not decode ({exc.reason} at byte {exc.start:,})") from None
     warnings.append(f"the file is {encoding.upper()} text, not UTF-8: decoded")
     return bytearray(text.lstrip("\ufeff").encode("utf-8", errors="surrogatepass"))
+
+
+def utf16_without_bom(head: bytes) -> str | None:
+    """UTF-16 text with no BOM, from its first bytes: JSON's ASCII (whitespace, `{`, quotes)
+    puts a NUL in every other byte, the odd ones for little-endian, the even ones for big."""
+    if len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    if odd.count(0) == len(odd) and not even.count(0):
+        return "utf-16-le"
+    if even.count(0) == len(even) and not odd.count(0):
+        return "utf-16-be"
+    return None
 
 
 # A JSON string, or one of the two forms read leniently (a comma before a closer, a NaN / Infinity)

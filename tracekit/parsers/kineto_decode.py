@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Union
 
 import msgspec
@@ -45,14 +46,14 @@ class Begin(msgspec.Struct, tag_field="ph", tag="B", gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
+    ts: msgspec.Raw = msgspec.Raw(b"0")  # as written: a pair's duration is the exact decimal difference
     args: msgspec.Raw = _EMPTY_ARGS
 
 
 class End(msgspec.Struct, tag_field="ph", tag="E", gc=False):
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
+    ts: msgspec.Raw = msgspec.Raw(b"0")
 
 
 # Every other Chrome-trace phase (flows, instants, counters, metadata, ...) decodes into an
@@ -167,11 +168,19 @@ class EventDecoder:
     def closed_pairs(self) -> list[Event]:
         """The B/E pairs seen, as complete events: per thread in time order, each E closes the
         latest open B (they nest). A B never closed, or an E with nothing open, is counted."""
-        by_thread: dict[tuple, list[tuple[float, int, Any]]] = {}
+        # Timestamps as exact decimals: at 4.8e12 µs a float holds no nanoseconds, and the
+        # difference of two would be off by one (an X event's own `dur` is a small number)
+        by_thread: dict[tuple, list[tuple[Decimal, int, Any]]] = {}
         for b in self._begins:
-            by_thread.setdefault((b.pid, b.tid), []).append((b.ts, 1, b))
+            if (ts := _decimal(b.ts)) is not None:
+                by_thread.setdefault((b.pid, b.tid), []).append((ts, 1, b))
+            else:
+                self.unpaired += 1
         for e in self._ends:
-            by_thread.setdefault((e.pid, e.tid), []).append((e.ts, 0, e))  # at one ts an E closes before a B opens
+            if (ts := _decimal(e.ts)) is not None:
+                by_thread.setdefault((e.pid, e.tid), []).append((ts, 0, e))  # at one ts an E closes before a B opens
+            else:
+                self.unpaired += 1
         out: list[Event] = []
         for marks in by_thread.values():
             marks.sort(key=lambda m: (m[0], m[1]))
@@ -181,7 +190,8 @@ class EventDecoder:
                     open_.append(event)
                 elif open_:
                     b = open_.pop()
-                    out.append(Event(cat=b.cat, name=b.name, pid=b.pid, tid=b.tid, ts=b.ts, dur=ts - b.ts, args=b.args))
+                    begun = _decimal(b.ts)
+                    out.append(Event(cat=b.cat, name=b.name, pid=b.pid, tid=b.tid, ts=float(begun), dur=float(ts - begun), args=b.args))
                 else:
                     self.unpaired += 1
             self.unpaired += len(open_)
@@ -223,6 +233,15 @@ class EventDecoder:
         if self.unpaired:
             out.append(f"{self.unpaired:,} begin (B) or end (E) events have no partner on their thread: dropped (their duration is unknown)")
         return out
+
+
+def _decimal(raw: msgspec.Raw) -> Decimal | None:
+    """A JSON number as written, exactly; None for anything else (a string, a NaN)."""
+    try:
+        value = Decimal(bytes(raw).decode("ascii").strip('"') if bytes(raw)[:1] == b'"' else bytes(raw).decode("ascii"))
+    except (InvalidOperation, UnicodeDecodeError, ValueError):
+        return None
+    return value if value.is_finite() else None
 
 
 def buffer_address(buffer: Any) -> int:

@@ -67,6 +67,8 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
             first = rel.split(os.sep)[0]
             if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or re.fullmatch(r"rank\d+", first)):
                 raise TraceError(path, f"writing here would replace the input {given}: choose another output directory")
+        for name in names:  # an entry the bundle writes that is another user's link: refused before the work
+            refuse_foreign_link(os.path.join(path, name))
         if not force:
             refuse_foreign(path, names, option)
         return path
