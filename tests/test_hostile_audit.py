@@ -330,3 +330,27 @@ def test_utf16_without_a_bom_and_leading_whitespace_is_decoded(tmp_path, prefix,
     path.write_bytes((prefix + gzip.decompress(TINY.read_bytes()).decode()).encode(encoding))
     run = run_cli("info", path)
     assert run.returncode == 0 and encoding.upper() in run.stderr, run.stderr
+
+
+def test_begin_end_pairs_in_a_trace_the_workers_would_split_read_as_in_one_process(tmp_path):
+    """Over 16 MB the workers decode pieces; a piece holding B/E halves goes to the serial
+    parser, so each pair is closed whichever piece holds its halves: the same trace either way."""
+    import json
+
+    doc = _tiny_doc()
+    events = []
+    for k in range(24):
+        for e in doc["traceEvents"]:
+            e = dict(e, ts=e["ts"] + k * 100000.0) if "ts" in e else dict(e)
+            if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"):
+                events += [{**{x: v for x, v in e.items() if x != "dur"}, "ph": "B"},
+                           {"ph": "E", "pid": e["pid"], "tid": e["tid"], "ts": e["ts"] + e["dur"]}]
+            else:
+                events.append(e)
+    path = tmp_path / "big_pairs.json"
+    path.write_text(json.dumps(dict(doc, traceEvents=events)))
+    assert path.stat().st_size > 16 << 20
+    runs = [run_cli("info", "--workers", w, "--format", "json", path) for w in ("1", "2")]
+    assert [r.returncode for r in runs] == [0, 0]
+    assert json.loads(runs[0].stdout)["counts"] == json.loads(runs[1].stdout)["counts"]
+    assert all(r.stderr.count("B/E) event pairs read as complete events") == 1 for r in runs)

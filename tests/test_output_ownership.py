@@ -88,17 +88,24 @@ def test_what_if_is_in_summary_json_as_written_not_added_after(tmp_path, monkeyp
     assert summary["what_if"] and "H200" in json.dumps(summary["what_if"])
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user can be made only as root here")
-def test_another_users_symlink_is_never_followed(tmp_path):
+def _planted_link(tmp_path, name: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """(link, its target): `shared/NAME` in a sticky world-writable directory, planted by
+    nobody (uid 65534), naming root's 0600 file."""
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o1777)
     secret = tmp_path / "important.conf"
     secret.write_text("root's")
     os.chmod(secret, 0o600)
-    link = shared / "timeline.json"
+    link = shared / name
     link.symlink_to(secret)
-    os.lchown(link, 65534, 65534)  # planted by nobody
+    os.lchown(link, 65534, 65534)
+    return link, secret
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user can be made only as root here")
+def test_another_users_symlink_is_never_followed(tmp_path):
+    link, secret = _planted_link(tmp_path, "timeline.json")
     for args in (["export", TINY, "--perfetto", link], ["analyze", TINY, "--out", link]):
         code, _, err = run_cli(*args)
         assert code == 2 and "owned by another user" in err, (args, err)
@@ -163,14 +170,7 @@ def test_invisible_characters_are_shown_in_every_medium_a_person_reads(char, sho
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user can be made only as root here")
 def test_another_users_link_inside_the_output_directory_is_refused_before_the_work(tmp_path):
-    out = tmp_path / "shared"
-    out.mkdir()
-    os.chmod(out, 0o1777)
-    secret = tmp_path / "important.conf"
-    secret.write_text("root's")
-    link = out / "diff.json"
-    link.symlink_to(secret)
-    os.lchown(link, 65534, 65534)
-    code, _, err = run_cli("diff", TINY, TINY, "--out", out, "--force")
+    link, secret = _planted_link(tmp_path, "diff.json")
+    code, _, err = run_cli("diff", TINY, TINY, "--out", link.parent, "--force")
     assert code == 2 and "owned by another user" in err and len(err.strip().splitlines()) == 1, err  # no analysis ran first
     assert secret.read_text() == "root's"

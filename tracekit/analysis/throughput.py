@@ -67,14 +67,14 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
     from tracekit.model.batch_annotations import from_annotation
     from tracekit.structure.forwards import token_forwards, tokens_between
     from tracekit.structure.pipeline import find_pipeline
-    from tracekit.structure.samples import scored_samples
+    from tracekit.structure.samples import samples_between, scored_calls
 
     rows = []
     decodes = None  # the VAE decode frames, found once, only for a pipeline call that needs them
     tensors = TensorItems(trace)
     forwards = token_forwards(trace.ops) if trace is not None and not samples_per_step and not frames_per_step else None
     vae = vae_ranges(trace) if trace is not None and not samples_per_step and not frames_per_step else None
-    pipeline = find_pipeline(trace.ops) if forwards is not None and len(forwards) else None
+    scored = scored_calls(find_pipeline(trace.ops), trace.ops) if forwards is not None and len(forwards) else None
     for r in steps.to_dict(orient="records"):
         name = str(r["step"])
         batch = from_annotation(name)
@@ -100,8 +100,8 @@ def step_items(trace, steps: pd.DataFrame, samples_per_step: int | None = None, 
             items, unit, source = float(found[0]), "frames", found[1]
         elif (shown := _in_host_window(r, lambda lo, hi: tensors.images(lo, hi, forwards))) is not None:
             items, unit, source = float(shown), "images", "batch of the image input (1 or 3 channels) of the model's first convolution"
-        elif (scored := _in_host_window(r, lambda lo, hi: scored_samples(pipeline, trace.ops, lo, hi))) is not None:
-            items, unit, source = float(scored[0]), "samples", scored[1]
+        elif (samples := _in_host_window(r, lambda lo, hi: samples_between(scored, lo, hi))) is not None:
+            items, unit, source = float(samples[0]), "samples", samples[1]
         elif (seen := _in_host_window(r, lambda lo, hi: tokens_between(forwards, lo, hi))) is not None:
             items, unit, source = float(seen[1]), "tokens", f"token embedding input of {seen[0]} forward pass(es)"
         else:

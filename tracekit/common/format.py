@@ -9,6 +9,9 @@ import re
 from typing import Any
 
 UNKNOWN = "—"
+# The longest name any report shows, so the longest any parser keeps (issue 49: a 50 MB name
+# is cut as it is read) and any classifier reads
+MAX_NAME_CHARS = 4096
 
 
 def is_unknown(value: Any) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tracekit.errors import TraceError
-from tracekit.parsers.kineto_decode import BEGIN_MARKS, EventDecoder, decode_document
+from tracekit.parsers.kineto_decode import EventDecoder, decode_document
 from tracekit.parsers.kineto_tables import CHUNK_EVENTS, KinetoTables
 from tracekit.parsers.source import read_source
 from tracekit.parsers.utf8 import repaired
@@ -30,8 +30,6 @@ def parse_kineto(path: str, progress: Callable[[int, int], None] | None = None, 
     # Valid UTF-8 from here on, whatever the JSON library does with bad bytes (utf8.py).
     source.data, source.replaced_utf8 = repaired(source.data)
     fallback = None
-    if any(mark in source.data for mark in BEGIN_MARKS):
-        workers = 1  # B/E pairs are closed over the whole trace (kineto_decode.EventDecoder.closed_pairs)
     if workers != 1:
         from tracekit.parsers.kineto_parallel import OutOfMemory, parse_parallel
 

@@ -62,9 +62,9 @@ _OTHER_PHASES = tuple(
     msgspec.defstruct(f"_Phase{i}", [], tag_field="ph", tag=tag, gc=False) for i, tag in enumerate("iIstfPCMNODbneRcSTpFV()")
 )
 AnyEvent = Union[(Event, Begin, End, *_OTHER_PHASES)]
-# The bytes that say a trace holds B/E pairs (as json.dumps and compact writers spell it):
-# such a trace is decoded in one process, so each pair is closed whichever chunk holds it.
-BEGIN_MARKS = (b'"ph":"B"', b'"ph": "B"')
+# A piece of a trace that holds these is left to the serial parser (kineto_parallel), which
+# closes each pair whichever chunk holds its halves.
+PAIR_PHASES = (Begin, End)
 
 
 class _Phase(msgspec.Struct):
@@ -164,6 +164,9 @@ class EventDecoder:
         self._begins += [e for e in events if type(e) is Begin]
         self._ends += [e for e in events if type(e) is End]
         return [e for e in events if type(e) is Event]
+
+    def holds_pairs(self) -> bool:
+        return bool(self._begins or self._ends)
 
     def closed_pairs(self) -> list[Event]:
         """The B/E pairs seen, as complete events: per thread in time order, each E closes the

@@ -290,10 +290,16 @@ def _decode_piece(start: int, stop: int, last: bool):
 
 
 def _decode_events(blob: bytes, decoder: EventDecoder) -> list | None:
-    from tracekit.parsers.kineto_decode import Event
+    """The piece's complete events; None where it cannot be trusted, and where it holds B/E
+    pairs (closed over the whole trace: the serial parser reads it)."""
+    from tracekit.parsers.kineto_decode import PAIR_PHASES, Event
 
     try:
-        return [e for e in decoder._decode_list(blob) if type(e) is Event]
+        events = decoder._decode_list(blob)
+        kept = [e for e in events if type(e) is Event]
+        if len(kept) != len(events) and any(type(e) in PAIR_PHASES for e in events):
+            return None
+        return kept
     except msgspec.ValidationError:
         pass  # wrong types in some event: the serial decoder skips those one by one
     except msgspec.DecodeError:
@@ -302,4 +308,5 @@ def _decode_events(blob: bytes, decoder: EventDecoder) -> list | None:
         raws = msgspec.json.decode(blob, type=list[msgspec.Raw])
     except msgspec.DecodeError:
         return None
-    return decoder.decode(raws)
+    events = decoder.decode(raws)
+    return None if decoder.holds_pairs() else events

@@ -20,6 +20,7 @@ import numpy as np
 
 from tracekit.parsers.columns import Checks
 from tracekit.parsers.kineto_args import ARG_LABEL, KernelArgs, LaunchArgs, OpArgs, decode_json, metadata_costs
+from tracekit.common.format import MAX_NAME_CHARS
 from tracekit.parsers.kineto_categories import GPU_KINDS, RANGE_DOMAINS, bucket, label_codes, range_domains
 from tracekit.parsers.kineto_columns import Clock, Columns, isin, renumber_thread_names, thread_ids, thread_name_code
 from tracekit.parsers.kineto_decode import Document, Event, json_array, raw_bytes
@@ -35,9 +36,6 @@ CHUNK_EVENTS = 200_000
 _HEALTH_KIND = {"launch": "runtime call", "op": "CPU op", "range": "range"}
 _COPY_KIND = re.compile(r"Memcpy (\w+)")
 _TS, _DUR, _NAME, _PID, _TID, _ARGS = (attrgetter(f) for f in ("ts", "dur", "name", "pid", "tid", "args"))
-
-
-MAX_NAME_CHARS = 4096  # as reports.text.MAX_CHARS (the parser does not import the reports)
 
 
 class KinetoTables:

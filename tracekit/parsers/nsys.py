@@ -16,9 +16,11 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
+from tracekit.common.format import MAX_NAME_CHARS
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
 from tracekit.parsers.nsys_unfinished import refuse_unfinished
+from tracekit.parsers.source import MAX_RATIO, RATIO_FLOOR_BYTES
 from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.trace.launch_api import CAPTURE_API, LAUNCH_API
 from tracekit.parsers.nsys_nvtx import parse_op_text
@@ -82,10 +84,6 @@ def _bounded(conn: sqlite3.Connection, size: int) -> None:
     conn.set_progress_handler(spent, _PROGRESS_EVERY)
 
 
-MAX_NAME_CHARS = 4096  # as reports.text.MAX_CHARS: no report shows more of a name
-STRINGS_RATIO, STRINGS_FLOOR_BYTES = 200, 256 << 20  # as the gzip rule (tracekit.parsers.source)
-
-
 class _Reader:
     def __init__(self, path: str, conn: sqlite3.Connection):
         self.path = path
@@ -136,16 +134,16 @@ class _Reader:
 
     # -- strings ---------------------------------------------------------------------------
     def _strings(self) -> pd.Series:
-        # A string table far larger than the file (a view that makes each row megabytes) is
-        # no export; names longer than any report shows are cut by SQLite as they are read.
-        total = self.conn.execute(f"SELECT coalesce(sum(length(value)), 0) FROM {S.STRINGS}").fetchone()[0]
-        size = os.path.getsize(self.path)
-        if total > max(STRINGS_FLOOR_BYTES, STRINGS_RATIO * size):
-            raise TraceError(self.path, f"its string table ({S.STRINGS}) holds {total:,} characters, over {STRINGS_RATIO}x the "
+        # Names longer than any report shows are cut by SQLite as they are read (each row's
+        # text held once, however long); a string table far larger than the file (a view
+        # that makes each row megabytes) is no export, as the gzip rule says.
+        table = self._query(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) AS value, length(value) AS chars FROM {S.STRINGS}")
+        chars = table["chars"].fillna(0).to_numpy(dtype=np.float64)
+        total, size = int(chars.sum()), os.path.getsize(self.path)
+        if total > max(RATIO_FLOOR_BYTES, MAX_RATIO * size):
+            raise TraceError(self.path, f"its string table ({S.STRINGS}) holds {total:,} characters, over {MAX_RATIO}x the "
                                         f"file's {size:,} bytes: not a plausible export (a view that expands?)")
-        table = self._query(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) AS value, length(value) > {MAX_NAME_CHARS} AS cut "
-                            f"FROM {S.STRINGS}")
-        cut = table["cut"].fillna(0).astype(bool).to_numpy()
+        cut = chars > MAX_NAME_CHARS
         self.checks.count(f"{{n}} {S.STRINGS} texts longer than {MAX_NAME_CHARS:,} characters were cut to that length as read "
                           "(no report shows more)", int(cut.sum()))
         if cut.any():

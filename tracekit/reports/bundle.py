@@ -47,10 +47,8 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
     is another user's link, whose files (`names`, and rankN/) would replace one of the
     command's inputs, or (without `force`) an entry no tracekit manifest lists
     (tracekit.common.ownership)."""
-    import re
-
     from tracekit.common.atomic import check_out_path, writable_parent
-    from tracekit.common.ownership import refuse_foreign, refuse_foreign_link
+    from tracekit.common.ownership import RANK_DIR, refuse_foreign, refuse_foreign_link
 
     check_out_path(path, option)
     refuse_foreign_link(path)
@@ -65,7 +63,7 @@ def check_out_dir(path: str, option: str = "--out", inputs=(), names=BUNDLE_FILE
                 continue
             rel = os.path.relpath(os.path.realpath(given), target)
             first = rel.split(os.sep)[0]
-            if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or re.fullmatch(r"rank\d+", first)):
+            if not rel.startswith(os.pardir) and rel != os.curdir and (first in names or RANK_DIR.fullmatch(first)):
                 raise TraceError(path, f"writing here would replace the input {given}: choose another output directory")
         for name in names:  # an entry the bundle writes that is another user's link: refused before the work
             refuse_foreign_link(os.path.join(path, name))
@@ -192,11 +190,11 @@ def _install_entries(tmp: str, target: str) -> None:
     replace was checked before the work (check_out_dir: a manifest lists it, or --force)."""
     from tracekit.common.ownership import MANIFEST
 
-    for name in MARKERS:
-        if name in os.listdir(tmp):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(os.path.join(target, name))
-    names = sorted(os.listdir(tmp), key=lambda n: (n == MANIFEST, n in MARKERS))
+    ours = os.listdir(tmp)
+    for name in set(MARKERS) & set(ours):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(target, name))
+    names = sorted(ours, key=lambda n: (n == MANIFEST, n in MARKERS))
     for name in names:
         src, dst = os.path.join(tmp, name), os.path.join(target, name)
         if os.path.isdir(dst) and not os.path.islink(dst):

@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 
 from markupsafe import Markup, escape
+
+from tracekit.common.format import MAX_NAME_CHARS
 from rich.text import Text
 
 # C0 (tabs and newlines too: they break table rows), DEL, C1 (0x80-0x9f: 8-bit CSI / OSC),
@@ -31,7 +33,7 @@ from rich.text import Text
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069\ufeff"
                       "\U000e0000-\U000e007f]")
 # A name longer than this is cut before any further work: no report shows more of it.
-MAX_CHARS = 4096
+MAX_CHARS = MAX_NAME_CHARS
 
 
 def _escape_control(match: re.Match) -> str:

@@ -33,23 +33,34 @@ def generates(pipeline, ops) -> bool:
     return False
 
 
-def scored_samples(pipeline, ops, lo: float, hi: float) -> tuple[int, str] | None:
-    """(samples, how) scored inside [lo, hi): the batch of each call of a token model after a
-    generating body in the loop's period; None where the loop is no generate-then-score."""
+def scored_calls(pipeline, ops) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """(host start, batch) of each call of a token model after a generating body in the loop,
+    in call order, and how they were found; None where the loop is no generate-then-score.
+    Found once per trace; samples_between reads a step's share."""
     if pipeline is None or not generates(pipeline, ops):
         return None
     c, dims = pipeline.calls, ops["input_dims"].to_numpy()
-    found, networks = 0, set()
+    starts, batches, networks = [], [], set()
     for j in range(pipeline.loop.start, pipeline.loop.start + pipeline.loop.covered):
         s = pipeline.stages[j]
-        if s.kind != "network_after" or not pipeline.networks[s.network].embedding or not lo <= c.start[j] < hi:
+        if s.kind != "network_after" or not pipeline.networks[s.network].embedding:
             continue
         ids = token_ids(dims, int(c.reads.rows[c.first[j]]))
         if ids is None or ids[1] <= 1:
             continue
-        found += int(ids[0])
+        starts.append(int(c.start[j]))
+        batches.append(int(ids[0]))
         networks.add(pipeline.networks[s.network].describe())
-    if not found:
+    if not starts:
         return None
-    return found, (f"sequences a network after the generate reads ({', '.join(sorted(networks))}: its token ids [B, T], "
-                   "B per call)")
+    how = f"sequences a network after the generate reads ({', '.join(sorted(networks))}: its token ids [B, T], B per call)"
+    return np.array(starts, dtype=np.int64), np.array(batches, dtype=np.int64), how
+
+
+def samples_between(scored, lo: float, hi: float) -> tuple[int, str] | None:
+    """(samples, how) of the scored calls (scored_calls) that start inside [lo, hi)."""
+    if scored is None:
+        return None
+    starts, batches, how = scored
+    inside = (starts >= lo) & (starts < hi)
+    return (int(batches[inside].sum()), how) if inside.any() else None

@@ -17,10 +17,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from tracekit.common.format import MAX_NAME_CHARS
 from tracekit.trace.cpp_text import closing_bracket
 
 # Names are bounded before any work: the longest real kernel name we have seen is ~3 kB.
-MAX_CHARS = 4096
+MAX_CHARS = MAX_NAME_CHARS
 
 _CAST = re.compile(r"(?<![\w)])\(([A-Za-z_][\w: ]*)\)(-?\d+)")
 _CAST_END = re.compile(r"\)-?\d")  # what every cast has: found with a literal search, where _CAST tries every position
