@@ -316,7 +316,9 @@ def test_an_unlistable_rank_directory_is_one_line(tmp_path, monkeypatch):
 # --- 9. limits -----------------------------------------------------------------------------
 
 def test_the_soft_cpu_time_limit_is_one_line():
-    big = BERT.parent / "h200_llama3-8b_eager_decode_bs16.json.gz"
+    # a trace whose analysis takes about twice the 1 s limit of CPU (the eager decode trace
+    # now takes ~1.1 s: on a quick run it finished inside the limit)
+    big = BERT.parent / "h200_hf_llama3-8b_generate_bs1_eager.json.gz"
     proc = tracekit("analyze", big, "--workers", "1", capture_output=True, text=True,
                     preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CPU, (1, 30)))
     assert proc.returncode == 2 and "CPU time limit" in one_line(proc.stderr)
