@@ -93,7 +93,7 @@ def test_devices_command_lists_the_new_gpus_with_sources():
 
     from rich.console import Console
 
-    from tracekit.reports.analyze import render_devices
+    from tracekit.reports.devices import render_devices
 
     out = io.StringIO()
     render_devices(builtin_devices(), Console(file=out, width=2000))

@@ -66,3 +66,39 @@ def test_info_of_a_trace_with_hundreds_of_kernel_names_imports_no_pandas(tmp_pat
     out, heavy = heavy_modules_after("info", b.write(tmp_path / "names.json"), "--top", "300")
     assert "elementwise_kernel_299<float, 5>" in out  # every kernel listed under its label
     assert "pandas" not in heavy
+
+
+def _stored_summary(tmp_path) -> str:
+    """A summary.json written by `analyze --out` on a one-kernel trace (that run imports pandas;
+    the commands below run in their own processes)."""
+    from helpers import run_cli
+
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    code, _, err = run_cli("analyze", b.write(tmp_path / "one_kernel.json"), "--out", tmp_path / "bundle")
+    assert code == 0, err
+    return str(tmp_path / "bundle" / "summary.json")
+
+
+def test_diff_and_check_of_stored_summaries_import_no_pandas(tmp_path):
+    # Issue 48: a stored summary is a dict; reading, diffing and checking it needs neither the
+    # analysis nor its tables (the schema version and the coverage floor live below them).
+    summary = _stored_summary(tmp_path)
+    out, heavy = heavy_modules_after("diff", summary, summary)
+    assert out.startswith("verdict: within noise") and "coverage" in out, out  # a run compared with itself
+    assert heavy == []
+    out, heavy = heavy_modules_after("diff", summary, summary, "--out", str(tmp_path / "diff_out"))
+    assert (tmp_path / "diff_out").is_dir()
+    assert heavy == []
+    expect = tmp_path / "expect.toml"
+    expect.write_text("[[expect]]\nmin_coverage = 0.9\n")
+    out, heavy = heavy_modules_after("check", summary, "--expect", str(expect))
+    assert "run coverage" in out and "1 of 1 expectations hold" in out, out
+    assert heavy == []
+
+
+def test_devices_imports_no_pandas():
+    out, heavy = heavy_modules_after("devices")
+    assert "h200" in out.lower() and "4,800" in out  # the H200's row with its 4.8 TB/s
+    assert heavy == []

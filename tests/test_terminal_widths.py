@@ -230,7 +230,7 @@ def test_devices_prints_every_key_and_name_whole_one_line_each(width):
     import io
 
     from tracekit.hardware import builtin_devices
-    from tracekit.reports.analyze import render_devices
+    from tracekit.reports.devices import render_devices
 
     devices = builtin_devices()
     out = io.StringIO()

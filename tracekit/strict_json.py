@@ -15,6 +15,10 @@ from typing import Any
 
 import numpy as np
 
+# The version of summary.json's layout (tracekit/analysis/result.py writes it; compare/summary.py
+# refuses a newer one). Here, not in the analysis, so that reading a stored summary imports none.
+SCHEMA_VERSION = 2
+
 
 def clean(value: Any) -> Any:
     """`value` with every non-finite float replaced by None, numpy scalars and arrays as

@@ -21,9 +21,8 @@ from tracekit.analysis.measured import HostEvents, Measured
 from tracekit.analysis.plausibility import Flag
 from tracekit.analysis.throughput import Throughput
 from tracekit.model.predict import Prediction
-from tracekit.strict_json import clean, records
+from tracekit.strict_json import SCHEMA_VERSION, clean, records
 
-SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True)

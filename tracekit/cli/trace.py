@@ -48,7 +48,7 @@ def export(path: str, out: str, device: str | None, device_file: str | None, rul
 def devices(device_file: str | None) -> None:
     """The GPUs tracekit knows, with their peaks and the names they match."""
     from tracekit.hardware import builtin_devices, load_device_file
-    from tracekit.reports.analyze import render_devices
+    from tracekit.reports.devices import render_devices
 
     known = builtin_devices()
     if device_file:

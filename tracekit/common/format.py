@@ -12,6 +12,10 @@ UNKNOWN = "—"
 # The longest name any report shows, so the longest any parser keeps (issue 49: a 50 MB name
 # is cut as it is read) and any classifier reads
 MAX_NAME_CHARS = 4096
+# A figure built from kernels whose costs cover less than this share of its time is unknown,
+# not a measurement (costs/unknown.py applies it to tables; compare/ and the integrations to
+# stored summaries, without importing the analysis).
+MIN_COVERAGE = 0.5
 
 
 def is_unknown(value: Any) -> bool:

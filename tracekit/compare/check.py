@@ -32,7 +32,7 @@ from typing import Any
 
 from tracekit.compare.noise import DEFAULT_MIN_CHANGE, SLOWER, Samples, compare as noise
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
-from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.common.format import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.errors import TraceError
 
 

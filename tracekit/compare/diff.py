@@ -34,7 +34,7 @@ from tracekit.compare.diff_tables import (block_fields, block_key, collective_fi
                                          kernel_fields, kernel_key, kernels_by_label, op_fields, op_key)
 from tracekit.compare.noise import DEFAULT_MIN_CHANGE, compare as noise
 from tracekit.compare.summary import as_summary, coverage_share, exposed_comm_share, label, listed_of, number, records, step_time_ns
-from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.common.format import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 
 
 def diff(base: Any, new: Any, device: str | None = None, rules: str | None = None, min_change: float = DEFAULT_MIN_CHANGE,

@@ -9,7 +9,7 @@ from typing import Any
 
 from tracekit.compare.noise import Samples
 from tracekit.compare.summary import number
-from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.common.format import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.trace.kernel_names import kernel_label
 
 def _known(value: Any, coverage: float | None) -> float | None:

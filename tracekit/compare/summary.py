@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 from typing import Any
 
 from tracekit.errors import TraceError
@@ -22,9 +23,10 @@ def as_summary(source: Any, device: str | None = None, rules: str | None = None,
     """A summary dict from an Analysis, a summary dict, a summary.json path or a trace path.
     Analyses give every op and kernel (not just the `top` ones, unless `top` is given), so
     nothing is cut off. `options` go to tracekit.api.analyze (device_file, model, sustained)."""
-    from tracekit.analysis import Analysis
-
-    if isinstance(source, Analysis):
+    # An Analysis exists only once its module is loaded: a diff or check of stored summaries
+    # never imports the analysis (nor pandas) just to ask.
+    result = sys.modules.get("tracekit.analysis.result")
+    if result is not None and isinstance(source, result.Analysis):
         # as it would be stored (to_dict gives strict JSON values), so a diff of analyses and
         # a diff of their summary.json files are the same diff
         return source.to_dict(top or _everything(source))
@@ -114,7 +116,7 @@ _KIND = {"n": "a finite number or null", "c": f"a count (a whole number from 0 t
 
 
 def _validate(data: dict[str, Any], path: str) -> None:
-    from tracekit.analysis import SCHEMA_VERSION
+    from tracekit.strict_json import SCHEMA_VERSION
     from tracekit.userfile import check_depth, finite, kind_of
 
     version = data.get("schema_version")

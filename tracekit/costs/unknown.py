@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-MIN_COVERAGE = 0.5
+from tracekit.common.format import MIN_COVERAGE
+
 
 
 def known_sum(values: pd.Series) -> float:

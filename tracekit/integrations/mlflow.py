@@ -22,7 +22,7 @@ import re
 import tempfile
 from typing import Any
 
-from tracekit.costs.unknown import MIN_COVERAGE  # an efficiency over less than half its time is unknown
+from tracekit.common.format import MIN_COVERAGE  # an efficiency over less than half its time is unknown
 from tracekit.compare.summary import coverage_share, exposed_comm_share, number, records, step_time_ns
 
 PREFIX = "tracekit"

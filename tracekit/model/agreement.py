@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from tracekit.costs.unknown import MIN_COVERAGE
+from tracekit.common.format import MIN_COVERAGE
 from tracekit.model.fill import SOURCE
 
 AGREEMENT_COLUMNS = ["phase", "group", "blocks", "kernels", "kernel_time_ns", "trace_share", "trace_flops", "model_flops",

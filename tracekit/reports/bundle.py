@@ -26,10 +26,12 @@ import os
 from dataclasses import replace
 import shutil
 import tempfile
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from tracekit.analysis import Analysis
 from tracekit.errors import TraceError, interrupts_deferred, memory_ran_out, raise_if_interrupted
+
+if TYPE_CHECKING:  # (diff of stored summaries checks its --out here without importing the analysis)
+    from tracekit.analysis import Analysis
 
 # The file whose presence says "this bundle is complete" (summary.json of one trace,
 # ranks.json of several): where DIR already holds other files, it is removed first and
