@@ -20,6 +20,8 @@ from tracekit.errors import TraceError
 @click.option("--out", "out_dir", help="Write the report bundle (summary.json, report.md, report.html, parquet, csv, png) here.")
 @click.option("--force", is_flag=True, help="In --out DIR, replace files and folders of the bundle's names that tracekit did "
               "not write (by default they are refused: only what a tracekit manifest lists is replaced).")
+@click.option("--full", is_flag=True, help="The whole report in the terminal (every table, the flags' paragraphs); by default "
+              "the first screen: headline, top causes, top blocks, steps, stages and notes.")
 @click.option("--top", default=15, show_default=True, type=click.IntRange(1, 10_000), help="How many kernels and ops to list.")
 @click.option("--workers", type=click.IntRange(1, 256), help=WORKERS_HELP + " Several ranks: one process per rank, up to this many.")
 @click.option("--scheduler", callback=checked_scheduler, help="Run the ranks on a Dask cluster: tcp://HOST:PORT, or `local` to start one here.")
@@ -43,7 +45,7 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
             out_dir: str | None, top: int, workers: int | None, scheduler: str | None, straggler_threshold: float,
             to_mlflow: bool = False, mlflow_run: str | None = None, samples_per_step: int | None = None,
             frames_per_step: int | None = None, capture: str | None = None, what_if: tuple[str, ...] = (), ncu: str | None = None,
-            bytes_from: str = "model", step: str | None = None, force: bool = False, **model) -> None:
+            bytes_from: str = "model", step: str | None = None, force: bool = False, full: bool = False, **model) -> None:
     """Where the GPU time went: phase x block table, roofline, coverage, steps, collectives.
 
     One trace, or several (files or a directory), one per rank of a job: then each rank is
@@ -93,13 +95,15 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
 
             written = write_bundle(analysis, out_dir, top, summary_extra={"what_if": projected} if what_if else None)
     freeze_heap()
-    for warning in analysis.warnings:
+    first_screen = fmt == "table" and not full
+    for warning in _shown_warnings(analysis) if first_screen else analysis.warnings:
         warn(path, warning)
 
     from tracekit.reports.renderer import RenderOptions
 
     # the warnings are on stderr already; Markdown on stdout links no images (no bundle beside it)
-    show(fmt, analysis, RenderOptions(top=top, warnings=False, json_extra={"what_if": projected} if what_if else {}))
+    show(fmt, analysis, RenderOptions(top=top, warnings=False, full=not first_screen,
+                                      json_extra={"what_if": projected} if what_if else {}))
     if ncu is not None and fmt != "json":  # JSON carries it in coverage.ncu
         from tracekit.reports import ncu as ncu_section
 
@@ -109,6 +113,16 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
         click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)
     if to_mlflow:
         _log_to_mlflow(analysis, mlflow_run, top)
+
+
+def _shown_warnings(analysis) -> list[str]:
+    """The warnings the first screen keeps on stderr: what is wrong with the trace (it says so
+    first). The flags' paragraphs (a figure past a physical limit) are in --full and the bundle;
+    the first screen marks the figure and counts the flags in its notes."""
+    from tracekit.analysis.plausibility import warnings as flag_warnings
+
+    flagged = set(flag_warnings(analysis.flags))
+    return [w for w in analysis.warnings if w not in flagged]
 
 
 def _what_if(analysis, targets: tuple[str, ...], device_file, samples_per_step, frames_per_step) -> dict | None:

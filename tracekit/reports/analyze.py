@@ -25,7 +25,12 @@ def render(analysis: Analysis, options: RenderOptions) -> str:
     if options.width is not None:
         con.width = options.width
     with con.capture() as captured:
-        render_console(analysis, con, options.top, warnings=options.warnings)
+        if options.full:
+            render_console(analysis, con, options.top, warnings=options.warnings)
+        else:
+            from tracekit.reports.first_screen import render_first_screen
+
+            render_first_screen(analysis, con)
     return captured.get()
 
 

@@ -30,6 +30,7 @@ class RenderOptions:
     images: Mapping[str, bytes] = field(default_factory=dict)
     width: int | None = None  # terminal columns; None: $COLUMNS, the terminal's, or the piped width (reports.terminal)
     warnings: bool = True  # terminal: list the analysis' warnings (False where the CLI put them on stderr)
+    full: bool = True  # terminal: every table; False: the first screen (reports.first_screen; `analyze` without --full)
     json_extra: Mapping[str, Any] = field(default_factory=dict)  # json: keys added at the top (the CLI's "what_if")
 
 

@@ -37,7 +37,7 @@ class Labels:
 FLAG = " (!)"  # a figure past its physical limit: the warnings say why (analysis.plausibility)
 
 
-def _marks(a: Analysis, table: str):
+def flag_marks(a: Analysis, table: str):
     """mark(row, figure, cell): the cell with FLAG appended (once) where the plausibility pass
     flagged that figure, or one of those figures (a tuple: a cell that shows several), of that row."""
     from tracekit.analysis.plausibility import flagged
@@ -63,13 +63,22 @@ def fix_first(a: Analysis) -> Section:
     overlap the host-wait idle)."""
     f = a.findings
     head = ["#", "cause", "where (host code, op, kernel, copy)", "time", "share", "cumulative"]
-    rows = [[str(i + 1), c["what"] + (f"; fix: {c['fix']}" if c.get("fix") else ""), c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
+    rows = [[str(i + 1), c["what"] + (f" [fix {i + 1}]" if c.get("fix") else ""), c["where"], duration(c["time_ns"]), percent(c["share"]), percent(c.get("cumulative_share"))]
             for i, c in enumerate(f.causes)]
     return Section(f"What to fix first: every cause, in time and share of {f.denominator} ({duration(f.denominator_ns)})",
                    head, rows, [3, 0, 0, 0, 0, 2], flex=1, left=(1, 2), wrap=(1,),
                    note=f"share: of {f.denominator}{_means(f.denominator)}; cumulative: GPU-time rows only (idle, copies, exposed communication, recoverable kernel time are "
                         "disjoint slices of the denominator); host-time rows ('—') overlap the host-wait idle. The tables "
                         "below break each row down.")
+
+
+def fixes(a: Analysis) -> Section | None:
+    """Each cause's fix in full, numbered like the causes (the ranked list and the first screen
+    name it by that number); None when no cause has one."""
+    rows = [[str(i + 1), c["fix"]] for i, c in enumerate(a.findings.causes) if c.get("fix")]
+    if not rows:
+        return None
+    return Section("Fixes (numbered like the causes above)", ["fix", "what to change"], rows, [0, 0], flex=1, left=(1,), wrap=(1,))
 
 
 def _means(denominator: str) -> str:
@@ -143,7 +152,7 @@ def idle_host(a: Analysis) -> Section:
 
 def block_rows(a: Analysis) -> Section:
     head = ["phase", "block", "GPU time", "share", "kernels", "FLOP", "bytes", "TFLOP/s", "TB/s", "eff. peak / sust.", "bound", "coverage"]
-    mark = _marks(a, "blocks")
+    mark = flag_marks(a, "blocks")
     rows = [[r["phase"], r["block"], duration(r["gpu_time_ns"]), mark(i, "share", percent(r["share"])), f"{r['count']:,}", si(r["flops"]),
              si(r["bytes"], "B"), number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
              mark(i, "efficiency", f"{percent(r['efficiency'])} / {percent(r['efficiency_sustained'])}"), text(r["bound"]), percent(r["coverage"])]
@@ -174,7 +183,7 @@ def device_rows(a: Analysis) -> Section:
 def steps_section(a: Analysis) -> Section:
     head = ["step", "GPU window", "host range", "GPU behind host", "kernels", "copies", "busy in window", "its kernels' busy",
             "coverage", "bytes", "TB/s", "of peak BW", "of sustained BW", "TFLOP/s", "MFU", "HFU"]
-    mark = _marks(a, "steps")
+    mark = flag_marks(a, "steps")
     rows = [[r["step"], duration(r["duration_ns"]), duration(r.get("host_duration_ns")), duration(r.get("gpu_lag_ns")),
              number(r["kernels"], "{:,}"), number(r.get("copies"), "{:,}"), mark(i, "busy_in_window_ns", duration(r.get("busy_in_window_ns"))),
              duration(r["busy_ns"]), percent(r["coverage"]), si(r["bytes"], "B"), number(r["achieved_tbps"], "{:.3f}"),
@@ -193,7 +202,7 @@ def steps_section(a: Analysis) -> Section:
 
 def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
     head = ["kernel", "class", "calls", "time", "share", "TFLOP/s", "TB/s", "FLOP/B", "eff. peak / sust.", "bound"]
-    mark = _marks(a, "kernels")
+    mark = flag_marks(a, "kernels")
     rows = [[label(r["name"]), r["kernel_class"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]),
              number(r["achieved_tflops"], "{:,.2f}"), mark(i, "achieved_tbps", number(r["achieved_tbps"], "{:,.3f}")),
              number(r["intensity"], "{:,.1f}"),
@@ -205,7 +214,7 @@ def kernel_rows(a: Analysis, top: int, label: Labels) -> Section:
 
 def copy_rows(a: Analysis, top: int) -> Section:
     head = ["copy", "calls", "time", "share", "bytes", "TB/s"]
-    mark = _marks(a, "copies")
+    mark = flag_marks(a, "copies")
     rows = [[r["name"], f"{r['count']:,}", duration(r["time_ns"]), percent(r["share"]), si(r["bytes"], "B"),
              mark(i, ("achieved_tbps", "efficiency"), number(r["achieved_tbps"], "{:,.3f}"))]
             for i, r in enumerate(records(a.copy_summary.head(top)))] if len(a.copy_summary) else []
@@ -214,7 +223,7 @@ def copy_rows(a: Analysis, top: int) -> Section:
 
 def op_rows(a: Analysis, top: int) -> Section:
     head = ["op", "input shapes", "calls", "time", "FLOP", "bytes", "efficiency", "bound"]
-    mark = _marks(a, "ops")
+    mark = flag_marks(a, "ops")
     rows = [[r["op"], r["shapes"], f"{r['calls']:,}", duration(r["time_ns"]), si(r["flops"]), si(r["bytes"], "B"),
              mark(i, "efficiency", percent(r["efficiency"])), text(r["bound"])]
             for i, r in enumerate(a.ops.head(top).to_dict(orient="records"))]
@@ -225,7 +234,7 @@ def op_rows(a: Analysis, top: int) -> Section:
 
 def collective_rows(a: Analysis, top: int) -> Section:
     head = ["collective", "group", "ranks", "message", "calls", "time", "algbw GB/s", "busbw GB/s", "link efficiency"]
-    mark = _marks(a, "collectives")
+    mark = flag_marks(a, "collectives")
     rows = [[text(r["collective"]), text(r["group"]), text(r["group_size"]), si(r["message_bytes"], "B"), f"{r['count']:,}", duration(r["time_ns"]),
              number(r["algbw_gbps"], "{:,.1f}"), number(r["busbw_gbps"], "{:,.1f}"), mark(i, "link_efficiency", percent(r["link_efficiency"]))]
             for i, r in enumerate(records(a.collective_summary.head(top)))]
@@ -254,7 +263,9 @@ def _coverage_note(a: Analysis) -> str:
 
 def lead(a: Analysis) -> list[Section]:
     """What every report leads with, right under the headline: the ranked list of causes."""
-    return [fix_first(a)] if len(a.kernels) and a.findings is not None else []
+    if not len(a.kernels) or a.findings is None:
+        return []
+    return [fix_first(a), *filter(None, [fixes(a)])]
 
 
 def sections(a: Analysis, top: int) -> list[Section]:

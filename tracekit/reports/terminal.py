@@ -198,12 +198,14 @@ def _header(head: str, width: int) -> Text:
     return Text("\n").join(terminal(x) for x in lines + [line])
 
 
-def fit(section: Section, width: int, plain: bool, layout: Layout | None = None) -> Table:
-    """A rich Table of the section no wider than `width` (see `plan`; `layout`: its plan, when made already)."""
+def fit(section: Section, width: int, plain: bool, layout: Layout | None = None, boxed: bool = True) -> Table:
+    """A rich Table of the section no wider than `width` (see `plan`; `layout`: its plan, when made already).
+    `boxed=False`: no borders, only the header and the rows (the first screen, where lines count)."""
     layout = layout or plan(section, width)
     head = section.head
-    table = Table(title=terminal(section.title), header_style="" if plain else "bold", box=box.ASCII if plain else box.HEAVY_HEAD,
-                  title_justify="left")
+    frame = (box.ASCII if plain else box.HEAVY_HEAD) if boxed else None
+    table = Table(title=terminal(section.title), header_style="" if plain else "bold", box=frame, title_justify="left",
+                  show_edge=boxed)
     # Each column's width is given: rich would measure every cell to find the same widths
     # (what it renders is the same; measuring is most of its time).
     for i in layout.keep:
@@ -243,7 +245,7 @@ def records(section: Section, width: int) -> list[Text]:
     return lines
 
 
-def print_section(section: Section, con: Console) -> None:
+def print_section(section: Section, con: Console, boxed: bool = True) -> None:
     plain = not con.is_terminal
     if not section.rows:
         con.print(terminal(f"{section.title}: {section.empty}"))
@@ -254,6 +256,6 @@ def print_section(section: Section, con: Console) -> None:
         for line in records(section, con.width):
             con.print(line, overflow="fold")  # a single word wider than the terminal folds (rich would crop it)
     else:
-        con.print(fit(section, con.width, plain, layout))
+        con.print(fit(section, con.width, plain, layout, boxed))
     if section.note:
         con.print(terminal(section.note))
