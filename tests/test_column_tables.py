@@ -59,11 +59,15 @@ def test_column_inventory_counts_match_the_raw_file():
     assert abs(inv["top_kernels"][0]["time_ns"] - total) <= sum(e["name"] == name for e in kernels)
 
 
-@pytest.mark.parametrize("path", NSYS[:1], ids=lambda p: p.name)
-def test_nsys_traces_are_scanned_as_dataframes(path):
-    trace = scan(path)  # the nsys parser builds DataFrames; linking reads them the same way
-    assert not isinstance(trace, ColumnTrace)
-    assert inventory(trace) == inventory(tracekit.load(path))
+@pytest.mark.parametrize("path", NSYS, ids=lambda p: p.name)
+def test_nsys_traces_are_scanned_as_column_tables(path):
+    tables = scan(path)  # the nsys parser builds numpy columns too, as the Kineto parser does
+    assert isinstance(tables, ColumnTrace)
+    frames = to_trace(tables)
+    loaded = tracekit.load(path)
+    for name in ("kernels", "launches", "ops", "ranges"):
+        pd.testing.assert_frame_equal(getattr(frames, name), getattr(loaded, name), check_exact=True, obj=name)
+    assert inventory(tables, top=20) == inventory(loaded, top=20)
 
 
 def test_info_does_not_import_pandas(tmp_path):

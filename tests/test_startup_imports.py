@@ -3,8 +3,12 @@ Module lists, not timings: benchmarks/import_budget.py times them."""
 
 from __future__ import annotations
 
+import pathlib
+import sqlite3
 import subprocess
 import sys
+
+import pytest
 
 from synthetic import KinetoBuilder
 
@@ -31,6 +35,26 @@ def test_info_of_a_trace_without_step_markers_imports_no_pandas(tmp_path):
     out, heavy = heavy_modules_after("info", b.write(tmp_path / "no_steps.json"))
     assert "vectorized_elementwise_kernel" in out  # the command ran and listed the kernel
     assert heavy == []
+
+
+NSYS = sorted((pathlib.Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys").glob("*.sqlite"))
+
+
+@pytest.mark.skipif(not NSYS, reason="needs the shared fixtures' Nsight Systems exports")
+@pytest.mark.parametrize("path", NSYS, ids=lambda p: p.name)
+def test_info_of_an_nsys_export_imports_no_pandas(path):
+    # The Nsight Systems parser reads the SQLite rows straight into numpy columns, as the
+    # Kineto parser does: `info` on an export never pays for pandas.
+    conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        kernels = conn.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    finally:
+        conn.close()
+    out, heavy = heavy_modules_after("info", "--format", "json", str(path))
+    import json
+
+    assert json.loads(out)["counts"]["kernels"] == kernels > 0  # the command ran and counted the export's kernels
+    assert "pandas" not in heavy and "pyarrow" not in heavy
 
 
 def test_analyze_imports_no_plotting_or_templates(tmp_path):

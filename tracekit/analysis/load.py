@@ -15,6 +15,7 @@ from tracekit.trace import health
 from tracekit.trace.link import link
 from tracekit.parsers import as_trace, parse_tables
 from tracekit.trace import Trace
+from tracekit.trace.tables import ColumnTrace
 
 if TYPE_CHECKING:  # `tracekit info` only loads a trace: the analysis stages are imported when used
     from tracekit.analysis.result import Analysis
@@ -34,10 +35,10 @@ def load(path: str | os.PathLike, progress=None, workers: int | None = None, mea
         return as_trace(scan(path, progress, workers, meanwhile))
 
 
-def scan(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None):
-    """`load` without building the DataFrames where the format allows it: a Kineto trace
-    comes back as linked numpy column tables (tracekit.tables.ColumnTrace), which is all
-    `tracekit info` needs and costs no pandas import; Nsight Systems traces as a Trace."""
+def scan(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None) -> ColumnTrace:
+    """`load` without building the DataFrames: the trace comes back as linked numpy column
+    tables (tracekit.trace.tables.ColumnTrace), Kineto and Nsight Systems alike, which is all
+    `tracekit info` needs and costs no pandas import."""
     with gc_paused():
         return health.check(link(parse_tables(path, progress, workers, meanwhile)))
 

@@ -43,9 +43,9 @@ def how_to_read(path: str) -> str:
     return ""
 
 
-def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None) -> Trace | ColumnTrace:
-    """The trace's tables in the form its parser builds: numpy columns for Kineto JSON (no
-    pandas: see tables.py), DataFrames for Nsight Systems. `progress(done, total)`, if given,
+def parse_tables(path: str | os.PathLike, progress=None, workers: int | None = None, meanwhile=None) -> ColumnTrace:
+    """The trace's tables as numpy columns, whatever the format (no pandas: see
+    trace/tables.py). `progress(done, total)`, if given,
     follows the events read (JSON traces). `workers`: processes that decode one large JSON
     trace (default: the cores available; 1: none). `meanwhile()`: called once while worker
     processes decode, if they do (see kineto_parallel.py)."""
@@ -65,5 +65,6 @@ def parse(path: str | os.PathLike, progress=None, workers: int | None = None) ->
     return as_trace(parse_tables(path, progress, workers))
 
 
-def as_trace(tables: Trace | ColumnTrace) -> Trace:
-    return to_trace(tables) if isinstance(tables, ColumnTrace) else tables
+def as_trace(tables: ColumnTrace) -> Trace:
+    """The column tables as the Trace contract's DataFrames (imports pandas)."""
+    return to_trace(tables)

@@ -70,8 +70,8 @@ class Checks:
         """Integer-ns (start, end) columns -> (start, end, keep): rows whose start or end is
         missing or outside the range a capture can have are dropped; an end before its
         start is clamped to the start (zero duration), as Kineto's reader does."""
-        start_f = _as_float(start)
-        end_f = _as_float(end)
+        start_f = as_float(start)
+        end_f = as_float(end)
         with np.errstate(invalid="ignore"):
             keep = np.isfinite(start_f) & (np.abs(start_f) <= MAX_ABS_TIME_NS)
             keep &= np.isfinite(end_f) & (np.abs(end_f) <= MAX_ABS_TIME_NS)
@@ -114,14 +114,36 @@ def _object_ints(values: Iterable[Any]) -> np.ndarray:
     return np.array(out, dtype=np.float64)
 
 
-def _as_float(values: Any) -> np.ndarray:
+def as_float(values: Any) -> np.ndarray:
+    """A column as float64: numbers as they are, numeric text parsed, anything else NaN."""
     values = _numpy(values)
     values = np.asarray(values)
     if values.dtype.kind in "iuf":
         return values.astype(np.float64)
-    import pandas as pd  # only for a column of mixed objects (SQL values): the Kineto path never comes here
+    # a column of mixed objects (SQL values): the Kineto path never comes here
+    return np.fromiter(map(_number, values.reshape(-1)), dtype=np.float64, count=values.size)
 
-    return pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+def _number(value: Any) -> float:
+    """One SQL value as a float, as pandas' to_numeric(errors="coerce") reads it: numbers as
+    they are; ASCII text (or a blob of it) that spells a decimal number (whitespace around
+    it, "inf" and "nan" too) parsed; the rest (other text, NULL) NaN."""
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        try:
+            return float(value)
+        except OverflowError:
+            return np.inf if value > 0 else -np.inf
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return np.nan
+    if isinstance(value, str) and value.isascii() and "_" not in value:
+        try:
+            return float(value)
+        except ValueError:
+            return np.nan
+    return np.nan
 
 
 def _as_int(values: Any, as_float: np.ndarray) -> np.ndarray:
@@ -138,5 +160,5 @@ def _as_int(values: Any, as_float: np.ndarray) -> np.ndarray:
 
 
 def _numpy(values: Any) -> Any:
-    """A pandas Series' values (without importing pandas: the Kineto parser never has one)."""
+    """A pandas Series' values, without importing pandas (neither parser hands one over)."""
     return values.to_numpy() if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray) else values

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tracekit.parsers.kineto_decode import Event
+from tracekit.trace.schema import GPU_KINDS
 from tracekit.trace.tables import Interner
 
 # Event category -> what it becomes. Both schemas; matched case-insensitively.
@@ -22,7 +23,6 @@ _CATEGORY_KIND = {
     "user_annotation": "range:user", "gpu_user_annotation": "range:gpu", "python_function": "range:python",
     "trace": "window",
 }
-GPU_KINDS = ("kernel", "memcpy", "memset")
 _KIND_LABELS = np.array(["", *dict.fromkeys(_CATEGORY_KIND.values())], dtype=object)  # "" first: not read
 _KIND_CODE = {label: code for code, label in enumerate(_KIND_LABELS)}
 RANGE_DOMAINS = ("user", "gpu", "python")

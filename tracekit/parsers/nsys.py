@@ -1,4 +1,5 @@
-"""Nsight Systems SQLite export -> Trace (the same tables as the Kineto parser).
+"""Nsight Systems SQLite export -> the Trace's tables as numpy columns (tracekit.trace.tables),
+the same form the Kineto parser hands over: no pandas here (nsys_columns.py).
 
 The file is opened read-only and immutable (no lock is ever taken, nothing is written).
 Launches join GPU activity by correlation id within one process: ids repeat across the
@@ -14,33 +15,32 @@ from typing import Any
 from urllib.parse import quote
 
 import numpy as np
-import pandas as pd
 
 from tracekit.common.format import MAX_NAME_CHARS
 from tracekit.errors import TraceError
 from tracekit.parsers import nsys_schema as S
+from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
+from tracekit.parsers.nsys_columns import PROCESS_MASK, StringTable, as_text, checked, fetch, joined, labelled, typed
+from tracekit.parsers.nsys_nvtx import nvtx_tables
 from tracekit.parsers.nsys_unfinished import refuse_unfinished
 from tracekit.parsers.source import MAX_RATIO, RATIO_FLOOR_BYTES
-from tracekit.parsers.columns import MAX_ABS_TIME_NS, Checks
 from tracekit.trace.launch_api import CAPTURE_API, LAUNCH_API
-from tracekit.parsers.nsys_nvtx import parse_op_text
-from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS, Trace, make_table
+from tracekit.trace.schema import GPU_KINDS
+from tracekit.trace.tables import Coded, ColumnTable, ColumnTrace
+from tracekit.trace import KERNEL_COLUMNS, LAUNCH_COLUMNS, OP_COLUMNS, RANGE_COLUMNS
 
-PROCESS_MASK = 0xFFFFFFFFFF000000  # globalTid -> globalPid
-NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 59, 60, 75
 RUNTIME_CLASSES = (0, 1)  # CUDA runtime and driver calls; other classes are backtrace rows
 # CUPTI's memcpy kinds, for exports without the ENUM_CUDA_MEMCPY_OPER table.
 _CUPTI_COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
 
 
-def parse_nsys(path: str) -> Trace:
+def parse_nsys(path: str) -> ColumnTrace:
     refuse_unfinished(path)
     conn = _connect(path)
     try:
         return _Reader(path, conn).trace()
-    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
-        # pandas wraps sqlite3's error in its own, with the whole query in the message
-        reason = str(exc.__cause__ or exc)
+    except sqlite3.Error as exc:
+        reason = str(exc)
         if "interrupted" in reason:  # the progress handler's bound (_bounded)
             raise TraceError(path, "reading the export took far more SQLite work than its size allows (a damaged or "
                                    "edited file?): stopped") from None
@@ -105,22 +105,19 @@ class _Reader:
             self.bad_utf8 += 1
             return raw.decode("utf-8", errors="replace")
 
-    def _query(self, sql: str) -> pd.DataFrame:
-        return pd.read_sql_query(sql, self.conn)
-
-    def trace(self) -> Trace:
+    def trace(self) -> ColumnTrace:
         strings = self._strings()
         kernels = self._gpu_activity(strings)
-        launches = self._launches(strings, set(kernels["correlation"].tolist()))
-        ops, ranges, open_ranges = self._nvtx()
-        if not any(len(t) for t in (kernels, launches, ops, ranges)):
+        launches = self._launches(strings, kernels["correlation"])
+        ops, ranges, open_ranges = nvtx_tables(self.conn, self.schema, self.checks) if self.schema.has(S.NVTX) \
+            else (ColumnTable(OP_COLUMNS, {}), ColumnTable(RANGE_COLUMNS, {}), 0)
+        tables = (kernels, launches, ops, ranges)
+        if not any(len(t) for t in tables):
             raise TraceError(self.path, "the export holds no readable kernels, copies, runtime calls or NVTX ranges"
                                         + (f" ({'; '.join(self.checks.warnings())})" if self.checks.counts else ""))
-        origin = min(int(t["start"].min()) for t in (kernels, launches, ops, ranges) if len(t))
-        last = max(int(t["end"].max()) for t in (kernels, launches, ops, ranges) if len(t))
-        for table in (kernels, launches, ops, ranges):
-            table["start"] -= origin
-            table["end"] -= origin
+        origin = min(int(t["start"].min()) for t in tables if len(t))
+        last = max(int(t["end"].max()) for t in tables if len(t))
+        kernels, launches, ops, ranges = (t.with_columns(start=t["start"] - origin, end=t["end"] - origin) for t in tables)
         meta = self._meta(origin, last)
         warnings = []
         if self.bad_utf8:
@@ -130,48 +127,32 @@ class _Reader:
         if not meta["devices"]:
             warnings.append(f"the export has no {S.GPU_INFO} table: the GPU model is unknown (name it with --device)")
         warnings += self.checks.warnings()
-        return Trace(kernels, launches, ops, ranges, meta, warnings)
+        return ColumnTrace(kernels, launches, ops, ranges, meta, warnings)
 
     # -- strings ---------------------------------------------------------------------------
-    def _strings(self) -> pd.Series:
+    def _strings(self) -> StringTable:
         # Names longer than any report shows are cut by SQLite as they are read (each row's
         # text held once, however long); a string table far larger than the file (a view
         # that makes each row megabytes) is no export, as the gzip rule says.
-        table = self._query(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) AS value, length(value) AS chars FROM {S.STRINGS}")
-        chars = table["chars"].fillna(0).to_numpy(dtype=np.float64)
-        total, size = int(chars.sum()), os.path.getsize(self.path)
+        table = fetch(self.conn, f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) AS value, length(value) AS chars FROM {S.STRINGS}")
+        chars = typed(table["chars"]).astype(np.float64)
+        total, size = int(np.nansum(chars)), os.path.getsize(self.path)
         if total > max(RATIO_FLOOR_BYTES, MAX_RATIO * size):
             raise TraceError(self.path, f"its string table ({S.STRINGS}) holds {total:,} characters, over {MAX_RATIO}x the "
                                         f"file's {size:,} bytes: not a plausible export (a view that expands?)")
-        cut = chars > MAX_NAME_CHARS
+        with np.errstate(invalid="ignore"):
+            cut = chars > MAX_NAME_CHARS
         self.checks.count(f"{{n}} {S.STRINGS} texts longer than {MAX_NAME_CHARS:,} characters were cut to that length as read "
                           "(no report shows more)", int(cut.sum()))
-        if cut.any():
-            table.loc[cut, "value"] = [v[: MAX_NAME_CHARS - 1] + ("\u2026" if isinstance(v, str) else b"...") for v in table.loc[cut, "value"]]
-        ids = self.checks.ints(table["id"], f"{S.STRINGS}.id")
-        values = np.array([_as_text(v) for v in table["value"].tolist()], dtype=object)
-        strings = pd.Series(values, index=ids)[ids >= 0]
-        duplicated = strings.index.duplicated()
-        self.checks.count(f"{{n}} {S.STRINGS} ids appear twice; the first text of each is used", duplicated.sum())
-        return strings[~duplicated]
-
-    def _names(self, ids: pd.Series, strings: pd.Series) -> pd.Categorical:
-        """String ids -> Categorical of their text (NULL ids stay missing; ids the string
-        table lacks read "<unknown string id>" and are counted)."""
-        ids = self.checks.ints(ids, "name id")
-        codes, uniques = pd.factorize(np.where(ids >= 0, ids, np.nan), use_na_sentinel=True)
-        texts = strings.reindex(uniques.astype(np.int64)).to_numpy(dtype=object) if len(uniques) else np.array([], dtype=object)
-        unknown = pd.isna(texts)
-        if unknown.any():
-            rows = int(np.isin(codes, np.flatnonzero(unknown)).sum())
-            self.checks.count(f"{{n}} names refer to ids missing from the {S.STRINGS} table (emptied or damaged?); shown as <unknown string id>", rows)
-        texts = np.where(unknown, "<unknown string id>", texts)
-        unique_texts, remap = np.unique(texts.astype(str), return_inverse=True)
-        codes = np.where(codes >= 0, remap[np.maximum(codes, 0)], -1) if len(remap) else codes
-        return pd.Categorical.from_codes(codes, categories=pd.Index(unique_texts, dtype=object))
+        values = list(table["value"])
+        for i in np.flatnonzero(cut).tolist():
+            v = values[i]
+            values[i] = v[: MAX_NAME_CHARS - 1] + ("\u2026" if isinstance(v, str) else b"...")
+        ids = self.checks.ints(typed(table["id"]), f"{S.STRINGS}.id")
+        return StringTable(ids, [as_text(v) for v in values], self.checks)
 
     # -- GPU activity ----------------------------------------------------------------------
-    def _gpu_activity(self, strings: pd.Series) -> pd.DataFrame:
+    def _gpu_activity(self, strings: StringTable) -> ColumnTable:
         parts = [self._kernels(strings)]
         if self.schema.has(S.MEMCPY):
             parts.append(self._copies(S.MEMCPY, "memcpy"))
@@ -179,66 +160,63 @@ class _Reader:
             parts.append(self._copies(S.MEMSET, "memset"))
         parts = [p for p in parts if len(p)]
         if not parts:
-            return make_table(KERNEL_COLUMNS)
-        table = pd.concat(parts, ignore_index=True)
-        table["kind"] = pd.Categorical(table["kind"], categories=["kernel", "memcpy", "memset"])
-        for col in ("name", "copy_kind"):
-            table[col] = table[col].astype("category")
-        return make_table(KERNEL_COLUMNS, {c: table[c] for c in table.columns if c in KERNEL_COLUMNS}).sort_values("start", kind="stable").reset_index(drop=True)
+            return ColumnTable(KERNEL_COLUMNS, {})
+        coded = {c: joined([p[c] for p in parts]) for c in ("name", "short_name", "copy_kind")}
+        plain = {c: np.concatenate([p[c] for p in parts]) for c in parts[0].columns if c not in coded}
+        kinds = np.concatenate([np.full(len(p), GPU_KINDS.index(p.kind), dtype=np.int8) for p in parts])
+        table = ColumnTable(KERNEL_COLUMNS, {"kind": Coded(kinds, list(GPU_KINDS), object_labels=False), **coded, **plain})
+        return table.take(np.argsort(table["start"], kind="stable"))
 
-    def _checked(self, rows: pd.DataFrame, what: str, ints: dict[str, Any]) -> pd.DataFrame:
-        """Rows with usable times, their integer columns converted (int64 or int32 bounds)."""
-        start, end, keep = self.checks.times_ns(rows["start"], rows["end"], what)
-        out = rows.assign(start=start, end=end, **{c: self.checks.ints(rows[c], f"{what}: {c}", dtype) for c, dtype in ints.items()})
-        return out[keep].reset_index(drop=True)
-
-    def _kernels(self, strings: pd.Series) -> pd.DataFrame:
+    def _kernels(self, strings: StringTable) -> "_Part":
         t = S.KERNEL
         col = self.schema.column_or
-        rows = self._query(
+        rows = fetch(self.conn,
             f"SELECT start, end, deviceId, streamId, correlationId, globalPid, demangledName, "
             f"{col(t, 'shortName', 'NULL')}, {col(t, 'registersPerThread', -1)}, gridX, gridY, gridZ, blockX, blockY, blockZ, "
             f"{col(t, 'staticSharedMemory', 0)}, {col(t, 'dynamicSharedMemory', 0)} FROM {t}"
         )
         i32, i64 = np.int32, np.int64
-        rows = self._checked(rows, "kernels", {
+        c, kept = checked(self.checks, rows, "kernels", {
             "deviceId": i32, "streamId": i64, "correlationId": i64, "globalPid": i64, "registersPerThread": i32,
             "gridX": i32, "gridY": i32, "gridZ": i32, "blockX": i32, "blockY": i32, "blockZ": i32,
             "staticSharedMemory": i64, "dynamicSharedMemory": i64,
         })
-        shared = rows["staticSharedMemory"] + rows["dynamicSharedMemory"]
-        shared_known = (rows["staticSharedMemory"] >= 0) & (rows["dynamicSharedMemory"] >= 0) & (shared >= 0)
-        return pd.DataFrame({
-            "kind": "kernel",
-            "name": self._names(rows["demangledName"], strings).astype(object),
-            "short_name": self._names(rows["shortName"], strings).astype(object),
-            "device": rows["deviceId"], "stream": rows["streamId"],
-            "start": rows["start"], "end": rows["end"],
-            "pid": rows["globalPid"], "correlation": rows["correlationId"],
-            "grid_x": rows["gridX"], "grid_y": rows["gridY"], "grid_z": rows["gridZ"],
-            "block_x": rows["blockX"], "block_y": rows["blockY"], "block_z": rows["blockZ"],
-            "registers": rows["registersPerThread"],
-            "shared_memory": shared.where(shared_known, -1),
-            "copy_kind": None,
+        static, dynamic = c["staticSharedMemory"], c["dynamicSharedMemory"]
+        shared = static + dynamic
+        names = {k: strings.names(typed(rows[k])[kept]) for k in ("demangledName", "shortName")}
+        return _Part("kernel", {
+            "name": names["demangledName"], "short_name": names["shortName"],
+            "device": c["deviceId"], "stream": c["streamId"], "start": c["start"], "end": c["end"],
+            "pid": c["globalPid"], "correlation": c["correlationId"],
+            "grid_x": c["gridX"], "grid_y": c["gridY"], "grid_z": c["gridZ"],
+            "block_x": c["blockX"], "block_y": c["blockY"], "block_z": c["blockZ"],
+            "registers": c["registersPerThread"],
+            "shared_memory": np.where((static >= 0) & (dynamic >= 0) & (shared >= 0), shared, -1),
+            "bytes": np.full(len(kept), -1, dtype=np.int64),
+            "copy_kind": Coded(np.full(len(kept), -1, dtype=np.int32), []),
         })
 
-    def _copies(self, table: str, kind: str) -> pd.DataFrame:
+    def _copies(self, table: str, kind: str) -> "_Part":
         col = self.schema.column_or
-        rows = self._query(
-            f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {col(table, 'copyKind', -1)} FROM {table}"
-        )
-        rows = self._checked(rows, f"{kind}s", {
+        rows = fetch(self.conn, f"SELECT start, end, deviceId, streamId, correlationId, globalPid, bytes, {col(table, 'copyKind', -1)} FROM {table}")
+        c, kept = checked(self.checks, rows, f"{kind}s", {
             "deviceId": np.int32, "streamId": np.int64, "correlationId": np.int64, "globalPid": np.int64, "bytes": np.int64, "copyKind": np.int64,
         })
-        copy_kind = rows["copyKind"].map(self._copy_kind_names()).astype(object) if kind == "memcpy" else None
-        return pd.DataFrame({
-            "kind": kind,
-            "name": "Memcpy " + copy_kind.fillna("Unknown") if kind == "memcpy" else "Memset",
-            "device": rows["deviceId"], "stream": rows["streamId"],
-            "start": rows["start"], "end": rows["end"],
-            "pid": rows["globalPid"], "correlation": rows["correlationId"],
-            "bytes": rows["bytes"],
-            "copy_kind": copy_kind,
+        if kind == "memcpy":
+            names = self._copy_kind_names()
+            copy_kind = [names.get(k) for k in c["copyKind"].tolist()]
+            name = labelled([f"Memcpy {k if k is not None else 'Unknown'}" for k in copy_kind])
+        else:
+            copy_kind = [None] * len(kept)
+            name = Coded(np.zeros(len(kept), dtype=np.int32), ["Memset"])
+        return _Part(kind, {
+            "name": name, "short_name": Coded(np.full(len(kept), -1, dtype=np.int32), []),
+            "device": c["deviceId"], "stream": c["streamId"], "start": c["start"], "end": c["end"],
+            "pid": c["globalPid"], "correlation": c["correlationId"],
+            **{f: np.full(len(kept), -1, dtype=np.int32) for f in ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers")},
+            "shared_memory": np.full(len(kept), -1, dtype=np.int64),
+            "bytes": c["bytes"],
+            "copy_kind": labelled(copy_kind),
         })
 
     def _copy_kind_names(self) -> dict[int, str]:
@@ -255,69 +233,22 @@ class _Reader:
         return names
 
     # -- launches --------------------------------------------------------------------------
-    def _launches(self, strings: pd.Series, gpu_correlations: set[int]) -> pd.DataFrame:
+    def _launches(self, strings: StringTable, gpu_correlations: np.ndarray) -> ColumnTable:
         t = S.RUNTIME
         where = f"WHERE eventClass IN {RUNTIME_CLASSES}" if self.schema.has(t, "eventClass") else ""
         name_id = "nameId" if self.schema.has(t, "nameId") else "NULL AS nameId"
-        rows = self._query(f"SELECT start, end, globalTid, correlationId, {name_id} FROM {t} {where}")
-        rows = self._checked(rows, "runtime calls", {"globalTid": np.int64, "correlationId": np.int64})
-        names = self._names(rows["nameId"], strings)
-        categories = pd.Series(names.categories, dtype=object)
-        launches_work = (categories.str.contains(LAUNCH_API) | categories.str.contains(CAPTURE_API)).to_numpy(dtype=bool)
-        codes = names.codes
-        by_name = launches_work[np.maximum(codes, 0)] if len(launches_work) else np.zeros(len(codes), dtype=bool)
-        keep = rows["correlationId"].isin(gpu_correlations).to_numpy() | ((codes >= 0) & by_name)
-        gtid = rows["globalTid"].to_numpy()
-        table = make_table(LAUNCH_COLUMNS, {
-            "name": names, "pid": gtid & np.int64(PROCESS_MASK - (1 << 64)), "tid": gtid,
-            "start": rows["start"], "end": rows["end"], "correlation": rows["correlationId"],
-        })[keep]
-        table["name"] = table["name"].cat.remove_unused_categories()
-        return table.sort_values("start", kind="stable").reset_index(drop=True)
-
-    # -- NVTX ------------------------------------------------------------------------------
-    def _nvtx(self) -> tuple[pd.DataFrame, pd.DataFrame, int]:
-        if not self.schema.has(S.NVTX):
-            return make_table(OP_COLUMNS), make_table(RANGE_COLUMNS), 0
-        t = S.NVTX
-        text = "COALESCE(n.text, s.value)" if self.schema.has(t, "textId") else "n.text"
-        join = f"LEFT JOIN {S.STRINGS} s ON s.id = n.textId" if self.schema.has(t, "textId") else ""
-        domain = "n.domainId" if self.schema.has(t, "domainId") else "0"
-        rows = self._query(
-            f"SELECT n.start, n.end, n.eventType, n.globalTid, {domain} AS domainId, {text} AS text "
-            f"FROM {t} n {join} WHERE n.eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_DOMAIN_CREATE})"
-        )
-        rows["text"] = [_as_text(v) for v in rows["text"].tolist()]
-        created = (rows["eventType"] == NVTX_DOMAIN_CREATE).to_numpy()
-        domains = dict(zip(rows.loc[created, "domainId"], rows.loc[created, "text"]))
-        rows = rows[~created].reset_index(drop=True)
-        open_ranges = int(rows["end"].isna().sum())
-        if open_ranges:  # they end with the capture: the last instant any range starts
-            starts = pd.to_numeric(rows["start"], errors="coerce")
-            last = starts[starts.abs() <= MAX_ABS_TIME_NS].max()
-            rows["end"] = rows["end"].astype(object).where(rows["end"].notna(), last)
-        rows = self._checked(rows, "NVTX ranges", {"globalTid": np.int64})
-        parsed = [parse_op_text(text) for text in rows["text"].tolist()]
-        is_op = np.array([p is not None for p in parsed], dtype=bool)
-        gtid = rows["globalTid"].to_numpy()
-        pid = gtid & np.int64(PROCESS_MASK - (1 << 64))
-        op_rows = np.flatnonzero(is_op)
-        ops = make_table(OP_COLUMNS, {
-            "name": pd.Categorical([parsed[i][0] for i in op_rows]),
-            "pid": pid[op_rows], "tid": gtid[op_rows],
-            "start": rows["start"].to_numpy()[op_rows], "end": rows["end"].to_numpy()[op_rows],
-            "sequence": self.checks.ints([parsed[i][1] for i in op_rows], "emit_nvtx seq"),
-            "input_dims": [parsed[i][2] for i in op_rows],
-        }) if len(op_rows) else make_table(OP_COLUMNS)
-        range_rows = np.flatnonzero(~is_op)
-        domain_names = np.array([f"nvtx:{domains[d]}" if _hashable(d) and d in domains else "nvtx" for d in rows["domainId"].tolist()], dtype=object)
-        ranges = make_table(RANGE_COLUMNS, {
-            "name": pd.Categorical(rows["text"].to_numpy(dtype=object)[range_rows]),
-            "domain": pd.Categorical(domain_names[range_rows]),
-            "pid": pid[range_rows], "tid": gtid[range_rows],
-            "start": rows["start"].to_numpy()[range_rows], "end": rows["end"].to_numpy()[range_rows],
-        }) if len(range_rows) else make_table(RANGE_COLUMNS)
-        return ops, ranges, open_ranges
+        rows = fetch(self.conn, f"SELECT start, end, globalTid, correlationId, {name_id} FROM {t} {where}")
+        c, kept = checked(self.checks, rows, "runtime calls", {"globalTid": np.int64, "correlationId": np.int64})
+        names = strings.names(typed(rows["nameId"])[kept], object_labels=True)
+        # Keep calls that launched captured work, that launch work by their name, or that begin
+        # or end a graph capture.
+        keep = np.isin(c["correlationId"], gpu_correlations) | names.where(lambda n: bool(LAUNCH_API.search(n) or CAPTURE_API.search(n)))
+        gtid = c["globalTid"]
+        table = ColumnTable(LAUNCH_COLUMNS, {
+            "name": names, "pid": gtid & PROCESS_MASK, "tid": gtid, "start": c["start"], "end": c["end"], "correlation": c["correlationId"],
+        }).take(np.flatnonzero(keep))
+        table.columns["name"] = table.columns["name"].without_unused()
+        return table.take(np.argsort(table["start"], kind="stable"))
 
     # -- meta ------------------------------------------------------------------------------
     def _meta(self, origin: int, last: int) -> dict[str, Any]:
@@ -362,15 +293,6 @@ class _Reader:
         }
 
 
-def _as_text(value: Any) -> str:
-    """A text column's value as str: NULL -> "", a blob decoded (bad bytes replaced)."""
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return value if isinstance(value, str) else str(value)
-
-
 def _whole(value: Any) -> int | None:
     """An integer column's value, or None when it is NULL, text, a blob, fractional or infinite."""
     if isinstance(value, bool):
@@ -382,9 +304,15 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
+class _Part:
+    """One source table's GPU activity (kernels, memcpys or memsets) as kernel-table columns."""
+
+    def __init__(self, kind: str, columns: dict[str, Any]):
+        self.kind = kind
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(self.columns["start"])
+
+    def __getitem__(self, name: str) -> Any:
+        return self.columns[name]

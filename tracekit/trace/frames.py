@@ -3,7 +3,7 @@
 Times are int64 nanoseconds from the start of the capture (the earliest event in the
 file). Names are pandas Categoricals: a trace repeats a few thousand names millions of
 times, so each table holds small integer codes (HTA's symbol table, done by pandas).
-The Kineto parser hands over the same columns as numpy arrays first (tables.py): the
+Both parsers hand over the same columns as numpy arrays first (tables.py): the
 DataFrames are built from them after linking, so reading and linking need no pandas.
 
 The columns of each table are in schema.py.
@@ -18,7 +18,7 @@ import numpy as np
 
 from tracekit.trace.tables import Coded, ColumnTable, ColumnTrace, default_column
 
-if TYPE_CHECKING:  # pandas is imported where a table is built: the parsers and linking run without it
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is built: the parsers and linking run without it
     import pandas as pd
 
 

@@ -10,8 +10,8 @@ counts, every renderer shows them, and summary.json carries them.
 
 The parser finds what only raw times show (`zero_times`: the span would otherwise start at
 the epoch); `check` finds the rest on the linked trace (it needs each kernel's launch) and
-applies the remedies it names. numpy only: the Kineto tables are checked before pandas is
-imported, an Nsight Systems trace's DataFrames through the same accessors.
+applies the remedies it names. numpy only: the parsers' column tables are checked before
+pandas is imported.
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ def lost_time_counts(meta: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def check(trace: Any) -> Any:
-    """The linked trace (ColumnTrace or Trace) with its health problems found, recorded in
+def check(trace: ColumnTrace) -> ColumnTrace:
+    """The linked column tables (both parsers build them) with their health problems found, recorded in
     meta["health"] (after any the parser found), remedied as recorded, and named in the first
     warning."""
     problems = list(trace.meta.get("health") or [])
@@ -141,7 +141,7 @@ def _kind_counts(kernels) -> dict[str, int]:
     return {str(label): int(n) for label, n in zip(kinds.labels, counts)}
 
 
-def _before_launch(trace: Any) -> tuple[Any, list[Problem]]:
+def _before_launch(trace: ColumnTrace) -> tuple[ColumnTrace, list[Problem]]:
     """Activities that start before their own launch call.
 
     - Most of the linked ones: the GPU clock is offset from the CPU's. Every GPU time
@@ -191,24 +191,19 @@ def _before_launch(trace: Any) -> tuple[Any, list[Problem]]:
     return trace, problems
 
 
-def _shift_gpu(trace: Any, shift: int) -> Any:
+def _shift_gpu(trace: ColumnTrace, shift: int) -> ColumnTrace:
     k, r = trace.kernels, trace.ranges
     gpu = coded(r, "domain").equals("gpu") if len(r) else np.zeros(0, dtype=bool)
     r_start, r_end = column(r, "start") + np.where(gpu, shift, 0), column(r, "end") + np.where(gpu, shift, 0)
     k_start, k_end = column(k, "start") + shift, column(k, "end") + shift
     span = max(int(trace.meta.get("span_ns") or 0), int(k_end.max()) if len(k_end) else 0, int(r_end.max()) if len(r_end) else 0)
     meta = {**trace.meta, "span_ns": span}
-    if isinstance(trace, ColumnTrace):
-        return dataclasses.replace(trace, kernels=k.with_columns(start=k_start, end=k_end),
-                                   ranges=r.with_columns(start=r_start, end=r_end), meta=meta)
-    return dataclasses.replace(trace, kernels=k.assign(start=k_start, end=k_end), ranges=r.assign(start=r_start, end=r_end), meta=meta)
+    return dataclasses.replace(trace, kernels=k.with_columns(start=k_start, end=k_end),
+                               ranges=r.with_columns(start=r_start, end=r_end), meta=meta)
 
 
-def _drop_kernels(trace: Any, keep: np.ndarray) -> Any:
-    rows = np.flatnonzero(keep)
-    if isinstance(trace, ColumnTrace):
-        return dataclasses.replace(trace, kernels=trace.kernels.take(rows))
-    return dataclasses.replace(trace, kernels=trace.kernels.iloc[rows].reset_index(drop=True))
+def _drop_kernels(trace: ColumnTrace, keep: np.ndarray) -> ColumnTrace:
+    return dataclasses.replace(trace, kernels=trace.kernels.take(np.flatnonzero(keep)))
 
 
 def _stream_overlaps(kernels) -> list[Problem]:

@@ -2,8 +2,8 @@
 
 Adds to the kernel table the columns in trace.LINK_COLUMNS, and `parent` / `depth` to the
 op and range tables. Reads only the trace's tables; returns a new trace of the same form.
-numpy only: the Kineto parser's column tables (tables.py) are linked before pandas is
-imported, and an Nsight Systems trace's DataFrames are read through the same accessors.
+numpy only: the parsers' column tables (tables.py) are linked before pandas is imported;
+a Trace's DataFrames are read through the same accessors.
 """
 
 from __future__ import annotations

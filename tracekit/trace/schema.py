@@ -6,6 +6,8 @@ are integer row positions into the other table, -1 (NO_ROW) when absent.
 """
 
 NO_ROW = -1
+# The kernel table's `kind` labels, in code order (both parsers code the column with them).
+GPU_KINDS = ("kernel", "memcpy", "memset")
 
 # Columns of each table, in order, with their dtypes. Tables are built through
 # `make_table` (or tables.ColumnTable) so that a table is the same shape whatever the source.

@@ -1,14 +1,16 @@
-"""Tables as plain numpy columns: what the Kineto parser builds and linking reads, before
-(or instead of) pandas.
+"""Tables as plain numpy columns: what both parsers build and linking reads, before (or
+instead of) pandas.
 
 Importing pandas costs ~0.3 s, most of what `tracekit info` on an everyday trace would
-otherwise spend, and the parser's worker processes never need it. So the Kineto parser
-builds `ColumnTable`s (one numpy array per column; names as integer codes beside their
-labels, `Coded`), linking adds its columns with numpy alone, and `frames.to_frame` turns a table
-into the Trace's DataFrame (trace.py) only when a stage that needs pandas asks for it.
+otherwise spend, and the Kineto parser's worker processes never need it. So the Kineto and
+Nsight Systems parsers build `ColumnTable`s (one numpy array per column; names as integer
+codes beside their labels, `Coded`), linking adds its columns with numpy alone, and
+`frames.to_frame` turns a table into the Trace's DataFrame (frames.py) only when a stage that
+needs pandas asks for it.
 
-`column` and `coded` read a column from either form, so a stage that needs no pandas
-(linking, the inventory) reads the DataFrames of an Nsight Systems trace the same way.
+`column` and `coded` read a column from either form, so a stage that needs no pandas reads
+the DataFrames of a loaded Trace the same way (the inventory of `tracekit.load`'s trace,
+a capture trace's launch context).
 """
 
 from __future__ import annotations
