@@ -397,8 +397,11 @@ def test_markdown_and_console_show_the_prediction():
     run = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json", "--format", "markdown")
     assert run.returncode == 0, run.stderr
     assert "## Model: predicted vs measured steps" in run.stdout and "32,785 KV tokens" in run.stdout
-    table = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json")
+    table = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json", "--full")
     assert "step[DECODE bs=32]" in table.stdout and "MAPE" in table.stdout  # brackets shown, not eaten as markup
+    first = run_cli("analyze", shared(*SGLANG.split("/")), "--model", MODELS / "qwen3-8b.config.json")
+    mape = re.search(r"MAPE ([\d.]+%)", table.stdout).group(1)
+    assert f"MAPE {mape}" in first.stdout  # the first screen's model line: the full report's figure
 
 
 def test_block_costs_by_hand_for_moe_mla_and_tensor_parallel():

@@ -49,7 +49,7 @@ def _all_shared_inputs():
 
 @pytest.mark.parametrize("path", sweep(_all_shared_inputs()), ids=lambda p: p.name)
 def test_columns_100_fits_every_shared_trace(path):
-    args = ["analyze", str(path)] + (["--device", "H100-SXM"] if "h100x2_fsdp" in path.name else []) + (
+    args = ["analyze", str(path), "--full"] + (["--device", "H100-SXM"] if "h100x2_fsdp" in path.name else []) + (
         ["--workers", "1"] if path.is_dir() else [])
     proc = _run(args)
     assert proc.returncode == 0, proc.stderr
@@ -61,7 +61,7 @@ def test_columns_100_fits_every_shared_trace(path):
 
 
 def test_narrow_terminal_drops_columns_before_the_kernel_name():
-    wide, narrow = _run(["analyze", str(QWEN)], columns="160"), _run(["analyze", str(QWEN)], columns="80")
+    wide, narrow = _run(["analyze", str(QWEN), "--full"], columns="160"), _run(["analyze", str(QWEN), "--full"], columns="80")
     assert max(map(len, narrow.stdout.splitlines())) <= 80 and max(map(len, wide.stdout.splitlines())) <= 160
     head = lambda out: next(l for l in out.splitlines() if l.startswith("| kernel"))  # noqa: E731
     assert "TFLOP/s" in head(wide.stdout) and "TFLOP/s" not in head(narrow.stdout)

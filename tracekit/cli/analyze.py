@@ -78,7 +78,8 @@ def analyze(paths: tuple[str, ...], device: str | None, device_file: str | None,
             raise click.UsageError(f"{flag} works on one trace at a time")
         if step is not None:
             raise click.UsageError("--step works on one trace at a time")
-        _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold)
+        _analyze_ranks(list(paths), device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, straggler_threshold,
+                       full)
         return
     path = paths[0]
     from tracekit.api import analyze as run
@@ -171,7 +172,8 @@ def _log_to_mlflow(analysis, run_id: str | None, top: int) -> None:
     click.echo(f"tracekit: logged to MLflow run {run_id}", err=True)
 
 
-def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold) -> None:
+def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, top, workers, scheduler, threshold,
+                   full: bool = False) -> None:
     from tracekit.ranks.executor import analyze_ranks
     from tracekit.reports import ranks as render
 
@@ -181,10 +183,11 @@ def _analyze_ranks(paths, device, device_file, rules, sustained, fmt, out_dir, t
         written = render.write_bundle(multi, out_dir, top) if out_dir else []
     for path, why in multi.unreadable:  # the sound ranks are reported; each bad input is named
         warn(path, f"left out of the job's report: {why}")
+    first_screen = fmt == "table" and not full
     for r in multi.ranks:
-        for warning in r.analysis.warnings:
+        for warning in _shown_warnings(r.analysis) if first_screen else r.analysis.warnings:
             warn(r.path, warning)
     emit(fmt, json=lambda: render.to_json(multi), markdown=lambda: render.to_markdown(multi, top),
-         table=lambda: render.render_console(multi, console(), top))
+         table=(lambda: render.render_first_screen(multi, console())) if first_screen else lambda: render.render_console(multi, console(), top))
     if out_dir:
         click.echo(f"tracekit: wrote {len(written)} files to {safe(out_dir)}", err=True)

@@ -11,6 +11,7 @@ from rich.text import Text
 from tracekit.analysis import Analysis
 from tracekit.analysis.roofline import OVER_PEAK
 from tracekit.common.format import duration, percent, percent_against
+from tracekit.reports.first_screen import device_label
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import console, print_section
 from tracekit.reports.text import terminal
@@ -60,15 +61,6 @@ def capture_line(analysis: Analysis) -> str | None:
         more = f"; {len(c['unmatched']) - 1} other reasons" if len(c["unmatched"]) > 1 else ""
         line += f"; {c['kernels_unmatched']:,} unmatched: {top['kernels']:,} {top['reason']}{more}"
     return line
-
-
-def device_label(analysis: Analysis) -> str:
-    """The device's name, or why there is none."""
-    if analysis.device is not None:
-        return f"{analysis.device.name} [{analysis.device.key}]"
-    if len(analysis.kernels):
-        return "unknown: roofline figures need --device NAME (see `tracekit devices`)"
-    return "none (CPU-only profile)"
 
 
 def device_line(analysis: Analysis) -> str:

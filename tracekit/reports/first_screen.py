@@ -39,7 +39,7 @@ SHORT_CAUSE = {
     "idle_outside_host_wait": "idle outside windows: host", "idle_outside_sync": "idle outside windows: sync",
     "idle_outside_queued": "idle outside windows: queued", "idle_outside_other": "idle outside windows",
     "copies": "copies not hidden", "exposed_communication": "exposed communication",
-    "recoverable": "kernels above roofline", "launch_overhead": "launches > kernels (host)",
+    "recoverable": "time over roofline min", "launch_overhead": "launches > kernels (host)",
     "profiler_overhead": "slow launches (profiler)",
     "waste_unfused_elementwise": "unfused elementwise", "waste_unfused_attention": "unfused attention",
     "waste_copies_layout": "layout copies", "waste_copies_cast": "repeated dtype casts",
@@ -168,9 +168,17 @@ def notes_line(a: Analysis, health_rows: int) -> str:
     return f"notes       {costed}{flagged}{health}; `--full` for the whole report"
 
 
+def device_label(analysis: Analysis) -> str:
+    """The device's name, or why there is none."""
+    if analysis.device is not None:
+        return f"{analysis.device.name} [{analysis.device.key}]"
+    if len(analysis.kernels):
+        return "unknown: roofline figures need --device NAME (see `tracekit devices`)"
+    return "none (CPU-only profile)"
+
+
 def render_first_screen(a: Analysis, console: Console) -> None:
     """The first screen, printed on `console` (its width)."""
-    from tracekit.reports.analyze import device_label
     from tracekit.reports.health import health_section
 
     meta = a.meta
@@ -181,7 +189,12 @@ def render_first_screen(a: Analysis, console: Console) -> None:
     for section in (causes_section(a), blocks_section(a)):
         if section is not None:
             print_section(section, console, boxed=False)
-    for line in (steps_line(a), stages_line(a)):
+    model = None
+    if getattr(a, "model", None) is not None:  # --model: its agreement with the trace, in one line
+        from tracekit.reports.prediction import summary_line
+
+        model = summary_line(a)
+    for line in (steps_line(a), stages_line(a), model):
         if line is not None:
             console.print(terminal(line))
     console.print(terminal(notes_line(a, len(health_section(a).rows))))

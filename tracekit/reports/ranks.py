@@ -105,6 +105,41 @@ def render_console(m: MultiRank, console: Console, top: int = 15) -> None:
     print_section(Section(busbw_title, *busbw, priority=[0, 2, 0, 2, 2, 0, 1, 0, 0, 1], flex=0), console)
 
 
+FIRST_SCREEN_RANKS = 8  # the slowest ranks the first screen lists (a 64-rank job fits one screen)
+FIRST_SCREEN_SKEW = 5
+
+
+def render_first_screen(m: MultiRank, console: Console) -> None:
+    """The job's first screen (as `tracekit analyze`'s for one trace): the verdict lines, the
+    slowest ranks and the largest skews, unboxed; every table whole in --full."""
+    from tracekit.reports.section import Section
+    from tracekit.reports.terminal import print_section
+    from tracekit.reports.text import terminal
+
+    for line in summary_lines(m):
+        console.print(terminal(line))
+    head, rows = _rows(m)
+    order = sorted(range(len(rows)), key=lambda i: -_finite_or(m.per_rank["step_time_ns"].iloc[i]))
+    shown = [rows[i] for i in order[:FIRST_SCREEN_RANKS]]
+    more = f"; {len(rows) - len(shown)} more in --full" if len(rows) > len(shown) else ""
+    print_section(Section(f"Slowest ranks{more}", head, shown, priority=[0, 0, 0, 0, 0, 0, 1, 1, 2, 1, 2, 3, 3, 2]),
+                  console, boxed=False)
+    skew_head, skew = _skew_rows(m, FIRST_SCREEN_SKEW)
+    if skew:
+        more = f"; {len(m.skew) - len(skew)} more in --full" if len(m.skew) > len(skew) else ""
+        print_section(Section(f"Collective skew (largest first{more})", skew_head, skew, priority=[0, 2, 1, 2, 0, 1, 1, 2], flex=0),
+                      console, boxed=False)
+    console.print(terminal("notes       bus bandwidth over ranks and each rank's own report: `--full`, or --out DIR"))
+
+
+def _finite_or(value, default: float = -1.0) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return default
+    return value if value == value else default
+
+
 def to_markdown(m: MultiRank, top: int = 15) -> str:
     from tracekit.reports.text import markdown as md, markdown_table
 

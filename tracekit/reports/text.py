@@ -12,6 +12,8 @@ function of its medium, and through nothing else:
     csv_cell(s)  -> str: controls shown, a formula's first character neutralised (OWASP)
     xml_text(s)  -> str: controls shown, nothing XML 1.0 forbids (JUnit)
     plot_text(s) -> str: controls shown, no math text (matplotlib labels)
+    mcp_text(s)  -> str: controls, invisibles and lone surrogates shown, length bounded
+                         (a data field of an MCP tool's result, read by a model)
 
 `visible(s)` is the shared first step: control characters become printable escapes.
 """
@@ -104,6 +106,10 @@ _NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
 def xml_text(value: object) -> str:
     """For XML text and attributes (JUnit): controls and invisibles escaped, and nothing XML
     forbids; ElementTree escapes & < > and quotes itself."""
+    return _no_surrogates(value)
+
+
+def _no_surrogates(value: object) -> str:
     return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", visible(value))
 
 
@@ -111,6 +117,14 @@ def plot_text(value: object) -> str:
     """For a label matplotlib draws: controls and invisibles escaped (a glyph the font lacks
     is no warning quoting raw bytes), `$` escaped so no math text starts."""
     return visible(value).replace("$", r"\$")
+
+
+def mcp_text(value: object) -> str:
+    """For a string field of an MCP tool's result: the JSON carries it intact, but a model
+    (and the terminal of whoever reads its transcript) sees every character, so controls and
+    invisibles are escaped, a lone surrogate (which no UTF-8 encoder writes) is shown as its
+    code, and the length is bounded like every other medium's."""
+    return _no_surrogates(value)
 
 
 def html(value: object) -> Markup:
