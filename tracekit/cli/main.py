@@ -18,7 +18,7 @@ from tracekit.errors import TraceError, limit_reached, memory_ran_out, out_of_me
 # and what it imports) is loaded when that command runs, not for every other one.
 COMMANDS = {"info": ("trace", "info"), "analyze": ("analyze", "analyze"), "calibrate": ("calibrate", "calibrate"),
             "export": ("trace", "export"), "diff": ("compare", "diff"), "check": ("compare", "check"),
-            "devices": ("trace", "devices"), "project": ("project", "project")}
+            "devices": ("trace", "devices"), "project": ("project", "project"), "mcp": ("mcp", "mcp")}
 
 
 class _Commands(click.Group):

@@ -39,3 +39,13 @@ def op_cost(name: str, dims: Any, types: Any, concrete: Any, hints: dict[str, An
     except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as exc:
         # A malformed trace must cost us one op, never the analysis.
         return Unknown(f"unreadable inputs for {name} ({type(exc).__name__}: {exc})")
+
+
+def cost_formula(name: str) -> str | None:
+    """How `name`'s cost is counted, in one line: the first line of the docstring of the
+    family module that registered it (gemm.py: "Matrix multiplies: 2·M·N·K FLOPs ...")."""
+    import sys
+
+    fn = _REGISTRY.get(name)
+    doc = sys.modules[fn.__module__].__doc__ if fn is not None else None
+    return doc.strip().splitlines()[0] if doc and doc.strip() else None

@@ -1,0 +1,35 @@
+"""The `analyze` tool's body: the figures `tracekit analyze --format json` gives (the same
+summary, docs/summary-schema.md), cut to what answers "where did the time go": headline,
+causes, blocks, steps, stages, coverage, device, health, flags. Long lists are bounded;
+top kernels and ops are the `top` tool's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tracekit.mcp_server.fields import MAX_ROWS, clean
+
+SUMMARY_KEYS = ("schema_version", "trace", "device", "headline", "coverage", "health", "what_to_fix_first", "blocks",
+                "steps", "throughput", "devices", "overlap", "flags", "warnings")
+
+
+def analysis_summary(a, limit: int = 50) -> dict[str, Any]:
+    """The summary's sections; `blocks` and `steps` hold at most `limit` rows each."""
+    from tracekit.api import summary_json
+
+    limit = max(1, min(int(limit), MAX_ROWS))
+    full = json.loads(summary_json(a))
+    out: dict[str, Any] = {key: full[key] for key in SUMMARY_KEYS if key in full}
+    left_off = {}
+    for key in ("blocks", "steps"):
+        rows = out.get(key)
+        if isinstance(rows, list) and len(rows) > limit:
+            left_off[key] = len(rows) - limit
+            out[key] = rows[:limit]
+    throughput = out.get("throughput")
+    if isinstance(throughput, dict) and isinstance(throughput.get("steps"), list) and len(throughput["steps"]) > limit:
+        left_off["throughput.steps"] = len(throughput["steps"]) - limit
+        out["throughput"] = {**throughput, "steps": throughput["steps"][:limit]}
+    out["left_off"] = left_off
+    return clean(out)
