@@ -16,11 +16,11 @@ for _size in ("COLUMNS", "LINES"):
     os.environ.pop(_size, None)
 
 
-# The shared fixtures (real traces; see README "Shared fixtures") live beside the
+# The shared fixtures (real traces; see docs/install.md "Shared fixtures") live beside the
 # repository. Without them the tests that need them skip with this one reason; CI
 # (.ci/run) sets TRACEKIT_REQUIRE_SHARED=1, which turns the skip into a failure.
 MISSING_SHARED = (f"needs the shared fixtures at {SHARED} (a checkout of the shared traces beside the repository; "
-                  "see README, 'Shared fixtures')")
+                  "see docs/install.md, 'Shared fixtures')")
 
 
 def shared_required() -> bool:
@@ -52,7 +52,7 @@ def shared(*parts: str) -> pathlib.Path:
 # same rule: skip with one reason when absent, fail under TRACEKIT_REQUIRE_SHARED=1.
 SHARED_MODELS = REPO.parent / "shared" / "models"
 MISSING_SHARED_MODELS = (f"needs the shared model configs at {SHARED_MODELS} (a checkout of the shared fixtures and models "
-                         "beside the repository; see README, 'Shared fixtures')")
+                         "beside the repository; see docs/install.md, 'Shared fixtures')")
 
 
 def skip_without_shared_models(module_level: bool = False) -> None:

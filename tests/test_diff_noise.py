@@ -168,10 +168,10 @@ def test_diff_of_two_rank_directories(tmp_path):
 
 
 def _readme_story() -> str:
-    """The test file of README "A regression story, end to end", as the README prints it."""
+    """The test file of docs/compare.md "A regression story, end to end", as the page prints it."""
     from conftest import REPO
 
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "docs" / "compare.md").read_text()
     story = text[text.index("### A regression story, end to end"):]
     return story[story.index("```python\n") + len("```python\n"):story.index("\n```", story.index("```python\n"))] + "\n"
 

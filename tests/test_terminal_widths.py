@@ -41,10 +41,15 @@ def _sections(analyses):
 
     names = sorted(analyses)
     summaries = {n: as_summary(analyses[n], top=15) for n in names}
+    from tracekit.reports.first_screen import blocks_section, causes_section
+
     for n in names:
         for s in sections(analyses[n], 15):
             if s.terminal:
                 yield f"analyze {n}", s
+        for s in (causes_section(analyses[n]), blocks_section(analyses[n])):  # the first screen's tables
+            if s is not None:
+                yield f"analyze {n} (first screen)", s
     # each trace against the next: every diff table with matches, changes and one-side rows
     for a, b in zip(names, names[1:] + names[:1]):
         for s in diff_report.console_sections(diff(summaries[a], summaries[b]), 15):
@@ -104,8 +109,8 @@ def test_no_number_is_cut(analyses, sections, width):
             checked += 1
             continue
         assert _table_width([layout.widths[i] for i in layout.keep]) <= width, (where, section.title, width)
-        for i in layout.keep:
-            if i in section.left or i == section.flex:
+        for i in layout.keep:  # numbers, and the short labels a Section keeps whole, are never cut
+            if (i in section.left or i == section.flex) and i not in section.whole:
                 continue
             widest = max(len(str(row[i])) for row in section.rows)
             assert layout.widths[i] >= widest, (where, section.title, section.head[i], width)

@@ -36,7 +36,7 @@ from tracekit.errors import TraceError
               "JSON output get `what_if` (busy and step time with ranges, throughput, time by rule; see `tracekit project`).")
 @click.option("--ncu", "ncu", type=click.Path(dir_okay=False), help="A Nsight Compute CSV of the same work (ncu --csv --page raw "
               "--metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum): each kernel's modeled bytes against "
-              "the DRAM bytes it measured, per kernel family (see README).")
+              "the DRAM bytes it measured, per kernel family (see docs/ncu.md).")
 @click.option("--bytes", "bytes_from", type=click.Choice(["model", "measured"]), default="model", show_default=True,
               help="The bytes the roofline uses: the cost model's, or (with --ncu) the DRAM bytes Nsight Compute measured.")
 @step_option
@@ -146,7 +146,7 @@ def _check_mlflow(paths: tuple[str, ...]) -> None:
     if not os.environ.get("MLFLOW_TRACKING_URI", "").strip():
         # Without one MLflow falls back to a local file store, which current MLflow refuses.
         raise click.UsageError("--mlflow needs a tracking server: set MLFLOW_TRACKING_URI=http://HOST:PORT "
-                               "(a local one: mlflow server --host 127.0.0.1 --port 5000; see README)")
+                               "(a local one: mlflow server --host 127.0.0.1 --port 5000; see docs/compare.md)")
     if len(paths) > 1 or os.path.isdir(paths[0]):
         raise click.UsageError("--mlflow logs one trace's analysis; give one trace (run it once per rank)")
     from tracekit.integrations.mlflow import check_server

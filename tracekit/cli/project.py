@@ -30,7 +30,7 @@ def project(path: str, target: str | None, tp: int | None, run_tp: int | None, m
     rest (latency, launch, tails) keeps its time; the host timeline is replayed apart, so a
     launch-bound step stays launch-bound. With --tp N: the same run at TP degree N (sharded
     blocks scale by TP/N, replicated ones stay, collectives follow the ring); --to and --tp
-    together: at TP N on the other GPU. See README, "Projection"."""
+    together: at TP N on the other GPU. See docs/projection.md."""
     from tracekit.errors import TraceError
 
     if target is None and tp is None:

@@ -30,27 +30,26 @@ if TYPE_CHECKING:
 FIRST_SCREEN_LINES = 40  # at 80, 100 and 120 columns (tests/test_first_screen.py)
 TOP_CAUSES = 5
 TOP_BLOCKS = 5
+WHERE_MIN = 24  # the place of a cause (a kernel, an op, a range) keeps this much before the fix column goes
 
 # Each cause of the ranked list (analysis.causes) by its code: a short title, and the fix as a
 # phrase. The full sentences (cause.what, cause.fix) are the full report's.
 SHORT_CAUSE = {
-    "idle_host_wait": "idle: host late to launch", "idle_sync": "idle: host in a sync call",
-    "idle_queued": "idle: queued, not started", "idle_other": "idle: nothing recorded",
-    "idle_outside_host_wait": "idle outside windows: host", "idle_outside_sync": "idle outside windows: sync",
-    "idle_outside_queued": "idle outside windows: queued", "idle_outside_other": "idle outside windows",
-    "copies": "copies not hidden", "exposed_communication": "exposed communication",
-    "recoverable": "time over roofline min", "launch_overhead": "launches > kernels (host)",
-    "profiler_overhead": "slow launches (profiler)",
+    "idle_host_wait": "idle: host late", "idle_sync": "idle: host sync", "idle_queued": "idle: queued",
+    "idle_other": "idle: no cause seen", "idle_outside_host_wait": "idle outside: host",
+    "idle_outside_sync": "idle outside: sync", "idle_outside_queued": "idle outside: queued",
+    "idle_outside_other": "idle outside steps", "copies": "unhidden copies", "exposed_communication": "exposed comm",
+    "recoverable": "over roofline min", "launch_overhead": "launch-bound host", "profiler_overhead": "profiler launches",
     "waste_unfused_elementwise": "unfused elementwise", "waste_unfused_attention": "unfused attention",
-    "waste_copies_layout": "layout copies", "waste_copies_cast": "repeated dtype casts",
-    "waste_copies_rewrite": "whole-tensor rewrites", "waste_strided_elementwise": "strided elementwise",
+    "waste_copies_layout": "layout copies", "waste_copies_cast": "repeated casts",
+    "waste_copies_rewrite": "whole rewrites", "waste_strided_elementwise": "strided elementwise",
     "waste_weight_gathers": "weight gathers", "waste_recompute": "recompute",
 }
 SHORT_FIX = {
-    "waste_unfused_elementwise": "fuse (torch.compile)", "waste_unfused_attention": "SDPA / FlashAttention",
-    "waste_copies_layout": "contiguous once", "waste_copies_cast": "cast once", "waste_copies_rewrite": "update in place",
+    "waste_unfused_elementwise": "torch.compile", "waste_unfused_attention": "use SDPA",
+    "waste_copies_layout": "contiguous once", "waste_copies_cast": "cast once", "waste_copies_rewrite": "in place",
     "waste_strided_elementwise": "contiguous once", "waste_weight_gathers": "grouped GEMM",
-    "waste_recompute": "checkpoint fewer layers",
+    "waste_recompute": "checkpoint less",
 }
 
 
@@ -114,10 +113,11 @@ def causes_section(a: Analysis) -> Section | None:
              short_fix(i + 1, c)] for i, c in enumerate(f.causes[:TOP_CAUSES])]
     more = len(f.causes) - TOP_CAUSES
     title = f"What to fix first (share of {f.denominator}{'; ' + str(more) + ' more in --full' if more > 0 else ''})"
-    head, priority = ["#", "cause", "where", "time", "share", "fix"], [3, 0, 0, 0, 0, 1]
+    head, priority = ["#", "cause", "where", "time", "share", "fix"], [0, 0, 0, 0, 0, 1]
     if not any(r[-1] for r in rows):  # no fix among them: the column would be empty
         head, priority, rows = head[:-1], priority[:-1], [r[:-1] for r in rows]
-    return Section(title, head, rows, priority, flex=2, left=(1, 2, 5))
+    # the cause's title and the fix's phrase are short labels: whole, or the fix dropped; the place gives way
+    return Section(title, head, rows, priority, flex=2, left=(1, 2, 5), whole=(1, 5), flex_min=WHERE_MIN)
 
 
 def blocks_section(a: Analysis) -> Section | None:

@@ -27,9 +27,11 @@ class Section:
     rows: list[list[str]]
     priority: list[int]  # per column: a higher number is dropped sooner in a narrow terminal; 0: an answer column, always kept
     flex: int = 0  # the column that is truncated (with …) to fit, after dropping columns
+    flex_min: int = 0  # the flex column's narrowest width before other columns are dropped (0: MIN_FLEX)
     note: str = ""  # a line under the table (plain text, may hold trace strings)
     left: tuple[int, ...] = (0,)  # text columns (left-aligned); the rest are numbers
     wrap: tuple[int, ...] = ()  # prose columns (a reason, a why): they wrap in a narrow terminal instead of eliding
+    whole: tuple[int, ...] = ()  # short text columns (a label, a phrase) shown whole like numbers: a narrow terminal drops them, never cuts them
     terminal: bool = True  # shown in the terminal too (else only in report.md / report.html)
     empty: str = "(none)"
     extra: dict = field(default_factory=dict)

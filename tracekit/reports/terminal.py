@@ -113,7 +113,7 @@ def plan(section: Section, width: int) -> Layout:
     cells = [[terminal(c) for c in row] for row in section.rows]
     natural = [max([cell_len(h)] + [row[i].cell_len for row in cells]) for i, h in enumerate(head)]
     flex = section.flex if 0 <= section.flex < len(head) else None
-    text_cols = [i for i in range(len(head)) if i in section.left or i == flex]
+    text_cols = [i for i in range(len(head)) if (i in section.left or i == flex) and i not in section.whole]
     keep = list(range(len(head)))
     # a figure in a text column (a throughput, a count with its unit) is shown whole: its width is the column's least
     whole = [max([row[i].cell_len for row in cells if looks_like_number(row[i].plain)], default=0) for i in range(len(head))]
@@ -121,18 +121,23 @@ def plan(section: Section, width: int) -> Layout:
     def least(i: int) -> int:
         return _min_width(head[i], natural[i], whole[i])
 
+    def floor(i: int) -> int:
+        """The width a text column keeps before a column is dropped for it (the flex column: flex_min)."""
+        return min(natural[i], max(least(i), section.flex_min)) if i == flex else least(i)
+
     def readable(i: int, keep: list[int]) -> int:
         """A text column's width before anything is dropped for it: its part of half the
         width, shared among the text columns (a short one takes only what it needs). The
         flex column (the long names) gives way first: it is served last."""
         cols = sorted((j for j in keep if j in text_cols), key=lambda j: (j == flex, natural[j]))
-        budget = int(width * FLEX_SHARE)
+        # the whole text columns (short labels, never cut) take their width out of the same share
+        budget = int(width * FLEX_SHARE) - sum(natural[j] for j in keep if j in section.whole)
         others = [j for j in cols if j != flex]
         for n, j in enumerate(cols):
             share = budget // (len(cols) - n)
             if j != flex and flex in cols:  # the other text columns share all but the flex column's minimum
                 share = (budget - MIN_FLEX) // (len(others) - others.index(j))
-            given = min(natural[j], max(least(j), share))
+            given = min(natural[j], max(floor(j), share))
             if j == i:
                 return given
             budget -= given
