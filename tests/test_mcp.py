@@ -87,6 +87,12 @@ def test_analyze_returns_the_figures_of_format_json(path, tmp_path):
     assert got["blocks"] == want["blocks"][:50] and got["steps"] == want["steps"][:50]
     assert got["devices"] == want["devices"] and got["device"] == want["device"]
     assert len(got["flags"]) == len(want["flags"])
+    # the headline's figures as fields: the busy time is the devices' (one GPU in each of these traces)
+    figures = got["headline_figures"]
+    assert len(want["devices"]) == 1 and figures["busy_ns"] == want["devices"][0]["busy_ns"]
+    assert [(b["phase"], b["block"]) for b in figures["blocks"]] == [(b["phase"], b["block"]) for b in want["blocks"][:len(figures["blocks"])]]
+    for b, row in zip(figures["blocks"], want["blocks"]):
+        assert b["share_of_busy"] == pytest.approx(row["share"], rel=1e-12)
 
 
 def _raw_gemm_costs(path: Path, kernel_name: str) -> tuple[int, float, float]:
