@@ -214,3 +214,17 @@ def test_without_the_sdk_the_command_says_which_extra_in_one_line():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == ["tracekit: error: tracekit mcp: the MCP SDK is not installed: pip install 'tracekit[mcp]'"]
+
+
+def test_top_filtered_by_phase_and_block_sums_to_the_blocks_kernel_time(tmp_path):
+    async def calls(s):
+        kernels = _data(await s.call_tool("top", {"path": str(BUNDLED), "table": "kernels", "phase": "decode", "block": "ffn",
+                                                  "limit": 500}))
+        blocks = _data(await s.call_tool("top", {"path": str(BUNDLED), "table": "blocks", "phase": "decode"}))
+        return kernels, blocks
+
+    kernels, blocks = _session(calls, tmp_path / "err.txt")
+    ffn = next(r for r in blocks["rows"] if r["block"] == "ffn")
+    assert {r["phase"] for r in blocks["rows"]} == {"decode"} and blocks["total_rows"] == len(blocks["rows"])
+    assert kernels["left_off"] == 0 and sum(r["time_ns"] for r in kernels["rows"]) == ffn["kernel_time_ns"]
+    assert sum(r["count"] for r in kernels["rows"]) == ffn["count"]

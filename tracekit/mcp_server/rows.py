@@ -43,27 +43,26 @@ def _table(a, table: str, phase: str | None, block: str | None) -> pd.DataFrame:
 
     if table in ("kernels", "copies"):
         k = a.kernels
-        keep = np.ones(len(k), dtype=bool)
-        if phase:
-            keep &= (k["phase"].astype(object) == phase).to_numpy()
-        if block:
-            keep &= (k["block"].astype(object) == block).to_numpy()
+        keep = _in(k, phase, block)
         if keep.all():
             return a.kernel_summary if table == "kernels" else a.copy_summary
         return kernel_summary(k[keep], copies=table == "copies")
     if table == "ops":
         return a.ops.sort_values("time_ns", ascending=False, kind="stable")
     if table == "blocks":
-        b = a.blocks
-        keep = np.ones(len(b), dtype=bool)
-        if phase:
-            keep &= (b["phase"].astype(object) == phase).to_numpy()
-        if block:
-            keep &= (b["block"].astype(object) == block).to_numpy()
-        return b[keep]
+        return a.blocks[_in(a.blocks, phase, block)]
     if table == "steps":
         return a.steps
     f = a.findings
     if f is None:
         return pd.DataFrame({NAME_COLUMN[table]: []})
     return f.idle if table == "idle" else f.idle_host
+
+
+def _in(frame: pd.DataFrame, phase: str | None, block: str | None) -> np.ndarray:
+    """The rows of `frame` in `phase` and `block` (None: any)."""
+    keep = np.ones(len(frame), dtype=bool)
+    for column, value in (("phase", phase), ("block", block)):
+        if value:
+            keep &= (frame[column].astype(object) == value).to_numpy()
+    return keep
