@@ -172,7 +172,7 @@ def test_agreement_per_block_with_the_model(analyses):
 def test_report_lines(analyses):
     from tracekit.reports import markdown
     from tracekit.reports.renderer import RenderOptions
-    from tracekit.reports.analyze import capture_line
+    from tracekit.reports.lines import capture_line
 
     line = capture_line(analyses[True, True])
     assert line.startswith("25 of 25 graph launches paired with 25 captured graphs (25 sequence): 361 of 361 graph kernels")

@@ -68,7 +68,7 @@ def test_host_code_shares_say_they_add_up_per_kind(runs):
 
 def test_a_coverage_just_below_the_limit_never_prints_as_the_limit():
     """FLUX: "only 50.0% of GPU kernel time has a cost, below the 50.0% needed"."""
-    from tracekit.reports.analyze import roofline_line
+    from tracekit.reports.lines import roofline_line
     from tracekit.common.format import percent_against
 
     assert percent_against(0.49996, 0.5) == "49.996%" and percent_against(0.4, 0.5) == "40.0%"

@@ -126,3 +126,22 @@ def test_devices_imports_no_pandas():
     out, heavy = heavy_modules_after("devices")
     assert "h200" in out.lower() and "4,800" in out  # the H200's row with its 4.8 TB/s
     assert heavy == []
+
+
+TERMINAL_AND_TEMPLATES = ("rich", "markupsafe", "jinja2", "matplotlib")
+
+
+@pytest.mark.parametrize("argv", [("analyze", "--format", "markdown"), ("analyze", "--format", "json"), ("info", "--format", "json")],
+                         ids=" ".join)
+def test_markdown_and_json_import_no_terminal_library(tmp_path, argv):
+    # rich is the terminal's (issue 48, "imports by need"): the one-line facts every medium
+    # prints are plain strings (reports/lines.py), the escaping functions import their library
+    # where they run, and a module naming Console for its annotations imports it only for the checker.
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1024], [1024], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    out, loaded = heavy_modules_after(argv[0], b.write(tmp_path / "one_kernel.json"), *argv[1:], watched=TERMINAL_AND_TEMPLATES)
+    assert "vectorized_elementwise_kernel" in out or "AddFunctor" in out  # the command ran and printed its kernel
+    assert loaded == []
+    _, terminal = heavy_modules_after(argv[0], tmp_path / "one_kernel.json", watched=TERMINAL_AND_TEMPLATES)
+    assert "rich" in terminal  # the table format does import it: the check above is not vacuous

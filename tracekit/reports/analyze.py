@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.text import Text
 
 from tracekit.analysis import Analysis
-from tracekit.analysis.roofline import OVER_PEAK
-from tracekit.common.format import duration, percent, percent_against
-from tracekit.reports.first_screen import device_label
+from tracekit.common.format import duration
+from tracekit.reports.lines import capture_line, coverage_line, device_line, roofline_line
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.terminal import console, print_section
 from tracekit.reports.text import terminal
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tracekit.reports.renderer import RenderOptions
 
 
@@ -35,57 +35,6 @@ def render(analysis: Analysis, options: RenderOptions) -> str:
     return captured.get()
 
 
-
-
-def coverage_line(analysis: Analysis) -> str:
-    c = analysis.coverage
-    sources = ", ".join(f"{k} {percent(v)}" for k, v in sorted(c["modeled_share_by_source"].items(), key=lambda kv: -kv[1]))
-    return (f"{percent(c['modeled_share'])} of GPU kernel time has a cost "
-            f"({c['kernels_modeled']:,} of {c['kernels']:,} kernels; {sources or 'none'}); "
-            f"above {OVER_PEAK:.0%} of peak: {percent(c['over_peak_share'])} of modeled time")
-
-
-def capture_line(analysis: Analysis) -> str | None:
-    """Graph-capture pairing (--capture): what was paired, what was not and why; None without it."""
-    c = analysis.meta.get("capture")
-    if c is None:
-        return None
-    how = ", ".join(f"{n} {h}" for h, n in c["matched_by"].items())
-    costed = analysis.coverage.get("modeled_share_from_capture")
-    line = (f"{c['graph_launches_matched']:,} of {c['graph_launches']:,} graph launches paired with "
-            f"{c['graphs_captured']:,} captured graphs{' (' + how + ')' if how else ''}: {c['kernels_matched']:,} of "
-            f"{c['kernels']:,} graph kernels took a captured op ({percent(c['matched_share_of_kernel_time'])} of kernel time"
-            f"{', ' + percent(costed) + ' costed from it' if costed is not None else ''})")
-    if c["unmatched"]:
-        top = c["unmatched"][0]
-        more = f"; {len(c['unmatched']) - 1} other reasons" if len(c["unmatched"]) > 1 else ""
-        line += f"; {c['kernels_unmatched']:,} unmatched: {top['kernels']:,} {top['reason']}{more}"
-    return line
-
-
-def device_line(analysis: Analysis) -> str:
-    """The device and the bandwidth the roofline uses; its sources are in `tracekit devices`."""
-    dev = analysis.device
-    if dev is None and len(analysis.kernels):
-        return device_label(analysis)
-    if dev is None:
-        return "none: the trace holds no GPU activity (a CPU-only profile); its ops are costed against CPU time"
-    return (f"{dev.name} [{dev.key}]: {dev.memory_gbps:,.0f} GB/s, sustained {analysis.sustained:.0%} "
-            f"(sources: tracekit devices)")
-
-
-def roofline_line(analysis: Analysis) -> str:
-    from tracekit.costs.unknown import MIN_COVERAGE
-
-    c = analysis.coverage
-    eff, sus = c.get("efficiency"), c.get("efficiency_sustained")
-    if "kernel_time_ns" in c and c["kernel_time_ns"] is None:  # the profiler lost the kernels' times (trace health)
-        return "— : the kernels' times are lost (see Trace health), so no efficiency can be stated"
-    if (c.get("modeled_share") or 0.0) < MIN_COVERAGE:  # unknown is not zero, nor a measurement
-        return (f"— : only {percent_against(c.get('modeled_share') or 0.0, MIN_COVERAGE)} of GPU kernel time has a cost, "
-                f"below the {percent(MIN_COVERAGE)} needed to state an efficiency")
-    return (f"kernel time at {percent(eff)} of the peak roofline, {percent(sus)} of the sustained one "
-            f"(sum t_min / sum time over the kernels with a cost)")
 
 
 def render_console(analysis: Analysis, console: Console, top: int, warnings: bool = True) -> None:

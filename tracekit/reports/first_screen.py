@@ -19,6 +19,7 @@ from rich.text import Text
 
 from tracekit.attribution.rules import phased
 from tracekit.common.format import MIN_COVERAGE, duration, percent, rate, rounded_percent
+from tracekit.reports.lines import device_label
 from tracekit.reports.section import Section
 from tracekit.reports.tables import flag_marks
 from tracekit.reports.terminal import print_section
@@ -166,15 +167,6 @@ def notes_line(a: Analysis, health_rows: int) -> str:
     flagged = (f"{flags} figure{'s' if flags != 1 else ''} past a physical limit ({', '.join(tables)}; why in --full); "
                if flags else "")
     return f"notes       {costed}{flagged}{health}; `--full` for the whole report"
-
-
-def device_label(analysis: Analysis) -> str:
-    """The device's name, or why there is none."""
-    if analysis.device is not None:
-        return f"{analysis.device.name} [{analysis.device.key}]"
-    if len(analysis.kernels):
-        return "unknown: roofline figures need --device NAME (see `tracekit devices`)"
-    return "none (CPU-only profile)"
 
 
 def render_first_screen(a: Analysis, console: Console) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from jinja2 import Environment, select_autoescape
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
+from tracekit.reports.lines import capture_line, coverage_line, device_line, roofline_line
 from tracekit.common.format import duration
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.text import html as h

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from tracekit.common.format import duration, percent
 from tracekit.reports.text import terminal
 from tracekit.strict_json import dumps
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def to_json(inv: dict[str, Any]) -> str:

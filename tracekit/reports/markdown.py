@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracekit.analysis import Analysis
-from tracekit.reports.analyze import capture_line, coverage_line, device_line, roofline_line
+from tracekit.reports.lines import capture_line, coverage_line, device_line, roofline_line
 from tracekit.common.format import duration
 from tracekit.reports.tables import headline, lead, sections
 from tracekit.reports.section import section_markdown

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from tracekit.common.format import UNKNOWN, duration, number, percent, si, signed_percent
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from tracekit.analysis.result import Analysis
 
 

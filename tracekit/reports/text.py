@@ -21,11 +21,13 @@ function of its medium, and through nothing else:
 from __future__ import annotations
 
 import re
-
-from markupsafe import Markup, escape
+from typing import TYPE_CHECKING
 
 from tracekit.common.format import MAX_NAME_CHARS
-from rich.text import Text
+
+if TYPE_CHECKING:  # imported where used: Markdown, JSON and CSV need neither rich nor markupsafe
+    from markupsafe import Markup
+    from rich.text import Text
 
 # C0 (tabs and newlines too: they break table rows), DEL, C1 (0x80-0x9f: 8-bit CSI / OSC),
 # Unicode's bidirectional overrides (they reorder what the reader sees), and the invisible
@@ -53,6 +55,8 @@ def visible(value: object) -> str:
 
 def terminal(value: object, style: str | None = None) -> Text:
     """For the terminal: a rich Text, which rich prints as is (no markup, no emoji codes)."""
+    from rich.text import Text
+
     return Text(visible(value), style=style or "")
 
 
@@ -129,4 +133,6 @@ def mcp_text(value: object) -> str:
 
 def html(value: object) -> Markup:
     """For HTML text and attribute values (Jinja autoescaping leaves a Markup alone)."""
+    from markupsafe import escape
+
     return escape(visible(value))
