@@ -116,3 +116,24 @@ def test_every_shared_trace_first_screen_fits_40_lines_at_100_columns(path):
     assert max(map(len, lines)) <= 100
     assert lines[-1].startswith("notes") or "--full" in lines[-1]  # the notes line closes every first screen
     assert "implausible" not in run.stderr  # flag paragraphs are the full report's; the notes count them
+
+
+def test_a_headline_efficiency_past_the_physical_limit_is_flagged_everywhere(tmp_path):
+    """A 16M-element fp32 add (3 x 64 MiB moved) recorded as 2 us on an H100 would need 100 TB/s:
+    the headline's efficiency (sum t_min / sum time) is past its limit, so the first screen, the
+    full report and summary.json mark it, and the flags list holds it (table "coverage")."""
+    from synthetic import KinetoBuilder
+
+    b = KinetoBuilder()
+    b.op("aten::add", 0.0, 5.0, dims=[[1 << 24], [1 << 24], []], types=["float", "float", "Scalar"])
+    b.kernel("void vectorized_elementwise_kernel<4, AddFunctor<float>>(int)", 1.0, 10.0, 2.0)
+    trace = b.write(tmp_path / "too_fast.json")
+    t_min_ns = 3 * 4 * (1 << 24) / 3.35e12 * 1e9  # bytes / bandwidth: the roofline time of the add
+    peak = f"{t_min_ns / 2000:.1%}"  # of peak, over the 2 us it took
+    first, full = _screen(trace, 100).stdout, _screen(trace, 100, "--full").stdout
+    assert f"{peak} (!) of peak" in " ".join(first.split())
+    assert f"({peak} (!) of peak)" in " ".join(full.split())
+    summary = json.loads(run_cli("analyze", trace, "--format", "json").stdout)
+    assert f"({peak} (!) of peak)" in summary["headline"][1]
+    coverage = [f for f in summary["flags"] if f["table"] == "coverage" and f["figure"] == "efficiency"]
+    assert len(coverage) == 1 and coverage[0]["value"] == pytest.approx(t_min_ns / 2000, rel=1e-9)

@@ -68,6 +68,9 @@ def check(*, device: Device | None, steps: pd.DataFrame, blocks: pd.DataFrame, o
     if idle is not None and len(idle) and idle["share_of_window"].sum() > SHARE_SLACK:
         flags.append(Flag("what_to_fix_first.idle", -1, "idle gaps", "share_of_window", float(idle["share_of_window"].sum()), 1.0,
                           "more idle time than the window it was counted in"))
+    eff = _number(coverage.get("efficiency"))  # the headline's: sum t_min / sum time of the costed kernels
+    if eff is not None and eff > RATE_SLACK:
+        flags.append(Flag("coverage", 0, "the kernel time with a cost", "efficiency", eff, RATE_SLACK, _above_reason({})))
     share = coverage.get("modeled_share")
     if share is not None and share > SHARE_SLACK:
         flags.append(Flag("coverage", 0, "capture", "modeled_share", float(share), 1.0, "costed kernel time exceeds kernel time"))

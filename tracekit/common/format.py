@@ -16,6 +16,7 @@ MAX_NAME_CHARS = 4096
 # not a measurement (costs/unknown.py applies it to tables; compare/ and the integrations to
 # stored summaries, without importing the analysis).
 MIN_COVERAGE = 0.5
+FLAG = " (!)"  # beside a figure past its physical limit: the flags say why (analysis.plausibility)
 
 
 def is_unknown(value: Any) -> bool:

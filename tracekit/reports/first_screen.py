@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.attribution.rules import phased
-from tracekit.common.format import MIN_COVERAGE, duration, percent, rate, rounded_percent
+from tracekit.common.format import FLAG, MIN_COVERAGE, duration, percent, rate, rounded_percent
 from tracekit.reports.lines import device_label
 from tracekit.reports.section import Section
+from tracekit.reports.headline import efficiency_flagged
 from tracekit.reports.tables import flag_marks
 from tracekit.reports.terminal import print_section
 from tracekit.reports.text import terminal
@@ -84,18 +85,18 @@ def headline_lines(a: Analysis) -> list[str]:
         parts = ", ".join(f"{phased(phase, block)} {percent(share)}" for phase, block, share in h.blocks)
         idle = (f"; GPU idle {rounded_percent(h.idle_share)} of the {h.denominator}" if h.idle_share is not None else "")
         lines.append(f"GPU time: {parts} of {duration(h.busy_ns)} busy{idle}.")
-    lines.append(roofline_sentence(h))
+    lines.append(roofline_sentence(h, FLAG if efficiency_flagged(a) else ""))
     if f.denominator_ns:
         lines.append(f"Watch: the {f.denominator}, {duration(f.denominator_ns)} (the causes' shares are of it).")
     return lines
 
 
-def roofline_sentence(h) -> str:
+def roofline_sentence(h, mark: str = "") -> str:
     apart = " (communication apart)" if h.comm_apart else ""
     bound = ", ".join(f"{rounded_percent(v)} {b}-bound" for b, v in h.bounds)
     if h.efficiency is not None:
         sustained, peak = h.efficiency
-        return (f"Roofline: {rounded_percent(sustained)} of sustained ({rounded_percent(peak)} of peak) over "
+        return (f"Roofline: {rounded_percent(sustained)}{mark} of sustained ({rounded_percent(peak)}{mark} of peak) over "
                 f"{rounded_percent(h.work_covered)} of kernel time{apart}" + (f"; {bound}." if bound else "."))
     if h.costed_without_device is not None:
         return f"Roofline: unknown GPU; pass --device NAME (`tracekit devices`). {rounded_percent(h.costed_without_device)} has a cost."

@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from tracekit.analysis.causes import IDLE_WHAT, STEP_TIME, STEP_TIME_MEANS
 from tracekit.attribution.rules import phased
-from tracekit.common.format import cut, duration, middle, percent, percent_against, rounded_percent
+from tracekit.common.format import FLAG, cut, duration, middle, percent, percent_against, rounded_percent
 from tracekit.costs.unknown import MIN_COVERAGE
 
 if TYPE_CHECKING:
     from tracekit.analysis.findings import Findings
     from tracekit.analysis.headline import Headline, HowToCost
+    from tracekit.analysis.result import Analysis
 
 HEADLINE_NAME = 60  # characters of an op, kernel or host-code name in the headline
 _RECORD = {"tensorrt": "a TensorRT engine records its layers without tensor shapes (emit_nvtx does not apply to it)",
@@ -99,10 +100,11 @@ def _no_gpu(h: Headline) -> list[str]:
             "record_shapes=True), or nsys profile --trace=cuda,nvtx."]
 
 
-def headline(f: Findings) -> list[str]:
+def headline(f: Findings, efficiency_flagged: bool = False) -> list[str]:
     """At most four short lines, one job each: where the GPU time went, what bounds it (and how
     efficient it is, only where at least half the time has a cost, else what is missing), the
-    first cause of the ranked list, and the one number to watch (what every share is of)."""
+    first cause of the ranked list, and the one number to watch (what every share is of).
+    `efficiency_flagged`: the efficiency is past its physical limit (a flag): marked beside it."""
     h = f.headline
     if h.kind != "gpu":
         return _no_gpu(h)
@@ -114,7 +116,7 @@ def headline(f: Findings) -> list[str]:
             of = f" ({duration(f.denominator_ns)})" if f.denominator_ns else ""
             where += f"; the GPU was idle {rounded_percent(h.idle_share)} of the {h.denominator}{of}"
         lines.append(where + ".")
-    lines.append(_bound(h))
+    lines.append(_bound(h, FLAG if efficiency_flagged else ""))
     if h.causes:
         lines.append(sentence(f.causes[h.causes[0]], f.denominator, f.causes))
     if f.denominator_ns:
@@ -124,7 +126,7 @@ def headline(f: Findings) -> list[str]:
     return lines[:4]
 
 
-def _bound(h: Headline) -> str:
+def _bound(h: Headline, mark: str = "") -> str:
     """What bounds the costed kernels and how far they are from the roofline, in one line; or
     why no efficiency can be stated, and what would give one."""
     apart = " (communication apart)" if h.comm_apart else ""
@@ -137,7 +139,7 @@ def _bound(h: Headline) -> str:
     if h.efficiency is not None:
         sustained, peak = h.efficiency
         runs = f"{bound}; they run" if bound else "Kernels run"
-        return (f"{runs} at {rounded_percent(sustained)} of the sustained roofline ({rounded_percent(peak)} of peak), "
+        return (f"{runs} at {rounded_percent(sustained)}{mark} of the sustained roofline ({rounded_percent(peak)}{mark} of peak), "
                 f"over {rounded_percent(h.work_covered)} of GPU kernel time{apart}.")
     if h.costed_without_device is not None:
         why = (f"{rounded_percent(h.costed_without_device)} of GPU kernel time has a cost (FLOPs and bytes), but the GPU is not in the "
@@ -151,3 +153,11 @@ def _bound(h: Headline) -> str:
         why = (f"only {percent_against(h.coverage_short, MIN_COVERAGE)} of GPU kernel time{apart} has a cost, "
                f"too little to state an efficiency; {_how_to_cost(h.how_to_cost)}.")
     return f"{bound}; {why}" if bound else why[0].upper() + why[1:]
+
+
+def efficiency_flagged(a: Analysis) -> bool:
+    """Whether the headline's roofline efficiency (coverage: sum t_min / sum time of the costed
+    kernels) is past its physical limit: the headline marks it as the tables mark theirs."""
+    from tracekit.analysis.plausibility import flagged
+
+    return (0, "efficiency") in flagged(getattr(a, "flags", None) or [], "coverage")

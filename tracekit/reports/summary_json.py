@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tracekit.reports.headline import cause_sentences, headline
+from tracekit.reports.headline import cause_sentences, efficiency_flagged, headline
 from tracekit.strict_json import clean, dumps
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ def summary(analysis: Analysis, top: int = 15) -> dict[str, Any]:
     """summary.json as a dict: the headline second, after the schema version."""
     figures = analysis.to_dict(top)
     fix = figures["what_to_fix_first"]
-    return {"schema_version": figures.pop("schema_version"), "headline": headline(analysis.findings), **figures,
+    return {"schema_version": figures.pop("schema_version"), "headline": headline(analysis.findings, efficiency_flagged(analysis)), **figures,
             "what_to_fix_first": {**fix, "causes": clean(cause_sentences(analysis.findings))}}
 
 

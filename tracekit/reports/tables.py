@@ -14,7 +14,7 @@ from tracekit.attribution.rules import UNKNOWN_PHASE
 from tracekit.reports.section import Named, Section
 from tracekit.trace.kernel_names import labels, trace_labels
 from tracekit.trace.readable_names import demangle
-from tracekit.common.format import duration, number, percent, si, text
+from tracekit.common.format import FLAG, duration, number, percent, si, text
 from tracekit.strict_json import records
 
 if TYPE_CHECKING:  # `info` renders Sections without loading the analysis (and pandas)
@@ -34,7 +34,6 @@ class Labels:
         return Named(label, demangle(name))
 
 
-FLAG = " (!)"  # a figure past its physical limit: the warnings say why (analysis.plausibility)
 
 
 def flag_marks(a: Analysis, table: str):
@@ -52,9 +51,9 @@ def flag_marks(a: Analysis, table: str):
 
 
 def headline(a: Analysis) -> list[str]:
-    from tracekit.reports.headline import headline as words
+    from tracekit.reports.headline import efficiency_flagged, headline as words
 
-    return words(a.findings) if a.findings is not None else []
+    return words(a.findings, efficiency_flagged=efficiency_flagged(a)) if a.findings is not None else []
 
 
 def fix_first(a: Analysis) -> Section:
