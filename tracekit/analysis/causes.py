@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.launch_api import SYNC_API
+from tracekit.analysis.idle import first_runs
 from tracekit.trace.grouping import key_of
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     uninstrumented time. Inside the steps' host ranges where the trace has steps. Calls
     whose work started BACKLOG_NS or more after they returned are left out: they waited on a
     full launch queue (the GPU busy, possibly with work from before the capture), which the
-    profiler did not cause."""
+    profiler did not cause; so are the calls that first launched each kernel (idle.first_runs)."""
     t = a.trace
     if t is None or not len(t.launches):
         return None
@@ -216,9 +217,11 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     first_start = np.full(len(lt), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first_start, rows[rows >= 0], a.kernels["start"].to_numpy(np.int64)[rows >= 0])
     backlog = first_start - end >= BACKLOG_NS
+    first = np.zeros(len(lt), dtype=bool)  # the calls that first launched each kernel (idle.first_runs)
+    first[rows[first_runs(a.kernels) & (rows >= 0)]] = True
     names = key_of(lt["name"], missing="nan")
     sync = np.array([bool(SYNC_API.search(str(n))) for n in names[1]], dtype=bool)
-    keep = (dur > 0) & launched & ~backlog & (names[0] >= 0)
+    keep = (dur > 0) & launched & ~backlog & ~first & (names[0] >= 0)
     keep[keep] &= ~sync[names[0][keep]]
     if len(a.steps) and "host_start_ns" in a.steps:
         # a step without a host range (a GPU annotation no host range matches) holds no call
@@ -242,7 +245,8 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
         return None
     top = str(names[1][int(np.argmax(by_name))])
     return _row("profiler_overhead", "launch calls above their fastest 10% (profiler; host)", top, total, of_ns,
-                {"launch_ns": float(d.sum()), "calls": int(keep.sum()), "top_call": top, "top_excess_ns": float(by_name.max())})
+                {"launch_ns": float(d.sum()), "calls": int(keep.sum()), "top_call": top, "top_excess_ns": float(by_name.max()),
+                 "first_launches_left_out": int((first & launched).sum())})
 
 
 def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:

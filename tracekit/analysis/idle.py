@@ -109,7 +109,8 @@ def short_kernels(a: Measured) -> dict[str, Any]:
     # A graph launch issues all of its kernels in one call: no kernel of it is "behind" it.
     is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0) & ~k["graph_launch"].to_numpy(dtype=bool)
     call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
-    short = is_kernel & (k["duration_ns"].to_numpy() < call)
+    # a kernel's first run waits for its module to load (first_runs): a warm-up, not launch overhead
+    short = is_kernel & (k["duration_ns"].to_numpy() < call) & ~first_runs(k)
     name = key_of(k["name"], missing="nan")
     groups = group_rows([(name[0][short], name[1])], int(short.sum()), dropna=False)
     names = label_column((name[0][short], name[1]), groups.first)
@@ -120,3 +121,22 @@ def short_kernels(a: Measured) -> dict[str, Any]:
     return {"count": int(short.sum()), "time_ns": float(k["duration_ns"].to_numpy()[short].sum()),
             "launch_ns": float(call[short].sum()), "kernels": int(is_kernel.sum()),
             "top": [{"name": n, "count": int(r["size"]), "time_ns": float(r["sum"])} for n, r in top.iterrows()]}
+
+
+def first_runs(kernels: pd.DataFrame) -> np.ndarray:
+    """The kernel rows that are each kernel function's first run in the trace. CUDA loads a
+    kernel's module on its first launch (lazy loading, the default since CUDA 12.2; kernels
+    compiled at run time, as nvFuser's and Triton's, load there too), so that launch call is
+    long for the load, not for the profiler nor for launch overhead: the host-time causes
+    (launch-bound, profiler) leave it out."""
+    first = np.zeros(len(kernels), dtype=bool)
+    is_kernel = (kernels["kind"] == "kernel").to_numpy()
+    if not is_kernel.any():
+        return first
+    rows = np.flatnonzero(is_kernel)
+    codes = key_of(kernels["name"], missing="nan")[0][rows]
+    order = np.lexsort((kernels["start"].to_numpy(np.int64)[rows], codes))  # by name, then start
+    lead = np.ones(len(order), dtype=bool)
+    lead[1:] = codes[order][1:] != codes[order][:-1]
+    first[rows[order][lead]] = True
+    return first

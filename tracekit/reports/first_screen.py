@@ -41,7 +41,7 @@ SHORT_CAUSE = {
     "idle_other": "idle: no cause seen", "idle_outside_host_wait": "idle outside: host",
     "idle_outside_sync": "idle outside: sync", "idle_outside_queued": "idle outside: queued",
     "idle_outside_other": "idle outside steps", "copies": "unhidden copies", "exposed_communication": "exposed comm",
-    "recoverable": "over roofline min", "launch_overhead": "launch-bound host", "profiler_overhead": "profiler launches",
+    "recoverable": "above sust. roofline", "launch_overhead": "launch-bound host", "profiler_overhead": "profiler launches",
     "waste_unfused_elementwise": "unfused elementwise", "waste_unfused_attention": "unfused attention",
     "waste_copies_layout": "layout copies", "waste_copies_cast": "repeated casts",
     "waste_copies_rewrite": "whole rewrites", "waste_strided_elementwise": "strided elementwise",
@@ -114,8 +114,11 @@ def causes_section(a: Analysis) -> Section | None:
     rows = [[str(i + 1), short_cause(c), str(c["where"]), duration(c["time_ns"]), mark(i, "share", percent(c["share"])),
              short_fix(i + 1, c)] for i, c in enumerate(f.causes[:TOP_CAUSES])]
     more = len(f.causes) - TOP_CAUSES
-    title = f"What to fix first (share of {f.denominator}{'; ' + str(more) + ' more in --full' if more > 0 else ''})"
-    head, priority = ["#", "cause", "where", "time", "share", "fix"], [0, 0, 0, 0, 0, 1]
+    # host-time rows (launches, profiler) lie inside the idle rows: their shares do not add (cumulative_share None)
+    overlap = "; host rows overlap idle" if any(c.get("cumulative_share") is None for c in f.causes[:TOP_CAUSES]) else ""
+    title = f"What to fix first (share of {f.denominator}{overlap}{'; ' + str(more) + ' more in --full' if more > 0 else ''})"
+    # the time is the whole cause's; the place is the one that holds the largest part of it
+    head, priority = ["#", "cause", "mostly in", "time", "share", "fix"], [0, 0, 0, 0, 0, 1]
     if not any(r[-1] for r in rows):  # no fix among them: the column would be empty
         head, priority, rows = head[:-1], priority[:-1], [r[:-1] for r in rows]
     # the cause's title and the fix's phrase are short labels: whole, or the fix dropped; the place gives way
