@@ -88,7 +88,10 @@ def test_bundled_first_screen_figures_are_the_full_reports(bundled_json):
     total = bundled_json["throughput"]["total"]
     assert f"{total['throughput'] / 1e3:.2f} k tokens/s" in steps
     # the two flagged figures (ops, activities) are not on this screen: the notes count them
-    assert f"{len(bundled_json['flags'])} figures past a physical limit (activities, ops; why in --full)" in " ".join(lines)
+    notes = " ".join(lines[next(i for i, l in enumerate(lines) if l.startswith("notes")):])
+    assert f"{len(bundled_json['flags'])} figures past a physical limit (activities, ops)" in notes
+    worst = max((f for f in bundled_json["flags"] if f["table"] != "activities"), key=lambda f: f["value"] / f["limit"])
+    assert f"the worst {worst['where']} efficiency {100 * worst['value']:.1f}%; why in --full" in notes
 
 
 def test_full_report_numbers_each_fix_like_its_cause(bundled_json):
@@ -114,7 +117,8 @@ def test_every_shared_trace_first_screen_fits_40_lines_at_100_columns(path):
     lines = run.stdout.splitlines()
     assert 3 <= len(lines) <= LIMIT, (len(lines), run.stdout)
     assert max(map(len, lines)) <= 100
-    assert lines[-1].startswith("notes") or "--full" in lines[-1]  # the notes line closes every first screen
+    notes = max(i for i, line in enumerate(lines) if line.startswith("notes"))
+    assert " ".join(" ".join(lines[notes:]).split()).endswith("`--full` for the whole report")  # the notes close every first screen
     assert "implausible" not in run.stderr  # flag paragraphs are the full report's; the notes count them
 
 

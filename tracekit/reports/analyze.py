@@ -32,7 +32,11 @@ def render(analysis: Analysis, options: RenderOptions) -> str:
             from tracekit.reports.first_screen import render_first_screen
 
             render_first_screen(analysis, con)
-    return captured.get()
+    text = captured.get()
+    if options.full:
+        return text
+    # the first screen is read and pasted: no table padding after the last character of a line
+    return "\n".join(line.rstrip(" ") for line in text.split("\n"))
 
 
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tracekit.attribution.rules import phased
-from tracekit.common.format import FLAG, MIN_COVERAGE, duration, percent, rate, rounded_percent
+from tracekit.common.format import FLAG, MIN_COVERAGE, duration, middle, percent, rate, rounded_percent
 from tracekit.reports.lines import device_label
 from tracekit.reports.section import Section
 from tracekit.reports.headline import efficiency_flagged
@@ -41,7 +41,7 @@ SHORT_CAUSE = {
     "idle_other": "idle: no cause seen", "idle_outside_host_wait": "idle outside: host",
     "idle_outside_sync": "idle outside: sync", "idle_outside_queued": "idle outside: queued",
     "idle_outside_other": "idle outside steps", "copies": "unhidden copies", "exposed_communication": "exposed comm",
-    "recoverable": "above sust. roofline", "launch_overhead": "launch-bound host", "profiler_overhead": "profiler launches",
+    "recoverable": "above sust. roofline", "launch_overhead": "launches > kernels", "profiler_overhead": "slow launch calls",
     "waste_unfused_elementwise": "unfused elementwise", "waste_unfused_attention": "unfused attention",
     "waste_copies_layout": "layout copies", "waste_copies_cast": "repeated casts",
     "waste_copies_rewrite": "whole rewrites", "waste_strided_elementwise": "strided elementwise",
@@ -168,9 +168,17 @@ def notes_line(a: Analysis, health_rows: int) -> str:
     health = "trace health ok" if not health_rows else f"trace health: {health_rows} problem{'s' if health_rows > 1 else ''}"
     coverage = a.coverage.get("modeled_share")
     costed = f"{percent(coverage)} of kernel time costed; " if len(a.kernels) and coverage is not None else ""
-    flagged = (f"{flags} figure{'s' if flags != 1 else ''} past a physical limit ({', '.join(tables)}; why in --full); "
-               if flags else "")
+    flagged = (f"{flags} figure{'s' if flags != 1 else ''} past a physical limit ({', '.join(tables)}), the worst "
+               f"{worst_flag(a.flags)}; why in --full; " if flags else "")
     return f"notes       {costed}{flagged}{health}; `--full` for the whole report"
+
+
+def worst_flag(flags) -> str:
+    """The flagged figure furthest past its limit, named: where, which figure, its value."""
+    named = [f for f in flags if f.table != "activities"] or list(flags)  # an activities flag names a count, not a row
+    worst = max(named, key=lambda f: (f.value / f.limit) if f.limit else float("inf"))
+    value = percent(worst.value) if worst.limit <= 2 else f"{worst.value:,.4g}"  # limits near 1 are ratios
+    return f"{middle(worst.where, 60)} {worst.figure.replace('_', ' ')} {value}"
 
 
 def render_first_screen(a: Analysis, console: Console) -> None:

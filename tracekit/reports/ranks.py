@@ -129,7 +129,7 @@ def render_first_screen(m: MultiRank, console: Console) -> None:
         more = f"; {len(m.skew) - len(skew)} more in --full" if len(m.skew) > len(skew) else ""
         print_section(Section(f"Collective skew (largest first{more})", skew_head, skew, priority=[0, 2, 1, 2, 0, 1, 1, 2], flex=0),
                       console, boxed=False)
-    console.print(terminal("notes       bus bandwidth over ranks and each rank's own report: `--full`, or --out DIR"))
+    console.print(terminal("notes       each rank's own report: --out DIR; bus bandwidth over ranks: `--full` for the whole report"))
 
 
 def _finite_or(value, default: float = -1.0) -> float:
