@@ -360,3 +360,32 @@ def test_a_memory_error_wrapped_by_a_class_definition_is_running_out_of_memory()
         type("Axes", (), {"wrapper": Hungry()})
     assert memory_ran_out(caught.value)
     assert not memory_ran_out(RuntimeError("Error calling __set_name__"))  # no cause: not memory
+
+
+def test_a_c_extension_failing_silently_at_the_memory_limit_is_out_of_memory(monkeypatch):
+    """Under `ulimit -v`, matplotlib's Agg print_png returned NULL without an exception
+    (SystemError) and FreeType failed with "invalid stream operation" after its read callback's
+    MemoryError was swallowed (seen at 335 MB in the memory sweep). Those are memory only where
+    the process's peak address space reached 90% of its limit; elsewhere they stay bugs."""
+    from tracekit import errors
+
+    silent = SystemError("<function FigureCanvasAgg.print_png> returned NULL without setting an exception")
+    stream = RuntimeError("FT_Open_Face (ft2font.cpp line 200) failed with error 0x55: invalid stream operation")
+    monkeypatch.setattr(errors, "near_address_space_limit", lambda: True)
+    assert errors.memory_ran_out(silent) and errors.memory_ran_out(stream)
+    monkeypatch.setattr(errors, "near_address_space_limit", lambda: False)
+    assert not errors.memory_ran_out(silent) and not errors.memory_ran_out(stream)
+    assert errors.memory_ran_out(RuntimeError("FT_Open_Face failed with error 0x40: out of memory"))  # says so itself
+
+
+def test_the_peak_is_compared_with_the_limit(monkeypatch):
+    from tracekit import errors
+
+    with open("/proc/self/status") as status:
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmPeak:")) * 1024
+    monkeypatch.setattr(errors, "address_space_limit", lambda: int(peak / 0.95))  # peak at 95% of the limit
+    assert errors.near_address_space_limit()
+    monkeypatch.setattr(errors, "address_space_limit", lambda: peak * 2)
+    assert not errors.near_address_space_limit()
+    monkeypatch.setattr(errors, "address_space_limit", lambda: None)
+    assert not errors.near_address_space_limit()

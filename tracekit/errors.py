@@ -187,8 +187,35 @@ def memory_ran_out(exc: BaseException) -> bool:
     text = str(exc)
     if isinstance(exc, RuntimeError) and "can't start new thread" in text:  # its stack could not be mapped
         return True
+    # a C library's own words for a failed allocation, wrapped by its binding (FreeType's
+    # "FT_Open_Face ... failed with error 0x40: out of memory" as matplotlib's RuntimeError)
+    if isinstance(exc, RuntimeError) and "out of memory" in text.lower():
+        return True
+    # A C extension whose allocation failed without saying so: one that returned NULL without
+    # setting MemoryError (matplotlib's Agg print_png: CPython's SystemError), or one whose
+    # callback's MemoryError was swallowed (FreeType's "invalid stream operation" after its
+    # read callback failed). Read as memory only where the process has used its address-space
+    # limit up (its peak within NEAR_LIMIT of it): elsewhere they are bugs.
+    if isinstance(exc, (SystemError, RuntimeError)) and near_address_space_limit():
+        return True
     return isinstance(exc, (ImportError, SystemError, OSError)) and any(
         words in text for words in ("failed to map segment", "Cannot allocate memory", "Unable to allocate", "MemoryError"))
+
+
+NEAR_LIMIT = 0.9  # a process whose peak address space reached this share of its limit has run into it
+
+
+def near_address_space_limit() -> bool:
+    """Whether this process's peak address space (VmPeak) reached NEAR_LIMIT of its limit."""
+    limit = address_space_limit()
+    if limit is None:
+        return False
+    try:
+        with open("/proc/self/status") as status:
+            peak_kb = next((int(line.split()[1]) for line in status if line.startswith("VmPeak:")), None)
+    except (OSError, ValueError, IndexError):
+        return False
+    return peak_kb is not None and peak_kb * 1024 >= NEAR_LIMIT * limit
 
 
 # --- out of memory: one line naming the file and what a run on it needs ---------------------
