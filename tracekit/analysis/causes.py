@@ -28,7 +28,6 @@ import numpy as np
 import pandas as pd
 
 from tracekit.trace.launch_api import SYNC_API
-from tracekit.analysis.idle import first_runs
 from tracekit.trace.grouping import key_of
 
 if TYPE_CHECKING:
@@ -195,7 +194,7 @@ def launch_row(f, a: Measured, of_ns: float, host_wait_ns: float) -> dict[str, A
                  "host_wait_idle_ns": host_wait_ns})
 
 
-def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
+def profiler_row(a: Measured, of_ns: float, first_run: np.ndarray) -> dict[str, Any] | None:
     """Launch-call time above the same call's fastest runs (its FASTEST quantile): the
     profiler's instrumentation (record_shapes, with_stack) and host contention stretch the
     calls it records; the fastest runs of a call are the closest the trace has to its
@@ -218,7 +217,7 @@ def profiler_row(a: Measured, of_ns: float) -> dict[str, Any] | None:
     np.minimum.at(first_start, rows[rows >= 0], a.kernels["start"].to_numpy(np.int64)[rows >= 0])
     backlog = first_start - end >= BACKLOG_NS
     first = np.zeros(len(lt), dtype=bool)  # the calls that first launched each kernel (idle.first_runs)
-    first[rows[first_runs(a.kernels) & (rows >= 0)]] = True
+    first[rows[first_run & (rows >= 0)]] = True
     names = key_of(lt["name"], missing="nan")
     sync = np.array([bool(SYNC_API.search(str(n))) for n in names[1]], dtype=bool)
     keep = (dur > 0) & launched & ~backlog & ~first & (names[0] >= 0)
@@ -261,7 +260,7 @@ def ranked(a: Measured, f, work: dict[str, np.ndarray]) -> list[dict[str, Any]]:
     for r in waste:
         claimed |= r.pop("kernel_rows")
     rows = [*idle, copy_row(a, of), comm_row(a, of), *waste, recoverable_row(f, work, a, of, claimed),
-            launch_row(f, a, of, host_wait), profiler_row(a, of)]
+            launch_row(f, a, of, host_wait), profiler_row(a, of, work["first_run"])]
     rows = [r for r in rows if r is not None]
     # Host time costs the GPU only through the host-wait idle it is part of: a host-time row
     # ranks by the smaller of its time and that idle (after a GPU-time row of equal time).

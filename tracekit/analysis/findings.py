@@ -17,7 +17,7 @@ import pandas as pd
 from tracekit.analysis import causes as cause_list
 from tracekit.analysis.fix import FIX_COLUMNS, basis as fix_basis, op_shapes, ranked, work as kernel_work
 from tracekit.analysis.headline import Headline, cpu_headline, headline
-from tracekit.analysis.idle import (gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_and_sync_calls,
+from tracekit.analysis.idle import (first_runs, gaps_of, idle_outside_gpu_windows, idle_table, idle_windows, launch_and_sync_calls,
                                     short_kernels)
 from tracekit.analysis.idle_host import charges as idle_charges, host_behind_idle, launching_records, top_by_cause
 from tracekit.strict_json import records
@@ -71,6 +71,7 @@ def compute(a: Measured) -> Findings:
     if k.empty:
         return Findings(headline=cpu_headline(a), basis=basis, basis_ns=basis_ns)
     work = kernel_work(k, in_steps=len(a.steps) > 0)
+    work["first_run"] = first_runs(k)  # once, for both host-time causes (short kernels, the profiler's row)
     op_name = key_of(k["op_name"], missing="nan")
     linked = (k["op"].to_numpy() >= 0) & (op_name[0] >= 0)
     windows, window_name = idle_windows(a)
@@ -87,7 +88,7 @@ def compute(a: Measured) -> Findings:
                  fix_kernels=ranked(work, {"kernel": key_of(k["name"], missing="nan")}, basis_ns),
                  fix_blocks=ranked(work, {"phase": key_of(k["phase"], missing="nan"), "block": key_of(k["block"], missing="nan")}, basis_ns),
                  idle=idle_table(gaps, window_ns), idle_window=window_name, idle_window_ns=window_ns,
-                 short_kernels=short_kernels(a))
+                 short_kernels=short_kernels(a, work["first_run"]))
     charged = idle_charges(a, gaps, launching)
     idle_by_cause = dict(zip(f.idle["category"], f.idle["idle_ns"])) if len(f.idle) else {}
     # each stage reads the ones before it (the causes: the idle tables; the headline: the causes)

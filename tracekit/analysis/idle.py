@@ -98,9 +98,10 @@ def idle_table(gaps: pd.DataFrame, window_ns: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def short_kernels(a: Measured) -> dict[str, Any]:
+def short_kernels(a: Measured, first_run: np.ndarray) -> dict[str, Any]:
     """Kernels that ran for less time than the host call that launched them: launching
-    them costs more than running them (fuse them, or capture them in a CUDA graph)."""
+    them costs more than running them (fuse them, or capture them in a CUDA graph).
+    `first_run`: first_runs(a.kernels), left out (a first launch loads the kernel's module)."""
     k = a.kernels
     if a.trace is None or not len(a.trace.launches):
         return {"count": 0, "time_ns": 0.0, "launch_ns": 0.0, "kernels": 0, "top": []}
@@ -110,7 +111,7 @@ def short_kernels(a: Measured) -> dict[str, Any]:
     is_kernel = (k["kind"] == "kernel").to_numpy() & (row >= 0) & ~k["graph_launch"].to_numpy(dtype=bool)
     call = np.where(row >= 0, (launches["end"] - launches["start"]).to_numpy()[np.maximum(row, 0)], 0)
     # a kernel's first run waits for its module to load (first_runs): a warm-up, not launch overhead
-    short = is_kernel & (k["duration_ns"].to_numpy() < call) & ~first_runs(k)
+    short = is_kernel & (k["duration_ns"].to_numpy() < call) & ~first_run
     name = key_of(k["name"], missing="nan")
     groups = group_rows([(name[0][short], name[1])], int(short.sum()), dropna=False)
     names = label_column((name[0][short], name[1]), groups.first)

@@ -40,7 +40,6 @@ class AnalysisCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[Hashable, Future] = OrderedDict()
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.computed = 0  # analyses run, for the server's log and the tests
 
     def get(self, path: str, options: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         key = (options, file_key(path))
@@ -56,7 +55,6 @@ class AnalysisCache:
                 self._entries.move_to_end(key)
         if owner:
             try:
-                self.computed += 1
                 self._log(f"tracekit mcp: analysing {printable(path)}")
                 future.set_result(compute())
             except BaseException as exc:  # the waiters get the same error; nothing bad is kept

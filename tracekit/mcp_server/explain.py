@@ -37,9 +37,11 @@ def explain(a, kind: str, name: str, limit: int = SHAPE_GROUPS) -> dict[str, Any
 
 
 def _matching(column: pd.Series, name: str) -> np.ndarray:
-    """Rows whose text is `name` as the trace wrote it, or as this server showed it (escaped)."""
-    text = column.astype(object).to_numpy()
-    return np.fromiter((isinstance(t, str) and (t == name or mcp_text(t) == name) for t in text), dtype=bool, count=len(text))
+    """Rows whose text is `name` as the trace wrote it, or as this server showed it (escaped):
+    the names are compared once each (the column's categories), not once per kernel."""
+    names = column.cat.categories if isinstance(column.dtype, pd.CategoricalDtype) else pd.unique(column.dropna())
+    hits = [t for t in names if isinstance(t, str) and (t == name or mcp_text(t) == name)]
+    return column.isin(hits).to_numpy()
 
 
 def _calls_answer(a, kind: str, name: str, rows: np.ndarray, limit: int) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def _calls_answer(a, kind: str, name: str, rows: np.ndarray, limit: int) -> dict
         "roofline": _roofline_terms(a),
         "by_shape": _by_shape(a, k, limit),
         "where": _where(k),
-        "flags": [f for f in _flags(a) if f.get("where") == name or mcp_text(f.get("where")) == name],
+        "flags": [f.to_dict() for f in a.flags if name in (f.where, mcp_text(f.where))],
     }
     return clean(out)
 
@@ -146,10 +148,6 @@ def _where(k: pd.DataFrame) -> list[dict[str, Any]]:
     g = k.groupby([k["phase"].astype(object), k["block"].astype(object)], dropna=False)["duration_ns"].agg(["count", "sum"])
     rows = [{"phase_block": phased(p, b), "kernels": int(r["count"]), "time_ns": float(r["sum"])} for (p, b), r in g.iterrows()]
     return sorted(rows, key=lambda r: -r["time_ns"])[:10]
-
-
-def _flags(a) -> list[dict[str, Any]]:
-    return [f.to_dict() if hasattr(f, "to_dict") else dict(f) for f in (getattr(a, "flags", None) or [])]
 
 
 def _block(a, name: str, limit: int) -> dict[str, Any]:

@@ -10,7 +10,6 @@ and its traceback stays on the server's stderr.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
@@ -112,7 +111,7 @@ def build_server(cache: AnalysisCache | None = None) -> MCPServer:
     def _summary(source: str, device: str | None) -> dict[str, Any]:
         from tracekit.compare.summary import as_summary, read_summary_file
 
-        stored = read_summary_file(source) if os.path.isfile(source) else None
+        stored = read_summary_file(source)  # a summary.json, else None: the trace is analysed (cached)
         return stored if stored is not None else as_summary(analysis(source, device))
 
     return server

@@ -5,7 +5,6 @@ fields of their own. Long lists are bounded; top kernels and ops are the `top` t
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from tracekit.mcp_server.fields import MAX_ROWS, clean
@@ -16,10 +15,10 @@ SUMMARY_KEYS = ("schema_version", "trace", "device", "headline", "coverage", "he
 
 def analysis_summary(a, limit: int = 50) -> dict[str, Any]:
     """The summary's sections; `blocks` and `steps` hold at most `limit` rows each."""
-    from tracekit.api import summary_json
+    from tracekit.reports.summary_json import summary
 
     limit = max(1, min(int(limit), MAX_ROWS))
-    full = json.loads(summary_json(a))
+    full = summary(a)  # the dict `--format json` prints (clean() below makes it strict JSON data)
     out: dict[str, Any] = {key: full[key] for key in SUMMARY_KEYS if key in full}
     left_off = {}
     for key in ("blocks", "steps"):
